@@ -1,0 +1,33 @@
+# The README's two commands:  `make run`  (the main job)  and  `make test`.
+# Both create .venv on first use and install convsuite into it (editable, with
+# the Cython extension compiled and the numba and test extras), so a fresh
+# clone needs nothing but Python 3.10+ and a C compiler.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.convsuite-installed
+EXTRAS ?= test,numba
+
+# A broken extension must fail the install here, not silently disable a backend.
+export CONVSUITE_REQUIRE_EXTENSION := 1
+
+.PHONY: install run test clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml setup.py $(wildcard cython_src/*.pyx cython_src/*.pxd)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/convsuite info
+	$(BIN)/convsuite demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) build *.egg-info convsuite/_cython/*.so cython_src/*.c

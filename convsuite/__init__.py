@@ -1,0 +1,46 @@
+"""convsuite: one convolution API over a ladder of interchangeable backends.
+
+>>> import numpy as np, convsuite as cs
+>>> x = np.random.default_rng(0).standard_normal((2, 3, 8, 8), dtype=np.float32)
+>>> w = np.ones((4, 3, 3, 3), dtype=np.float32)
+>>> cs.conv2d(x, w, padding="same").shape
+(2, 4, 8, 8)
+
+Importing this package imports NumPy only; backends (and numba, cupy, the
+compiled extension) load the first time a call needs them.
+"""
+
+from ._api import Explanation, conv1d, conv1d_backward, conv2d, conv2d_backward, explain
+from ._errors import BackendUnavailableError, UnsupportedCaseError
+from ._layers import Conv1D, Conv2D
+from ._registry import (
+    BackendInfo,
+    list_backends,
+    register_backend,
+    set_backend,
+    unregister_backend,
+    use_backend,
+)
+from ._spec import ConvSpec
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendInfo",
+    "BackendUnavailableError",
+    "Conv1D",
+    "Conv2D",
+    "ConvSpec",
+    "Explanation",
+    "UnsupportedCaseError",
+    "conv1d",
+    "conv1d_backward",
+    "conv2d",
+    "conv2d_backward",
+    "explain",
+    "list_backends",
+    "register_backend",
+    "set_backend",
+    "unregister_backend",
+    "use_backend",
+]

@@ -1,0 +1,243 @@
+"""conv1d / conv2d, their backward passes and explain(): validate, pick, call."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import _buffers
+from ._registry import select
+from ._spec import ConvSpec
+from ._validation import PreparedCall, as_real_array, prepare_backward, prepare_forward
+
+__all__ = ["conv1d", "conv2d", "conv1d_backward", "conv2d_backward", "explain", "Explanation"]
+
+
+def _check_algorithm_type(algorithm: Any) -> None:
+    if not isinstance(algorithm, str):
+        raise TypeError(f"`algorithm` must be a string such as 'auto'; got {algorithm!r}")
+
+
+def _to_backend_device(call: PreparedCall, device: str, *arrays):
+    """Move operands to where the backend computes (CuPy input on a CPU backend)."""
+    if device == "cpu" and call.xp is not np:
+        return tuple(None if a is None else a.get() for a in arrays)
+    return arrays
+
+
+def _to_caller(call: PreparedCall, array):
+    """Return results where the inputs came from: arrays in = arrays out."""
+    if call.xp is not np and isinstance(array, np.ndarray):
+        array = sys.modules["cupy"].asarray(array)
+    return array
+
+
+def _forward(op, ndim, x, w, bias, stride, padding, dilation, groups, backend, algorithm):
+    _check_algorithm_type(algorithm)
+    call = prepare_forward(op, ndim, x, w, bias, stride, padding, dilation, groups)
+    chosen = select(call.spec, backend, algorithm, "forward")
+    xb, wb, bb = _to_backend_device(call, chosen.backend.device, call.x, call.w, call.bias)
+    xp = np if isinstance(xb, np.ndarray) else call.xp
+    out = _buffers.empty(call.spec.y_shape, call.spec.dtype, xp)
+    chosen.backend.forward(call.spec, xb, wb, bb, out, chosen.algorithm)
+    return _to_caller(call, call.to_user(out))
+
+
+def _backward(op, ndim, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm):
+    _check_algorithm_type(algorithm)
+    call, grad_y = prepare_backward(op, ndim, grad_y, x, w, stride, padding, dilation, groups)
+    spec = call.spec
+    chosen = select(spec, backend, algorithm, "backward")
+    gyb, xb, wb = _to_backend_device(call, chosen.backend.device, grad_y, call.x, call.w)
+    xp = np if isinstance(xb, np.ndarray) else call.xp
+    grad_x = _buffers.empty(spec.x_shape, spec.dtype, xp)
+    grad_w = _buffers.empty(spec.w_shape, spec.dtype, xp)
+    grad_b = _buffers.empty((spec.out_channels,), spec.dtype, xp)
+    chosen.backend.backward(spec, gyb, xb, wb, grad_x, grad_w, grad_b, chosen.algorithm)
+    # grad_x takes the caller's layout of x; a plain-signal weight gets back (K,).
+    grad_w_user = grad_w.reshape(spec.kernel_size) if call.layout == "signal" else grad_w
+    return tuple(_to_caller(call, g) for g in (call.to_user(grad_x), grad_w_user, grad_b))
+
+
+_FORWARD_DOC = """{ndim}-D convolution (deep-learning cross-correlation, as in PyTorch).
+
+    ``y[b, m, {o}] = bias[m] + sum over c, {k} of
+    x[b, g*C/groups + c, {i}] * w[m, c, {k}]`` with zeros outside the input.
+
+    Parameters
+    ----------
+    x : array_like
+        Input ``(B, C, {sp})``; also ``(C, {sp})`` without a batch axis, or a
+        plain {plain} ``({sp})`` together with a plain kernel ``w ({ks})``.
+    w : array_like
+        Weights ``(M, C/groups, {ks})`` (or ``({ks})`` for the plain form).
+    bias : array_like, optional
+        ``(M,)``, added to every output position of channel ``m``.
+    stride, dilation : int or tuple of {ndim} int, default 1
+        Step between outputs and between kernel taps, per dimension.
+    padding : int, tuple, per-side pairs, 'valid', 'same' or 'full', default 0
+        Zero padding. An int or one int per dimension pads both sides; per-side
+        pairs give ``(before, after)`` per dimension. ``'same'`` gives
+        ``ceil(n / stride)`` outputs with any stride (the odd pixel of padding
+        goes after, as in TensorFlow); ``'full'`` pads ``dilation*(k-1)`` on
+        both sides.
+    groups : int, default 1
+        Channel groups; must divide C and M. ``groups == C`` is depthwise.
+    backend : str, optional
+        Backend name (see :func:`convsuite.list_backends`) or ``'auto'``; by
+        default ``use_backend``/``set_backend``/``$CONVSUITE_BACKEND``/auto.
+    algorithm : str, default 'auto'
+        Pin one of the backend's algorithms.
+
+    Returns
+    -------
+    y : ndarray
+        ``(B, M, {so})`` (or without the axes the input left out), float32 if
+        every input is float32, else float64; NumPy in gives NumPy out, CuPy in
+        gives CuPy out.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Bad input; the message names the parameter and what is accepted.
+    BackendUnavailableError, UnsupportedCaseError
+        An explicitly requested backend is missing or cannot run the case.
+    MemoryError
+        The output would not fit in this machine's memory (nothing allocated).
+    """
+
+
+def conv1d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, backend=None, algorithm="auto"):
+    return _forward("conv1d", 1, x, w, bias, stride, padding, dilation, groups, backend, algorithm)
+
+
+def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, backend=None, algorithm="auto"):
+    return _forward("conv2d", 2, x, w, bias, stride, padding, dilation, groups, backend, algorithm)
+
+
+conv1d.__doc__ = _FORWARD_DOC.format(
+    ndim=1, o="o", k="k", i="o*stride + k*dilation - pad", sp="W", ks="K", so="W_out", plain="signal"
+)
+conv2d.__doc__ = _FORWARD_DOC.format(
+    ndim=2,
+    o="oh, ow",
+    k="p, q",
+    i="oh*sh + p*dh - pad_top, ow*sw + q*dw - pad_left",
+    sp="H, W",
+    ks="KH, KW",
+    so="H_out, W_out",
+    plain="image",
+)
+
+_BACKWARD_DOC = """Gradients of a {ndim}-D convolution with respect to x, w and bias.
+
+    Given ``grad_y`` = dL/dy for ``y = conv{ndim}d(x, w, bias, ...)``, returns
+    ``(grad_x, grad_w, grad_b)`` with the shapes of ``x``, ``w`` and ``(M,)``.
+    ``grad_b`` is returned whether or not the forward used a bias. Keywords are
+    those of :func:`conv{ndim}d`, with the same validation and dtype rules.
+    """
+
+
+def conv1d_backward(grad_y, x, w, *, stride=1, padding=0, dilation=1, groups=1, backend=None, algorithm="auto"):
+    return _backward("conv1d", 1, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
+
+
+def conv2d_backward(grad_y, x, w, *, stride=1, padding=0, dilation=1, groups=1, backend=None, algorithm="auto"):
+    return _backward("conv2d", 2, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
+
+
+conv1d_backward.__doc__ = _BACKWARD_DOC.format(ndim=1)
+conv2d_backward.__doc__ = _BACKWARD_DOC.format(ndim=2)
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """What :func:`explain` found: the backend and algorithm a call would use.
+
+    Attributes
+    ----------
+    op, direction : str
+        ``"conv1d"``/``"conv2d"`` and ``"forward"``/``"backward"``.
+    backend, algorithm : str
+        The choice.
+    source : str
+        Which setting asked for the backend (argument, use_backend, ...).
+    reason : str
+        Why this backend and algorithm.
+    considered : tuple of (str, str)
+        Backends tried before it by ``"auto"``, with why each was skipped.
+    spec : ConvSpec
+        The normalised problem (shapes, padding, output size, dtype).
+    """
+
+    op: str
+    direction: str
+    backend: str
+    algorithm: str
+    source: str
+    reason: str
+    considered: tuple[tuple[str, str], ...]
+    spec: ConvSpec
+
+    def __str__(self) -> str:
+        s = self.spec
+        lines = [
+            f"{self.op} {self.direction}: x {s.x_shape} * w {s.w_shape} -> y {s.y_shape} "
+            f"[{s.dtype}, stride {s.stride}, padding {s.padding}, dilation {s.dilation}, groups {s.groups}]",
+            f"backend {self.backend!r}, algorithm {self.algorithm!r}",
+            f"why: {self.reason}",
+        ]
+        lines += [f"skipped {name}: {why}" for name, why in self.considered]
+        return "\n".join(lines)
+
+
+def explain(
+    x,
+    w,
+    bias=None,
+    *,
+    stride=1,
+    padding=0,
+    dilation=1,
+    groups=1,
+    backend=None,
+    algorithm="auto",
+    direction="forward",
+) -> Explanation:
+    """Say which backend and algorithm a call would use, and why; run nothing.
+
+    Takes the arguments of :func:`conv1d`/:func:`conv2d` (the operation is told
+    by the rank of ``w``: 1 or 3 for 1-D, 2 or 4 for 2-D). ``direction`` is
+    ``"forward"`` or ``"backward"``.
+
+    Returns
+    -------
+    Explanation
+        Printable; its fields give the choice, the reason and the skipped backends.
+    """
+    _check_algorithm_type(algorithm)
+    if direction not in ("forward", "backward"):
+        raise ValueError(f"`direction` must be 'forward' or 'backward'; got {direction!r}")
+    w = as_real_array(w, "w")
+    ndim = {1: 1, 3: 1, 2: 2, 4: 2}.get(w.ndim)
+    if ndim is None:
+        raise ValueError(
+            "`w` must have rank 3 (conv1d), 4 (conv2d), or 1/2 for a plain signal/image; "
+            f"got shape {tuple(w.shape)}"
+        )
+    op = f"conv{ndim}d"
+    call = prepare_forward(op, ndim, x, w, bias, stride, padding, dilation, groups)
+    chosen = select(call.spec, backend, algorithm, direction)
+    return Explanation(
+        op=op,
+        direction=direction,
+        backend=chosen.backend.name,
+        algorithm=chosen.algorithm,
+        source=chosen.source,
+        reason=chosen.reason,
+        considered=chosen.considered,
+        spec=call.spec,
+    )

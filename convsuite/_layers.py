@@ -1,0 +1,167 @@
+"""Conv1D / Conv2D layer objects: weights with PyTorch's initialisation."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+
+from . import _api
+from ._registry import _check_name
+from ._validation import as_int_tuple, parse_padding, positive_int
+
+__all__ = ["Conv1D", "Conv2D"]
+
+
+class _ConvLayer:
+    """Shared body of :class:`Conv1D` and :class:`Conv2D`."""
+
+    _ndim: ClassVar[int]
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, ...],
+        stride: int | tuple[int, ...] = 1,
+        padding: Any = 0,
+        dilation: int | tuple[int, ...] = 1,
+        groups: int = 1,
+        bias: bool = True,
+        backend: str | None = None,
+        dtype: Any = "float32",
+        seed: int | np.random.Generator | None = None,
+    ) -> None:
+        nd = self._ndim
+        self.in_channels = positive_int(in_channels, "in_channels")
+        self.out_channels = positive_int(out_channels, "out_channels")
+        self.kernel_size = as_int_tuple(kernel_size, nd, "kernel_size")
+        self.stride = as_int_tuple(stride, nd, "stride")
+        self.dilation = as_int_tuple(dilation, nd, "dilation")
+        self.padding = parse_padding(padding, nd)
+        self.groups = positive_int(groups, "groups")
+        if self.in_channels % self.groups or self.out_channels % self.groups:
+            raise ValueError(
+                f"`groups` must divide in_channels={self.in_channels} and "
+                f"out_channels={self.out_channels}; got groups={self.groups}"
+            )
+        if not isinstance(bias, (bool, np.bool_)):
+            raise TypeError(f"`bias` must be True or False; got {bias!r}")
+        if backend is not None:
+            _check_name(backend, "`backend`")
+        self.backend = backend
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError:
+            dtype = None
+        if dtype not in (np.float32, np.float64):
+            raise TypeError(f"`dtype` must be 'float32' or 'float64'; got {dtype!r}")
+        self.dtype = dtype
+        if seed is not None and not isinstance(seed, (int, np.integer, np.random.Generator)):
+            raise TypeError(f"`seed` must be None, an int or a numpy Generator; got {seed!r}")
+        rng = np.random.default_rng(seed)
+
+        # PyTorch's default: kaiming_uniform_(a=sqrt(5)) for the weight, which is
+        # U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and the same bound for the bias.
+        fan_in = (self.in_channels // self.groups) * math.prod(self.kernel_size)
+        bound = 1.0 / math.sqrt(fan_in)
+        shape = (self.out_channels, self.in_channels // self.groups, *self.kernel_size)
+        self.weight = rng.uniform(-bound, bound, size=shape).astype(dtype)
+        self.bias = rng.uniform(-bound, bound, size=self.out_channels).astype(dtype) if bias else None
+
+    def _keywords(self) -> dict[str, Any]:
+        return dict(
+            stride=self.stride,
+            padding=self.padding,
+            dilation=self.dilation,
+            groups=self.groups,
+            backend=self.backend,
+        )
+
+    def __call__(self, x):
+        """Apply the layer to ``x`` of shape ``(B, C, ...)`` (or ``(C, ...)``)."""
+        forward = _api.conv1d if self._ndim == 1 else _api.conv2d
+        return forward(x, self.weight, self.bias, **self._keywords())
+
+    def backward(self, grad_y, x):
+        """Gradients ``(grad_x, grad_w, grad_b)`` for output gradient ``grad_y`` at input ``x``.
+
+        ``grad_b`` is None when the layer has no bias.
+        """
+        backward = _api.conv1d_backward if self._ndim == 1 else _api.conv2d_backward
+        grad_x, grad_w, grad_b = backward(grad_y, x, self.weight, **self._keywords())
+        return grad_x, grad_w, (grad_b if self.bias is not None else None)
+
+    def __repr__(self) -> str:
+        extras = "".join(
+            f", {name}={value}"
+            for name, value, default in (
+                ("stride", self.stride, (1,) * self._ndim),
+                ("padding", self.padding, ((0, 0),) * self._ndim),
+                ("dilation", self.dilation, (1,) * self._ndim),
+                ("groups", self.groups, 1),
+            )
+            if value != default
+        )
+        return (
+            f"{type(self).__name__}({self.in_channels}, {self.out_channels}, "
+            f"kernel_size={self.kernel_size}{extras}, bias={self.bias is not None}, "
+            f"dtype={self.dtype.name})"
+        )
+
+
+class Conv1D(_ConvLayer):
+    """A 1-D convolution layer holding its weights, like ``torch.nn.Conv1d``.
+
+    Parameters
+    ----------
+    in_channels, out_channels : int
+        ``C`` and ``M``.
+    kernel_size : int or tuple of 1 int
+    stride, padding, dilation, groups
+        As for :func:`convsuite.conv1d`.
+    bias : bool, default True
+        Whether the layer learns an additive bias.
+    backend : str, optional
+        Backend for every call of this layer (default: the usual selection).
+    dtype : {'float32', 'float64'}, default 'float32'
+    seed : int or numpy.random.Generator, optional
+        Seed of PyTorch's default initialisation,
+        ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` for weight and bias.
+
+    Attributes
+    ----------
+    weight : ndarray, shape (M, C/groups, K)
+    bias : ndarray of shape (M,) or None
+    """
+
+    _ndim = 1
+
+
+class Conv2D(_ConvLayer):
+    """A 2-D convolution layer holding its weights, like ``torch.nn.Conv2d``.
+
+    Parameters
+    ----------
+    in_channels, out_channels : int
+        ``C`` and ``M``.
+    kernel_size : int or tuple of 2 int
+    stride, padding, dilation, groups
+        As for :func:`convsuite.conv2d`.
+    bias : bool, default True
+        Whether the layer learns an additive bias.
+    backend : str, optional
+        Backend for every call of this layer (default: the usual selection).
+    dtype : {'float32', 'float64'}, default 'float32'
+    seed : int or numpy.random.Generator, optional
+        Seed of PyTorch's default initialisation,
+        ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` for weight and bias.
+
+    Attributes
+    ----------
+    weight : ndarray, shape (M, C/groups, KH, KW)
+    bias : ndarray of shape (M,) or None
+    """
+
+    _ndim = 2

@@ -1,0 +1,306 @@
+"""Backend table, lazy loading, selection and ``use_backend``.
+
+Backends are named in a table of import paths and imported the first time
+they are needed, so ``import convsuite`` loads no optional dependency. A
+backend module itself imports its heavy dependency (numba, cupy, the compiled
+extension) only inside ``available()``, so even ``list_backends()`` can say
+*why* a backend is missing instead of failing.
+
+Which backend a call uses, first match wins: the ``backend=`` argument, the
+innermost ``use_backend`` block, ``set_backend``, the ``CONVSUITE_BACKEND``
+environment variable, then ``"auto"``. A named backend never falls back
+silently; ``"auto"`` walks the backends by priority and takes the first that
+is available and can run the case.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Iterator
+
+from ._errors import BackendUnavailableError, UnsupportedCaseError
+from ._spec import ConvSpec
+from .backends.base import Backend, Verdict
+
+__all__ = [
+    "BackendInfo",
+    "Selection",
+    "backend_names",
+    "get_backend",
+    "list_backends",
+    "register_backend",
+    "select",
+    "set_backend",
+    "unregister_backend",
+    "use_backend",
+]
+
+ENV_VAR = "CONVSUITE_BACKEND"
+
+# name -> "module:Class"; loaded on first use. Order here is display order only.
+_BUILTIN_BACKENDS = {
+    "numpy": "convsuite.backends.numpy_backend:NumpyBackend",
+    "python": "convsuite.backends.python_backend:PythonBackend",
+}
+
+_lock = threading.RLock()
+_table: dict[str, str | Backend] = dict(_BUILTIN_BACKENDS)
+_scoped: ContextVar[tuple[str, ...]] = ContextVar("convsuite_backend_scope", default=())
+_global_choice: str | None = None
+
+
+class _BrokenBackend(Backend):
+    """Stands in for a backend whose module failed to import, carrying why."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        self._reason = reason
+
+    def available(self) -> Verdict:
+        return self._reason
+
+    def forward(self, *args, **kwargs):  # pragma: no cover - never selected
+        raise BackendUnavailableError(self._reason)
+
+    backward = forward
+
+
+def register_backend(backend: Backend | str, *, name: str | None = None, replace: bool = False) -> None:
+    """Add a backend to the table.
+
+    Parameters
+    ----------
+    backend : Backend or str
+        An instance, or an import path ``"package.module:ClassName"`` loaded on
+        first use.
+    name : str, optional
+        Registry name; defaults to ``backend.name`` for instances.
+    replace : bool
+        Allow replacing an existing entry of the same name.
+    """
+    if name is None:
+        if isinstance(backend, str):
+            raise TypeError("`name` is required when `backend` is an import path")
+        name = backend.name
+    if not isinstance(name, str) or not name or name == "auto":
+        raise ValueError(f"`name` must be a non-empty string other than 'auto'; got {name!r}")
+    if not isinstance(backend, (Backend, str)):
+        raise TypeError(
+            f"`backend` must be a Backend instance or an import path 'module:Class'; got {type(backend).__name__}"
+        )
+    with _lock:
+        if name in _table and not replace:
+            raise ValueError(f"a backend named {name!r} is already registered; pass replace=True")
+        _table[name] = backend
+
+
+def unregister_backend(name: str) -> None:
+    """Remove a backend from the table (mainly for tests and plugins)."""
+    global _global_choice
+    with _lock:
+        if name not in _table:
+            raise ValueError(f"no backend named {name!r}; registered: {', '.join(backend_names())}")
+        del _table[name]
+        if _global_choice == name:
+            _global_choice = None
+
+
+def backend_names() -> list[str]:
+    """Registered backend names, in registration order."""
+    with _lock:
+        return list(_table)
+
+
+def _check_name(name: object, where: str) -> str:
+    """An unknown name is a ValueError listing the valid ones."""
+    valid = ["auto", *backend_names()]
+    if not isinstance(name, str) or name not in valid:
+        raise ValueError(f"{where} must be one of {', '.join(map(repr, valid))}; got {name!r}")
+    return name
+
+
+def get_backend(name: str) -> Backend:
+    """The backend instance registered as ``name``, importing it if needed."""
+    _check_name(name, "`backend`")
+    if name == "auto":
+        raise ValueError("`backend` must name one backend here, not 'auto'")
+    with _lock:
+        entry = _table[name]
+        if isinstance(entry, Backend):
+            return entry
+        module_name, _, class_name = entry.partition(":")
+        try:
+            instance: Backend = getattr(importlib.import_module(module_name), class_name)()
+        except Exception as exc:  # any import failure becomes a reason, not a crash
+            instance = _BrokenBackend(name, f"backend module {module_name} failed to import: {exc!r}")
+        _table[name] = instance
+        return instance
+
+
+def _by_priority() -> list[Backend]:
+    backends = [get_backend(n) for n in backend_names()]
+    return sorted(backends, key=lambda b: -b.priority)
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """One row of :func:`list_backends`."""
+
+    name: str
+    device: str
+    available: bool
+    reason: str | None
+    algorithms: tuple[str, ...]
+    priority: int
+    description: str
+
+    def __str__(self) -> str:
+        state = "available" if self.available else f"unavailable: {self.reason}"
+        return f"{self.name} ({self.device}): {state}; algorithms: {', '.join(self.algorithms)}"
+
+
+def list_backends() -> list[BackendInfo]:
+    """Every registered backend, highest priority first, with its availability.
+
+    Returns
+    -------
+    list of BackendInfo
+        ``name``, ``device`` (``"cpu"``/``"gpu"``), ``available``, ``reason``
+        (why it is unavailable, else None), ``algorithms``, ``priority`` and a
+        one-line ``description``.
+    """
+    rows = []
+    for backend in _by_priority():
+        verdict = backend.available()
+        rows.append(
+            BackendInfo(
+                name=backend.name,
+                device=backend.device,
+                available=verdict is True,
+                reason=None if verdict is True else verdict,
+                algorithms=tuple(backend.algorithms),
+                priority=backend.priority,
+                description=backend.description,
+            )
+        )
+    return rows
+
+
+@contextmanager
+def use_backend(name: str) -> Iterator[None]:
+    """Use backend ``name`` for convsuite calls inside the ``with`` block.
+
+    Blocks nest (the innermost wins) and are private to the thread or asyncio
+    task that entered them. ``"auto"`` restores automatic selection inside
+    the block. An unknown name raises at once; availability is checked when a
+    call needs the backend.
+    """
+    _check_name(name, "`use_backend` name")
+    token = _scoped.set(_scoped.get() + (name,))
+    try:
+        yield
+    finally:
+        _scoped.reset(token)
+
+
+def set_backend(name: str | None) -> None:
+    """Set the process-wide default backend (``None`` or ``"auto"`` to reset).
+
+    ``use_backend`` blocks and the ``backend=`` argument still take precedence.
+    """
+    global _global_choice
+    if name is not None:
+        _check_name(name, "`set_backend` name")
+    _global_choice = None if name in (None, "auto") else name
+
+
+def requested_backend(explicit: str | None) -> tuple[str, str]:
+    """The backend name a call asks for, and which setting asked for it."""
+    if explicit is not None:
+        return _check_name(explicit, "`backend`"), "the backend= argument"
+    scoped = _scoped.get()
+    if scoped:
+        return scoped[-1], "use_backend()"
+    if _global_choice is not None:
+        return _global_choice, "set_backend()"
+    env = os.environ.get(ENV_VAR, "").strip()
+    if env:
+        return _check_name(env, f"the environment variable {ENV_VAR}"), f"${ENV_VAR}"
+    return "auto", "the default"
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What :func:`select` decided: a backend, an algorithm, and why."""
+
+    backend: Backend
+    algorithm: str
+    source: str
+    reason: str
+    considered: tuple[tuple[str, str], ...]
+
+
+def _check_algorithm(backend: Backend, algorithm: object) -> None:
+    if algorithm != "auto" and algorithm not in backend.algorithms:
+        valid = ", ".join(map(repr, ("auto", *backend.algorithms)))
+        raise ValueError(
+            f"`algorithm` must be one of {valid} for backend {backend.name!r}; got {algorithm!r}"
+        )
+
+
+def _pick_algorithm(backend: Backend, spec: ConvSpec, algorithm: str, direction: str) -> tuple[str, Verdict, str]:
+    """Resolve ``"auto"`` and ask the backend whether it can run the case."""
+    if algorithm == "auto":
+        algorithm, why = backend.choose_algorithm(spec, direction)
+    else:
+        why = "pinned by the algorithm= argument"
+    return algorithm, backend.can_run(spec, algorithm, direction), why
+
+
+def select(spec: ConvSpec, backend: str | None, algorithm: str, direction: str) -> Selection:
+    """Choose the backend and algorithm for one call, or raise saying why none fits."""
+    name, source = requested_backend(backend)
+    if name != "auto":
+        chosen = get_backend(name)
+        verdict = chosen.available()
+        if verdict is not True:
+            raise BackendUnavailableError(
+                f"backend {name!r} (requested by {source}) is unavailable: {verdict}"
+            )
+        _check_algorithm(chosen, algorithm)
+        algo, verdict, why = _pick_algorithm(chosen, spec, algorithm, direction)
+        if verdict is not True:
+            raise UnsupportedCaseError(
+                f"backend {name!r}, algorithm {algo!r} (requested by {source}) cannot run "
+                f"this {direction} case: {verdict}"
+            )
+        return Selection(chosen, algo, source, f"requested by {source}; algorithm: {why}", ())
+
+    backends = _by_priority()
+    if algorithm != "auto" and not any(algorithm in b.algorithms for b in backends):
+        every = sorted({a for b in backends for a in b.algorithms})
+        raise ValueError(
+            f"`algorithm` must be 'auto' or one of {', '.join(map(repr, every))}; got {algorithm!r}"
+        )
+    considered: list[tuple[str, str]] = []
+    for candidate in backends:
+        verdict = candidate.available()
+        if verdict is not True:
+            considered.append((candidate.name, f"unavailable: {verdict}"))
+            continue
+        if algorithm != "auto" and algorithm not in candidate.algorithms:
+            considered.append((candidate.name, f"has no algorithm {algorithm!r}"))
+            continue
+        algo, verdict, why = _pick_algorithm(candidate, spec, algorithm, direction)
+        if verdict is not True:
+            considered.append((candidate.name, f"cannot run this case ({algo}): {verdict}"))
+            continue
+        reason = f"highest-priority backend that is available and can run the case; algorithm: {why}"
+        return Selection(candidate, algo, source, reason, tuple(considered))
+    details = "; ".join(f"{n}: {why}" for n, why in considered)
+    raise UnsupportedCaseError(f"no backend can run this {direction} case ({details})")

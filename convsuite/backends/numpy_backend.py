@@ -1,0 +1,156 @@
+"""The ``numpy`` backend: im2col through ``sliding_window_view`` + BLAS matmul.
+
+``sliding_window_view`` gives every receptive field as a zero-copy view;
+copying a tile of those windows into a contiguous ``(C/g * KH * KW, L)``
+matrix per group (im2col) turns the convolution into one batched matrix
+product ``(g, M/g, CKK) @ (B, g, CKK, L)``, which NumPy hands to BLAS. Groups
+ride in the batch dimension of ``matmul``, so depthwise layers need no Python
+loop over channels. The im2col copy is tiled over batch, output rows and, for
+very long 1-D signals, output columns, so the workspace stays near
+:data:`WORKSPACE_BYTES` whatever the problem size.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from .._spec import ConvSpec
+from .base import Backend
+
+__all__ = ["NumpyBackend", "WORKSPACE_BYTES"]
+
+#: Target size of one im2col tile: large enough for BLAS to run at speed,
+#: small enough to stay out of the way of the rest of memory.
+WORKSPACE_BYTES = 32 * 2**20
+
+
+def _read_extent(s: ConvSpec, axis: int) -> int:
+    """How much of the padded input along ``axis`` the outputs actually read."""
+    return (s.out_size[axis] - 1) * s.stride[axis] + (s.kernel_size[axis] - 1) * s.dilation[axis] + 1
+
+
+def _padded_source(x4: np.ndarray, s: ConvSpec) -> np.ndarray:
+    """The zero-padded input, cut to the region the outputs read.
+
+    Padding that no output reaches (large ``after`` padding, or input rows past
+    the last window with stride > 1) is never materialised.
+    """
+    (top, _), (left, _) = s.padding
+    Hn, Wn = _read_extent(s, 0), _read_extent(s, 1)
+    H, W = s.in_size
+    if top == 0 and left == 0 and Hn <= H and Wn <= W:
+        return x4[:, :, :Hn, :Wn]  # no padding is read: a view, no copy
+    source = np.zeros((s.batch, s.in_channels, Hn, Wn), dtype=x4.dtype)
+    rows = max(0, min(H, Hn - top))
+    cols = max(0, min(W, Wn - left))
+    source[:, :, top : top + rows, left : left + cols] = x4[:, :, :rows, :cols]
+    return source
+
+
+def _windows(source: np.ndarray, s: ConvSpec) -> np.ndarray:
+    """Zero-copy view of shape ``(B, C, Ho, Wo, KH, KW)``: every receptive field."""
+    (sh, sw), (dh, dw) = s.stride, s.dilation
+    span = ((s.kernel_size[0] - 1) * dh + 1, (s.kernel_size[1] - 1) * dw + 1)
+    view = sliding_window_view(source, span, axis=(2, 3))
+    return view[:, :, ::sh, ::sw, ::dh, ::dw]
+
+
+def _tiles(s: ConvSpec) -> Iterator[tuple[slice, slice, slice]]:
+    """Batch/row/column slices of the output whose im2col fits the workspace."""
+    B = s.batch
+    Ho, Wo = s.out_size
+    per_output = s.in_channels * s.kernel_size[0] * s.kernel_size[1] * s.itemsize
+    budget = max(WORKSPACE_BYTES // per_output, 1)  # output positions per tile
+    if budget >= Ho * Wo:
+        step = max(budget // (Ho * Wo), 1)
+        for b0 in range(0, B, step):
+            yield slice(b0, min(b0 + step, B)), slice(0, Ho), slice(0, Wo)
+    elif budget >= Wo:
+        step = budget // Wo
+        for b in range(B):
+            for r0 in range(0, Ho, step):
+                yield slice(b, b + 1), slice(r0, min(r0 + step, Ho)), slice(0, Wo)
+    else:
+        for b in range(B):
+            for r in range(Ho):
+                for c0 in range(0, Wo, budget):
+                    yield slice(b, b + 1), slice(r, r + 1), slice(c0, min(c0 + budget, Wo))
+
+
+def _im2col(windows: np.ndarray, s: ConvSpec, bs: slice, rs: slice, cs: slice) -> np.ndarray:
+    """Copy one tile of windows into ``(Bt, groups, C/g * KH * KW, Rt * Ct)``."""
+    tile = windows[bs, :, rs, cs]  # (Bt, C, Rt, Ct, KH, KW), still a view
+    Bt, _, Rt, Ct, KH, KW = tile.shape
+    G, Cg = s.groups, s.channels_per_group
+    tile = tile.reshape(Bt, G, Cg, Rt, Ct, KH, KW).transpose(0, 1, 2, 5, 6, 3, 4)
+    return np.ascontiguousarray(tile).reshape(Bt, G, Cg * KH * KW, Rt * Ct)
+
+
+class NumpyBackend(Backend):
+    """Vectorised NumPy: im2col tiles and one batched BLAS product per tile."""
+
+    name = "numpy"
+    device = "cpu"
+    priority = 10
+    algorithms = ("im2col",)
+    description = "NumPy im2col (sliding_window_view) + batched BLAS matmul"
+
+    def forward(self, spec, x, w, bias, out, algorithm):
+        s = spec.as_2d()
+        G, Mg = s.groups, s.out_channels_per_group
+        windows = _windows(_padded_source(x.reshape(s.x_shape), s), s)
+        w_mat = w.reshape(G, Mg, -1)
+        out4 = out.reshape(s.y_shape)
+        for bs, rs, cs in _tiles(s):
+            cols = _im2col(windows, s, bs, rs, cs)
+            tile = np.matmul(w_mat, cols)  # (Bt, G, Mg, L): NCHW order already
+            if bias is not None:
+                tile += bias.reshape(G, Mg, 1)
+            Bt = tile.shape[0]
+            out4[bs, :, rs, cs] = tile.reshape(Bt, s.out_channels, rs.stop - rs.start, cs.stop - cs.start)
+
+    def backward(self, spec, grad_y, x, w, grad_x, grad_w, grad_b, algorithm):
+        s = spec.as_2d()
+        G, Cg, Mg = s.groups, s.channels_per_group, s.out_channels_per_group
+        KH, KW = s.kernel_size
+        (sh, sw), (dh, dw) = s.stride, s.dilation
+        x4 = x.reshape(s.x_shape)
+        source = _padded_source(x4, s)
+        windows = _windows(source, s)
+        gy4 = grad_y.reshape(s.y_shape)
+        w_mat = w.reshape(G, Mg, -1)
+        w_mat_t = np.ascontiguousarray(w_mat.transpose(0, 2, 1))
+        grad_w_acc = np.zeros_like(w_mat)
+        # The gradient with respect to the padded, cut source; its interior is
+        # copied to grad_x at the end (padding positions have no input).
+        grad_source = np.zeros(source.shape, dtype=source.dtype)
+
+        grad_b[...] = gy4.sum(axis=(0, 2, 3))
+        for bs, rs, cs in _tiles(s):
+            Rt, Ct = rs.stop - rs.start, cs.stop - cs.start
+            cols = _im2col(windows, s, bs, rs, cs)
+            Bt = cols.shape[0]
+            gy_tile = np.ascontiguousarray(gy4[bs, :, rs, cs]).reshape(Bt, G, Mg, Rt * Ct)
+            # dL/dw = sum over batch and positions of grad_y times the window.
+            grad_w_acc += np.matmul(gy_tile, cols.transpose(0, 1, 3, 2)).sum(axis=0)
+            # dL/dcols, then col2im: each kernel tap scatters one strided slab.
+            grad_cols = np.matmul(w_mat_t, gy_tile).reshape(Bt, G * Cg, KH, KW, Rt, Ct)
+            for p in range(KH):
+                h0 = rs.start * sh + p * dh
+                for q in range(KW):
+                    w0 = cs.start * sw + q * dw
+                    grad_source[bs, :, h0 : h0 + (Rt - 1) * sh + 1 : sh, w0 : w0 + (Ct - 1) * sw + 1 : sw] += grad_cols[
+                        :, :, p, q
+                    ]
+        grad_w.reshape(G, Mg, -1)[...] = grad_w_acc
+
+        (top, _), (left, _) = s.padding
+        H, W = s.in_size
+        gx4 = grad_x.reshape(s.x_shape)
+        rows = max(0, min(H, source.shape[2] - top))
+        cols_in = max(0, min(W, source.shape[3] - left))
+        gx4[...] = 0  # inputs no output reads get zero gradient
+        gx4[:, :, :rows, :cols_in] = grad_source[:, :, top : top + rows, left : left + cols_in]

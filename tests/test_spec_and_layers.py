@@ -1,0 +1,116 @@
+"""Geometry rules, layer objects, and the NumPy backend's tiling paths."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import convsuite as cs
+from convsuite.backends import numpy_backend
+
+from .cases import Case
+from .test_agreement import check_backward, check_forward
+
+
+@pytest.mark.parametrize("n", range(1, 12))
+@pytest.mark.parametrize("stride", [1, 2, 3, 5])
+@pytest.mark.parametrize("kernel", [1, 2, 3, 4, 7])
+def test_same_gives_ceil_n_over_stride_at_any_stride(n, stride, kernel):
+    x = np.ones((1, 1, n))
+    w = np.ones((1, 1, kernel))
+    assert cs.conv1d(x, w, stride=stride, padding="same").shape[-1] == -(-n // stride)
+
+
+def test_same_puts_the_odd_pixel_after():
+    # Kernel 2, stride 1: one pixel of padding in total, on the right (TF and PyTorch).
+    y = cs.conv1d(np.array([1.0, 2.0, 3.0]), np.array([1.0, 10.0]), padding="same")
+    np.testing.assert_array_equal(y, [21.0, 32.0, 3.0])
+    spec = cs.explain(np.ones((1, 1, 5, 6)), np.ones((1, 1, 2, 3)), stride=2, padding="same").spec
+    assert spec.padding == ((0, 1), (0, 1)) and spec.out_size == (3, 3)
+
+
+def test_full_and_valid_sizes():
+    x, w = np.ones(10), np.ones(4)
+    assert cs.conv1d(x, w, padding="full").shape == (13,)
+    assert cs.conv1d(x, w, padding="valid").shape == (7,)
+    assert cs.conv1d(x, w, padding="full", dilation=2).shape == (16,)
+
+
+def test_plain_image_shorthand():
+    img = np.arange(16.0).reshape(4, 4)
+    y = cs.conv2d(img, np.ones((2, 2)))
+    assert y.shape == (3, 3) and y[0, 0] == 0 + 1 + 4 + 5
+
+
+def test_spec_counts():
+    spec = cs.explain(np.ones((2, 4, 8, 8)), np.ones((6, 2, 3, 3)), groups=2).spec
+    assert spec.reduction_length == 18 and spec.macs == 2 * 6 * 36 * 18 and spec.flops == 2 * spec.macs
+    assert spec.as_2d() is spec
+    one_d = cs.explain(np.ones((2, 4, 8)), np.ones((6, 4, 3)), stride=2, padding=1).spec.as_2d()
+    assert one_d.kernel_size == (1, 3) and one_d.stride == (1, 2) and one_d.padding == ((0, 0), (1, 1))
+
+
+@pytest.mark.parametrize("workspace", [200, 2000, 20000])
+@pytest.mark.parametrize("ndim", [1, 2])
+def test_numpy_tiles_cover_every_output(monkeypatch, workspace, ndim):
+    """Tiny workspaces force column, row and batch tiling; all must agree."""
+    monkeypatch.setattr(numpy_backend, "WORKSPACE_BYTES", workspace)
+    for padding, stride in (("same", (2, 3)), ("full", (1, 1)), (((2, 0), (1, 3)), (3, 2))):
+        case = Case(
+            ndim=ndim, layout="batched", batch=3, groups=2, channels_per_group=2, out_per_group=2,
+            in_size=(11, 13)[:ndim] if ndim == 2 else (37,), kernel=(3, 2)[:ndim], stride=stride[:ndim],
+            dilation=(2, 1)[:ndim], padding=padding if not isinstance(padding, tuple) else padding[-ndim:],
+            dtype=np.float64, bias=True, noncontiguous=False, seed=3,
+        )
+        check_forward(case, "numpy")
+        check_backward(case, "numpy")
+
+
+class TestLayers:
+    def test_pytorch_default_initialisation_bounds(self):
+        layer = cs.Conv2D(8, 16, 3, groups=2, seed=0)
+        bound = 1 / np.sqrt(4 * 9)
+        assert layer.weight.shape == (16, 4, 3, 3) and layer.weight.dtype == np.float32
+        assert np.abs(layer.weight).max() <= bound and np.abs(layer.weight).max() > 0.9 * bound
+        assert layer.bias.shape == (16,) and np.abs(layer.bias).max() <= bound
+        assert np.array_equal(cs.Conv2D(8, 16, 3, groups=2, seed=0).weight, layer.weight)
+
+    def test_call_and_backward(self, backend):
+        layer = cs.Conv1D(3, 4, 5, padding="same", stride=2, dtype="float64", seed=1, backend=backend)
+        x = np.random.default_rng(0).standard_normal((2, 3, 17))
+        y = layer(x)
+        expected = cs.conv1d(x, layer.weight, layer.bias, padding="same", stride=2, backend="numpy")
+        np.testing.assert_allclose(y, expected, rtol=1e-12, atol=1e-12)
+        gx, gw, gb = layer.backward(np.ones_like(y), x)
+        assert gx.shape == x.shape and gw.shape == layer.weight.shape and gb.shape == (4,)
+        assert cs.Conv2D(2, 2, 1, bias=False).backward(np.ones((1, 2, 3, 3)), np.ones((1, 2, 3, 3)))[2] is None
+
+    def test_repr(self):
+        text = repr(cs.Conv2D(3, 8, (3, 5), stride=2, padding="same", bias=False))
+        assert text.startswith("Conv2D(3, 8, kernel_size=(3, 5), stride=(2, 2), padding=same")
+
+    @pytest.mark.parametrize(
+        "kwargs, error, fragment",
+        [
+            (dict(in_channels=0), ValueError, "`in_channels`"),
+            (dict(out_channels=2.5), TypeError, "`out_channels`"),
+            (dict(kernel_size=(3, 3, 3)), TypeError, "`kernel_size`"),
+            (dict(groups=3), ValueError, "`groups`"),
+            (dict(padding="middle"), ValueError, "`padding`"),
+            (dict(stride=0), ValueError, "`stride`"),
+            (dict(dtype="int8"), TypeError, "`dtype`"),
+            (dict(dtype="not-a-dtype"), TypeError, "`dtype`"),
+            (dict(bias="yes"), TypeError, "`bias`"),
+            (dict(backend="gpu9000"), ValueError, "`backend`"),
+            (dict(seed="abc"), TypeError, "`seed`"),
+        ],
+    )
+    def test_bad_arguments(self, kwargs, error, fragment):
+        args = dict(in_channels=4, out_channels=8, kernel_size=3)
+        args.update(kwargs)
+        with pytest.raises(error, match=fragment):
+            cs.Conv2D(**args)
+
+    def test_wrong_input_channels(self):
+        with pytest.raises(ValueError, match="channel mismatch"):
+            cs.Conv2D(4, 8, 3)(np.ones((1, 3, 8, 8)))
