@@ -8,6 +8,7 @@ and CI set so that a broken kernel fails loudly.
 """
 
 import os
+import platform
 import sys
 from pathlib import Path
 
@@ -53,9 +54,16 @@ def extensions():
             raise
         sys.stderr.write("WARNING: Cython not found; the 'cython' backend will be unavailable.\n")
         return []
-    # -O3 lets gcc vectorise the contiguous inner loops; no -march=native so a
-    # built wheel runs on any x86-64 (the Makefile's local build may add it).
-    flags = ["-O3"] + os.environ.get("CONVSUITE_CFLAGS", "").split()
+    # -O3 lets gcc vectorise the contiguous inner loops. A source build targets
+    # the machine it runs on (-march=native, 256-bit vectors, the fastest of
+    # the variants measured in docs/measurements); CONVSUITE_PORTABLE_BUILD=1
+    # drops that for a binary meant to run on other machines.
+    flags = ["-O3"]
+    if os.environ.get("CONVSUITE_PORTABLE_BUILD", "") != "1":
+        flags.append("-march=native")
+        if platform.machine().lower() in ("x86_64", "amd64"):
+            flags.append("-mprefer-vector-width=256")
+    flags += os.environ.get("CONVSUITE_CFLAGS", "").split()
     mods = [
         Extension(f"convsuite._cython.{Path(s).stem}", [s], extra_compile_args=flags)
         for s in sources

@@ -120,6 +120,8 @@ EDGE_CASES = {
     "noncontiguous": dict(noncontiguous=True, padding="full"),
     "no-bias": dict(bias=False, padding=2),
     "stride-larger-than-kernel": dict(stride=(4, 5), kernel=(2, 2)),
+    "rows-longer-than-a-tile": dict(in_size=(3, 700), padding="same", out_per_group=6),
+    "channel-blocks-and-leftovers": dict(out_per_group=7, groups=2, channels_per_group=2, padding=1),
 }
 
 
@@ -128,9 +130,9 @@ EDGE_CASES = {
 @pytest.mark.parametrize("name", sorted(EDGE_CASES))
 def test_edge_cases(backend, ndim, dtype, name):
     kw = dict(EDGE_CASES[name])
-    for key in ("stride", "dilation", "kernel"):
+    for key in ("stride", "dilation", "kernel", "in_size"):
         if key in kw:
-            kw[key] = kw[key][:ndim] if ndim == 1 else kw[key]
+            kw[key] = kw[key][-ndim:] if key == "in_size" else kw[key][:ndim] if ndim == 1 else kw[key]
     if isinstance(kw.get("padding"), tuple):
         kw["padding"] = kw["padding"][-ndim:]
     case = _case(ndim, dtype=dtype, **kw)

@@ -104,7 +104,7 @@ def test_auto_skips_unavailable_and_unable(mocks):
     assert who_ran() == 2.0
     mocks["mock_b"]._refuse = {"alpha": "alpha only does stride 3", "beta": "beta neither"}
     explanation = cs.explain(X, W)
-    assert explanation.backend == "numpy"
+    assert explanation.backend not in mocks  # a real backend took over
     skipped = dict(explanation.considered)
     assert "frobnicator" in skipped["mock_a"] and "stride 3" in skipped["mock_b"]
     assert "frobnicator" in str(explanation)

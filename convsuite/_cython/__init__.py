@@ -1,0 +1,1 @@
+"""Compiled Cython kernels (built from cython_src/ by setup.py)."""
