@@ -22,6 +22,7 @@ from ._registry import (
     use_backend,
 )
 from ._spec import ConvSpec
+from ._threads import get_num_threads, set_num_threads
 
 __version__ = "0.1.0"
 
@@ -38,9 +39,11 @@ __all__ = [
     "conv2d",
     "conv2d_backward",
     "explain",
+    "get_num_threads",
     "list_backends",
     "register_backend",
     "set_backend",
+    "set_num_threads",
     "unregister_backend",
     "use_backend",
 ]

@@ -54,6 +54,18 @@ def gpu_description() -> str:
         return f"none found ({type(exc).__name__}: {exc})"
 
 
+def _numba_layer() -> str:
+    """The numba threading layer, if the numba backend is available."""
+    import convsuite
+
+    info = {b.name: b for b in convsuite.list_backends()}.get("numba")
+    if info is None or not info.available:
+        return "numba unavailable"
+    from convsuite.backends import _numba_kernels
+
+    return f"threading layer {_numba_kernels.threading_layer()}"
+
+
 def _table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -74,6 +86,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"CPU: {cpu_description()}")
     print(f"GPU: {gpu_description()}")
     print("versions: " + ", ".join(f"{p} {_version(p)}" for p in _PACKAGES))
+    print(f"threads: numba backend uses {convsuite.get_num_threads()} (convsuite.set_num_threads), {_numba_layer()}")
     rows = [
         [b.name, b.device, "yes" if b.available else f"no: {b.reason}", ", ".join(b.algorithms), b.description]
         for b in convsuite.list_backends()

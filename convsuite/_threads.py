@@ -1,0 +1,49 @@
+"""Thread count of the multicore backends, set without importing them."""
+
+from __future__ import annotations
+
+import os
+
+from ._validation import positive_int
+
+__all__ = ["get_num_threads", "max_threads", "set_num_threads"]
+
+_requested: int | None = None
+
+
+def max_threads() -> int:
+    """Most threads a parallel backend may use: ``NUMBA_NUM_THREADS`` or the CPU count."""
+    env = os.environ.get("NUMBA_NUM_THREADS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return os.cpu_count() or 1
+
+
+def set_num_threads(n: int | None) -> None:
+    """Set how many threads the ``numba`` backend uses (``None``: all of them).
+
+    Applies process-wide to later calls, from any thread; the Cython and
+    Python backends are single-threaded and NumPy's BLAS keeps its own setting.
+
+    Parameters
+    ----------
+    n : int or None
+        Between 1 and :func:`max_threads` (``NUMBA_NUM_THREADS`` if set,
+        else the number of logical CPUs).
+    """
+    global _requested
+    if n is None:
+        _requested = None
+        return
+    n = positive_int(n, "n")
+    limit = max_threads()
+    if n > limit:
+        raise ValueError(
+            f"`n` must be between 1 and {limit} (NUMBA_NUM_THREADS or the CPU count); got {n}"
+        )
+    _requested = n
+
+
+def get_num_threads() -> int:
+    """The thread count the ``numba`` backend will use for the next call."""
+    return _requested if _requested is not None else max_threads()

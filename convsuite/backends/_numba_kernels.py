@@ -1,0 +1,255 @@
+"""Numba kernels of the ``numba`` backend (imports numba; loaded lazily).
+
+Parallelism. Every ``prange`` iteration owns a disjoint block of outputs, so
+there are no races by construction and no reductions across iterations:
+
+- forward: one iteration = (batch, group, block of MB output channels, output
+  row, tile of TILE_W output columns). Flattening all five makes enough
+  independent work for every seed shape: large batches with few channels
+  (ECE408), many channels on small images (MobileNetV2), or a single very long
+  signal (the 1-D report), whose columns are split into tiles.
+- backward: grad_x by (batch, input channel), grad_w by (output channel,
+  input channel of its group), grad_b by output channel.
+
+Inside an iteration the loops are those of the Cython kernel (see
+``cython_src/_conv_cy.pyx``): AXPYs over contiguous output columns that LLVM
+vectorises, MB output channels sharing each input load, halo taps skipped.
+Two numba-specific details make LLVM vectorise them (measured: 1.6x): the
+accumulator is a private array allocated once per chunk of items (so it
+provably aliases neither x nor out), and inner-loop offsets are unsigned (so
+numba emits no negative-index wraparound check).
+
+Threading layer. Numba's default ``workqueue`` layer aborts the process when
+two Python threads launch parallel kernels at once (joblib's threading
+backend, a Dask threaded worker). Unless the user chose a layer with
+``NUMBA_THREADING_LAYER``, we ask for ``threadsafe`` (OpenMP or TBB). If only
+``workqueue`` can be had, calls are serialised by a lock instead: slower under
+concurrency, never a crash.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+__all__ = ["forward", "backward", "run_serialised", "threading_layer", "warm_up"]
+
+MB = 4  # output channels per iteration: each input load feeds MB FMAs
+TILE_W = 256  # output columns per iteration (default; long rows use wider tiles)
+
+_kernel_lock = threading.Lock()
+_serialise = False
+
+
+def _choose_threading_layer() -> None:
+    """Prefer a thread-safe layer; fall back to workqueue behind a lock."""
+    global _serialise
+    if "NUMBA_THREADING_LAYER" not in os.environ:
+        numba.config.THREADING_LAYER = "threadsafe"
+    try:
+        _probe(np.zeros(4))
+    except ValueError:  # neither OpenMP nor TBB could be loaded
+        numba.config.THREADING_LAYER = "workqueue"
+        _probe(np.zeros(4))
+    _serialise = numba.threading_layer() == "workqueue"
+
+
+@njit(parallel=True, cache=True)
+def _probe(a):
+    """A trivial parallel kernel whose first call makes numba load its threading layer."""
+    for i in prange(a.shape[0]):
+        a[i] = i
+
+
+def threading_layer() -> str:
+    """The numba threading layer in use, and whether calls are serialised."""
+    layer = numba.threading_layer()
+    return f"{layer} (calls serialised by a lock)" if _serialise else layer
+
+
+def run_serialised(kernel, *args) -> None:
+    """Call ``kernel``, under the lock when the layer is not thread-safe."""
+    if _serialise:
+        with _kernel_lock:
+            kernel(*args)
+    else:
+        kernel(*args)
+
+
+# fastmath "contract" only: lets LLVM fuse a*b+c into one FMA (one rounding
+# instead of two, inside the tolerance bound); no reassociation.
+_FLAGS = dict(parallel=True, cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+
+
+@njit(**_FLAGS)
+def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, chunks):
+    """out[b, m] = bias[m] + sum_{c,p,q} x[b, g*Cg + c, ...] * w[m, c, p, q].
+
+    ``chunks`` is how many pieces the work is dealt into (a few per thread).
+    """
+    B = x.shape[0]
+    M, Cg = w.shape[0], w.shape[1]
+    Ho, Wo = out.shape[2], out.shape[3]
+    Mg = M // groups
+    blocks = (Mg + MB - 1) // MB
+    tiles = (Wo + TILE_W - 1) // TILE_W
+    items = B * groups * blocks * Ho * tiles
+    # Work items are dealt out in chunks so that each chunk allocates its
+    # private accumulator once: a fresh array that LLVM knows aliases neither
+    # x nor out, the condition for vectorising the AXPYs.
+    chunks = max(1, min(items, chunks))
+    for chunk in prange(chunks):
+        acc = np.empty((MB, TILE_W), dtype=out.dtype)
+        for item in range(chunk * items // chunks, (chunk + 1) * items // chunks):
+            t = item % tiles
+            rest = item // tiles
+            r = rest % Ho
+            rest //= Ho
+            blk = rest % blocks
+            rest //= blocks
+            g = rest % groups
+            b = rest // groups
+            m0 = g * Mg + blk * MB
+            m1 = min(m0 + MB, (g + 1) * Mg)
+            t0 = t * TILE_W
+            t1 = min(t0 + TILE_W, Wo)
+            _tile(x, w, bias, out, acc, b, g * Cg, m0, m1, r, t0, t1, sh, sw, dh, dw, pad_top, pad_left)
+
+
+@njit(inline="always", fastmath={"contract"}, error_model="numpy")
+def _tile(x, w, bias, out, acc, b, c0, m0, m1, r, t0, t1, sh, sw, dh, dw, pad_top, pad_left):
+    """Outputs out[b, m0:m1, r, t0:t1], accumulated in acc (halo taps skipped)."""
+    H, W = x.shape[2], x.shape[3]
+    Cg, KH, KW = w.shape[1], w.shape[2], w.shape[3]
+    n_out = t1 - t0
+    for i in range(m1 - m0):
+        for k in range(n_out):
+            acc[i, k] = bias[m0 + i]
+    for c in range(Cg):
+        for p in range(KH):
+            ih = r * sh + p * dh - pad_top
+            if ih < 0 or ih >= H:
+                continue  # halo row: zero padding contributes nothing
+            xrow = x[b, c0 + c, ih]
+            for q in range(KW):
+                shift = pad_left - q * dw  # input column = ow*sw - shift
+                lo = max(t0, (shift + sw - 1) // sw) if shift > 0 else t0
+                last = W - 1 + shift
+                hi = min(t1, last // sw + 1) if last >= 0 else t0
+                if hi <= lo:
+                    continue
+                # Unsigned offsets: numba then emits no negative-index
+                # wraparound check, which would block vectorisation.
+                n = hi - lo
+                ua = np.uint64(lo - t0)
+                if sw == 1:
+                    ux = np.uint64(lo - shift)
+                    if m1 - m0 == MB:
+                        w0, w1, w2, w3 = w[m0, c, p, q], w[m0 + 1, c, p, q], w[m0 + 2, c, p, q], w[m0 + 3, c, p, q]
+                        for k in range(n):
+                            uk = np.uint64(k)
+                            xv = xrow[ux + uk]
+                            acc[0, ua + uk] += w0 * xv
+                            acc[1, ua + uk] += w1 * xv
+                            acc[2, ua + uk] += w2 * xv
+                            acc[3, ua + uk] += w3 * xv
+                    else:
+                        for i in range(m1 - m0):
+                            wv = w[m0 + i, c, p, q]
+                            for k in range(n):
+                                uk = np.uint64(k)
+                                acc[i, ua + uk] += wv * xrow[ux + uk]
+                else:
+                    for i in range(m1 - m0):
+                        wv = w[m0 + i, c, p, q]
+                        for k in range(n):
+                            acc[i, ua + np.uint64(k)] += wv * xrow[(lo + k) * sw - shift]
+    for i in range(m1 - m0):
+        for k in range(n_out):
+            out[b, m0 + i, r, t0 + k] = acc[i, k]
+
+
+@njit(**_FLAGS)
+def backward(grad_y, x, w, grad_x, grad_w, grad_b, sh, sw, dh, dw, pad_top, pad_left, groups):
+    """Gradients of sum(y * grad_y) with respect to x, w and bias."""
+    B, C, H, W = x.shape
+    M, Cg, KH, KW = w.shape
+    Ho, Wo = grad_y.shape[2], grad_y.shape[3]
+    Mg = M // groups
+
+    for m in prange(M):
+        total = grad_y.dtype.type(0)
+        for b in range(B):
+            for r in range(Ho):
+                for ow in range(Wo):
+                    total += grad_y[b, m, r, ow]
+        grad_b[m] = total
+
+    # grad_w[m, c]: owned by one iteration; a dot product per tap and row.
+    for item in prange(M * Cg):
+        m = item // Cg
+        c = item % Cg
+        ci = (m // Mg) * Cg + c
+        for p in range(KH):
+            for q in range(KW):
+                shift = pad_left - q * dw
+                lo = (shift + sw - 1) // sw if shift > 0 else 0
+                last = W - 1 + shift
+                hi = min(Wo, last // sw + 1) if last >= 0 else 0
+                total = grad_y.dtype.type(0)
+                for b in range(B):
+                    for r in range(Ho):
+                        ih = r * sh + p * dh - pad_top
+                        if ih < 0 or ih >= H:
+                            continue
+                        for ow in range(lo, hi):
+                            total += grad_y[b, m, r, ow] * x[b, ci, ih, ow * sw - shift]
+                grad_w[m, c, p, q] = total
+
+    # grad_x[b, ci]: owned by one iteration; AXPYs of gradient rows into input rows.
+    for item in prange(B * C):
+        b = item // C
+        ci = item % C
+        g = ci // Cg
+        c = ci % Cg
+        gx = grad_x[b, ci]
+        for i in range(H):
+            for j in range(W):
+                gx[i, j] = 0
+        for m in range(g * Mg, (g + 1) * Mg):
+            for r in range(Ho):
+                gyrow = grad_y[b, m, r]
+                for p in range(KH):
+                    ih = r * sh + p * dh - pad_top
+                    if ih < 0 or ih >= H:
+                        continue
+                    gxrow = gx[ih]
+                    for q in range(KW):
+                        shift = pad_left - q * dw
+                        lo = (shift + sw - 1) // sw if shift > 0 else 0
+                        last = W - 1 + shift
+                        hi = min(Wo, last // sw + 1) if last >= 0 else 0
+                        wv = w[m, c, p, q]
+                        for ow in range(lo, hi):
+                            gxrow[ow * sw - shift] += wv * gyrow[ow]
+
+
+def warm_up(dtype) -> float:
+    """Compile (or load from numba's cache) both kernels for ``dtype``; seconds spent."""
+    start = time.perf_counter()
+    x = np.ones((1, 1, 3, 3), dtype=dtype)
+    w = np.ones((1, 1, 2, 2), dtype=dtype)
+    out = np.empty((1, 1, 2, 2), dtype=dtype)
+    run_serialised(forward, x, w, np.zeros(1, dtype=dtype), out, 1, 1, 1, 1, 0, 0, 1, 1)
+    run_serialised(
+        backward, out, x, w, np.empty_like(x), np.empty_like(w), np.empty(1, dtype=dtype), 1, 1, 1, 1, 0, 0, 1
+    )
+    return time.perf_counter() - start
+
+
+_choose_threading_layer()

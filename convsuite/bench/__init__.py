@@ -1,0 +1,1 @@
+"""Measuring convsuite: timing helpers, the seed workloads, target checks."""
