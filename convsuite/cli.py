@@ -13,7 +13,7 @@ import numpy as np
 
 __all__ = ["main"]
 
-_PACKAGES = ("numpy", "scipy", "numba", "cython", "cupy-cuda13x", "torch", "joblib", "rich", "asv")
+_PACKAGES = ("numpy", "scipy", "numba", "cupy-cuda13x", "torch", "joblib", "rich", "asv")
 
 
 def _version(dist: str) -> str:
