@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from . import _buffers
+from ._instrument import kernel_section
 from ._registry import select
 from ._spec import ConvSpec
 from ._validation import PreparedCall, as_real_array, prepare_backward, prepare_forward
@@ -42,7 +43,8 @@ def _forward(op, ndim, x, w, bias, stride, padding, dilation, groups, backend, a
     xb, wb, bb = _to_backend_device(call, chosen.backend.device, call.x, call.w, call.bias)
     xp = np if isinstance(xb, np.ndarray) else call.xp
     out = _buffers.empty(call.spec.y_shape, call.spec.dtype, xp)
-    chosen.backend.forward(call.spec, xb, wb, bb, out, chosen.algorithm)
+    with kernel_section():
+        chosen.backend.forward(call.spec, xb, wb, bb, out, chosen.algorithm)
     return _to_caller(call, call.to_user(out))
 
 
@@ -56,7 +58,8 @@ def _backward(op, ndim, grad_y, x, w, stride, padding, dilation, groups, backend
     grad_x = _buffers.empty(spec.x_shape, spec.dtype, xp)
     grad_w = _buffers.empty(spec.w_shape, spec.dtype, xp)
     grad_b = _buffers.empty((spec.out_channels,), spec.dtype, xp)
-    chosen.backend.backward(spec, gyb, xb, wb, grad_x, grad_w, grad_b, chosen.algorithm)
+    with kernel_section():
+        chosen.backend.backward(spec, gyb, xb, wb, grad_x, grad_w, grad_b, chosen.algorithm)
     # grad_x takes the caller's layout of x; a plain-signal weight gets back (K,).
     grad_w_user = grad_w.reshape(spec.kernel_size) if call.layout == "signal" else grad_w
     return tuple(_to_caller(call, g) for g in (call.to_user(grad_x), grad_w_user, grad_b))

@@ -1,4 +1,4 @@
-"""The ``convsuite`` command: ``info`` (machine and backends) and ``demo``."""
+"""The ``convsuite`` command: ``info`` (machine and backends) and ``compare``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import argparse
 import os
 import platform
 import sys
-import time
 from importlib import metadata
 
 import numpy as np
@@ -95,66 +94,36 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _median_seconds(fn, repeat: int) -> float:
-    fn()  # warm-up: JIT compilation, caches, allocator
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Compare every backend (and installed anchor) on a workload; write reports."""
+    from convsuite.bench.compare import run_comparison
 
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    """Run one small conv2d on every available backend and check it."""
-    import convsuite
-    from convsuite._validation import prepare_forward
-    from convsuite.testing import forward_tolerance, reference_forward
-
-    rng = np.random.default_rng(0)
-    full = dict(B=4, C=16, M=32, H=32, W=32, K=3)
-    small = dict(B=1, C=4, M=8, H=16, W=16, K=3)  # for the pure-Python backend
-    rows = []
-    baseline = None
-    for info in convsuite.list_backends():
-        if not info.available:
-            rows.append([info.name, "-", "-", "-", f"unavailable: {info.reason}"])
-            continue
-        size = small if info.name == "python" else full
-        x = rng.standard_normal((size["B"], size["C"], size["H"], size["W"]), dtype=np.float32)
-        w = rng.standard_normal((size["M"], size["C"], size["K"], size["K"]), dtype=np.float32)
-        bias = rng.standard_normal(size["M"], dtype=np.float32)
-        spec = prepare_forward("conv2d", 2, x, w, bias, 1, "same", 1, 1).spec
-
-        def run(x=x, w=w, bias=bias, name=info.name):
-            return convsuite.conv2d(x, w, bias, padding="same", backend=name)
-
-        seconds = _median_seconds(run, args.repeat)
-        y = run()
-        ref = reference_forward(spec, x, w, bias)
-        ok = bool(np.all(np.abs(y - ref) <= forward_tolerance(spec, x, w, bias)))
-        gflops = spec.flops / seconds / 1e9
-        if info.name == "numpy":
-            baseline = (gflops, spec)
-        note = "reduced size" if size is small else ""
-        rows.append(
-            [
-                info.name,
-                f"{seconds * 1e3:.3f}",
-                f"{gflops:.2f}",
-                f"{float(np.max(np.abs(y - ref))):.2e} ({'ok' if ok else 'FAIL'})",
-                f"B={size['B']} C={size['C']} M={size['M']} {size['H']}x{size['W']} K={size['K']} {note}",
-            ]
-        )
-        if not ok:
-            print(f"backend {info.name} disagrees with the float64 reference", file=sys.stderr)
-    _table(
-        "conv2d float32, padding 'same', median of warm runs (GFLOP/s compares across sizes)",
-        ["backend", "ms", "GFLOP/s", "max |err| vs float64", "case"],
-        rows,
+    results, _ = run_comparison(
+        workload=args.workload,
+        backends=args.backends,
+        anchors=not args.no_anchors,
+        dtype=args.dtype,
+        repeat=args.repeat,
+        baseline=args.baseline,
+        out=args.out,
     )
-    failed = any("FAIL" in r[3] for r in rows)
-    return 1 if failed else 0
+    wrong = [r for r in results if r.status == "wrong"]
+    for r in wrong:
+        print(f"WRONG: {r.contender} on {r.case}: {r.reason}", file=sys.stderr)
+    return 1 if wrong else 0
+
+
+def _backend_list(text: str) -> list[str]:
+    import convsuite
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    valid = [b.name for b in convsuite.list_backends()]
+    unknown = [n for n in names if n not in valid]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"must be a comma-separated list of {', '.join(valid)}; got {text!r}"
+        )
+    return names
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -164,9 +133,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("info", help="machine, versions, backends and why any is unavailable").set_defaults(
         func=cmd_info
     )
-    demo = sub.add_parser("demo", help="run a small conv2d on every available backend")
-    demo.add_argument("--repeat", type=_positive, default=5, help="timed repeats after one warm-up (default 5)")
-    demo.set_defaults(func=cmd_demo)
+    from convsuite.bench.workloads import workload_names
+
+    compare = sub.add_parser(
+        "compare",
+        help="every available backend and installed anchor on a workload: table, JSON, CSV, report, plots",
+    )
+    compare.add_argument("--workload", choices=workload_names(), default="default", help="(default: default)")
+    compare.add_argument("--backends", type=_backend_list, default=None, help="comma-separated (default: all)")
+    compare.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    compare.add_argument("--repeat", type=_positive, default=5, help="timed runs after warm-up (default 5)")
+    compare.add_argument("--baseline", default="numpy", help="contender speedups are relative to (default numpy)")
+    compare.add_argument("--out", default="compare-out", help="folder for the reports (default compare-out)")
+    compare.add_argument("--no-anchors", action="store_true", help="leave out torch / numpy / scipy rows")
+    compare.set_defaults(func=cmd_compare)
     return parser
 
 

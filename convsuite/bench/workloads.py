@@ -1,12 +1,23 @@
-"""The seed workloads of the course reports (a copy of shared/workloads.json)."""
+"""Named workloads: the seed reports' layers as concrete, runnable cases.
+
+The source of truth is ``workloads.json`` (a copy of the shared seed file);
+this module turns each entry into :class:`Case` objects sized for a device:
+``cpu_batch`` instead of ``batch`` on the CPU, 1-D signals up to 1e7 samples
+on the CPU and 1e9 on a GPU.
+"""
 
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from importlib import resources
+from typing import Any
 
-__all__ = ["seed_workloads", "layer"]
+import numpy as np
+
+__all__ = ["Case", "seed_workloads", "layer", "workload_names", "get_workload"]
 
 
 @lru_cache(maxsize=1)
@@ -26,3 +37,153 @@ def layer(workload: str, name: str) -> dict:
             return {**entry, "batch": data[workload].get("batch"), "cpu_batch": data[workload].get("cpu_batch")}
     names = [entry["name"] for entry in data[workload]["layers"]]
     raise ValueError(f"`name` must be one of {names} for {workload}; got {name!r}")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One convolution to measure.
+
+    ``x_shape``/``w_shape`` use the caller's layout (a plain signal is
+    ``(N,)`` with ``(K,)``); ``direction`` is ``"forward"`` or ``"backward"``.
+    """
+
+    workload: str
+    name: str
+    op: str
+    x_shape: tuple
+    w_shape: tuple
+    stride: Any = 1
+    padding: Any = 0
+    groups: int = 1
+    bias: bool = True
+    direction: str = "forward"
+    note: str = ""
+
+    @property
+    def keywords(self) -> dict:
+        return dict(stride=self.stride, padding=self.padding, groups=self.groups)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} {self.direction}" if self.direction == "backward" else self.name
+
+    @property
+    def batch(self) -> int:
+        return self.x_shape[0] if len(self.x_shape) == len(self.w_shape) and len(self.w_shape) > 2 else 1
+
+    def with_batch(self, batch: int, note: str) -> Case:
+        """The same layer at another batch size."""
+        return replace(self, x_shape=(batch, *self.x_shape[1:]), note=note)
+
+    def with_signal_length(self, n: int, note: str) -> Case:
+        """A plain-signal case at another length."""
+        return replace(self, x_shape=(n,), note=note)
+
+    def arrays(self, dtype, seed: int = 0):
+        """Random inputs (never zeros): x, w, bias or None, and grad_y for backward."""
+        rng = np.random.default_rng(seed)
+        x = rng.standard_normal(self.x_shape).astype(dtype)
+        w = rng.standard_normal(self.w_shape).astype(dtype)
+        bias = rng.standard_normal(self.w_shape[0]).astype(dtype) if self.bias and len(self.w_shape) > 2 else None
+        return x, w, bias, rng
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _signal_cases(device: str) -> list[Case]:
+    entry = seed_workloads()["conv1d-signal"]
+    limit = 10**7 if device == "cpu" else 10**9
+    cases = []
+    for n in entry["signal_lengths"]:
+        if n > limit:
+            continue
+        for k in entry["mask_widths"]:
+            cases.append(
+                Case("conv1d-signal", f"N={n:.0e} K={k}", "conv1d", (n,), (k,), padding="same", bias=False)
+            )
+    return cases
+
+
+def _layer_cases(workload: str, device: str) -> list[Case]:
+    data = seed_workloads()[workload]
+    batch = data["batch"] if device == "gpu" else data.get("cpu_batch", data["batch"])
+    directions = ("forward", "backward") if "backward" in data["op"] else ("forward",)
+    cases = []
+    for entry in data["layers"]:
+        for direction in directions:
+            cases.append(
+                Case(
+                    workload,
+                    f"{entry['name']} B={batch}",
+                    "conv2d",
+                    (batch, entry["C"], entry["H"], entry["W"]),
+                    (entry["M"], entry["C"], entry["K"], entry["K"]),
+                    stride=entry["stride"],
+                    padding=entry["padding"],
+                    direction=direction,
+                )
+            )
+    return cases
+
+
+def _mobilenet_cases(device: str) -> list[Case]:
+    # The report's loop table gives output sizes; 3x3 layers use padding 1, so
+    # a stride-s layer reads an input s times larger; 1x1 layers read Hout.
+    cases = []
+    for row in seed_workloads()["mobilenetv2-kitten"]["report_loop_table"]:
+        k = int(math.isqrt(row["KK"]))
+        s = row.get("stride", 1)
+        pad = 1 if k == 3 else 0
+        h, w = row["Hout"] * s, row["Wout"] * s
+        g = row["groups"]
+        kind = "dw" if g > 1 else ("pw" if k == 1 else "conv")
+        cases.append(
+            Case(
+                "mobilenetv2",
+                f"{kind} {row['C']}->{row['M']} {h}x{w} k{k} s{s}",
+                "conv2d",
+                (1, row["C"], h, w),
+                (row["M"], row["C"] // g, k, k),
+                stride=s,
+                padding=pad,
+                groups=g,
+            )
+        )
+    return cases
+
+
+def _default_cases(device: str) -> list[Case]:
+    """A small mix that runs on every available backend in well under two minutes."""
+    return [
+        Case("default", "3x3 C16->32 32x32 B=8", "conv2d", (8, 16, 32, 32), (32, 16, 3, 3), padding="same"),
+        Case("default", "dw3x3 s2 C32 56x56 B=4", "conv2d", (4, 32, 56, 56), (32, 1, 3, 3), stride=2, padding=1, groups=32),
+        Case("default", "fa21-conv1 B=16", "conv2d", (16, 1, 86, 86), (4, 1, 7, 7)),
+        Case("default", "1-D N=1e5 K=7", "conv1d", (100_000,), (7,), padding="same", bias=False),
+        Case("default", "1-D N=1e6 K=31", "conv1d", (1_000_000,), (31,), padding="same", bias=False),
+        Case("default", "3x3 C16->16 24x24 B=4", "conv2d", (4, 16, 24, 24), (16, 16, 3, 3), padding=1, direction="backward"),
+    ]
+
+
+_BUILDERS = {
+    "default": _default_cases,
+    "conv1d-signal": _signal_cases,
+    "ece408-fa19": lambda device: _layer_cases("ece408-fa19", device),
+    "ece408-fa21": lambda device: _layer_cases("ece408-fa21", device),
+    "mobilenetv2": _mobilenet_cases,
+    "cnn-train-3x3": lambda device: _layer_cases("cnn-train-3x3", device),
+}
+
+
+def workload_names() -> list[str]:
+    """Names accepted by :func:`get_workload` and ``convsuite compare --workload``."""
+    return list(_BUILDERS)
+
+
+def get_workload(name: str, device: str = "cpu") -> list[Case]:
+    """The cases of workload ``name`` sized for ``device`` (``"cpu"`` or ``"gpu"``)."""
+    if name not in _BUILDERS:
+        raise ValueError(f"`workload` must be one of {', '.join(workload_names())}; got {name!r}")
+    if device not in ("cpu", "gpu"):
+        raise ValueError(f"`device` must be 'cpu' or 'gpu'; got {device!r}")
+    return _BUILDERS[name](device)

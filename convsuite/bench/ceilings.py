@@ -1,0 +1,62 @@
+"""The machine's ceilings, measured on the spot: memory copy and GEMM rate."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+__all__ = ["Ceilings", "measure_cpu_ceilings"]
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """Measured peak rates a result is compared with.
+
+    Attributes
+    ----------
+    copy_gbs : float
+        Memory copy bandwidth, GB/s counting bytes read plus bytes written.
+    gemm_gflops : float
+        float32 matrix-product rate, GFLOP/s.
+    how : str
+        What was timed.
+    """
+
+    device: str
+    copy_gbs: float
+    gemm_gflops: float
+    how: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def roof(self, intensity: float) -> float:
+        """Attainable GFLOP/s at ``intensity`` FLOP/byte: min(compute, bandwidth * intensity)."""
+        return min(self.gemm_gflops, self.copy_gbs * intensity)
+
+
+def _median_seconds(fn, repeat: int) -> float:
+    fn()
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return float(np.median(samples))
+
+
+def measure_cpu_ceilings(copy_mib: int = 256, gemm_n: int = 2048, repeat: int = 5) -> Ceilings:
+    """Copy bandwidth (``np.copyto`` of ``copy_mib`` MiB) and float32 GEMM (``n^3``) rate via NumPy."""
+    src = np.ones(copy_mib * 2**20 // 4, dtype=np.float32)
+    dst = np.empty_like(src)
+    t_copy = _median_seconds(lambda: np.copyto(dst, src), repeat)
+    a = np.random.default_rng(0).standard_normal((gemm_n, gemm_n), dtype=np.float32)
+    t_gemm = _median_seconds(lambda: a @ a, max(repeat // 2, 2))
+    return Ceilings(
+        device="cpu",
+        copy_gbs=2 * src.nbytes / t_copy / 1e9,
+        gemm_gflops=2 * gemm_n**3 / t_gemm / 1e9,
+        how=f"np.copyto of {copy_mib} MiB; float32 {gemm_n}^3 matmul through NumPy's BLAS",
+    )

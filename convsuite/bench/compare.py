@@ -1,0 +1,116 @@
+"""``convsuite compare``: every backend and anchor on a workload, side by side."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+from importlib import metadata
+from pathlib import Path
+
+from .._registry import list_backends
+from .._threads import get_num_threads
+from .anchors import ANCHORS
+from .ceilings import measure_cpu_ceilings
+from .measure import Result, measure
+from .report import print_table, write_reports
+from .workloads import get_workload
+
+__all__ = ["run_comparison", "machine_metadata"]
+
+_VERSIONS = ("numpy", "scipy", "numba", "torch", "cupy-cuda13x", "matplotlib", "rich")
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def machine_metadata() -> dict:
+    """Machine, library versions and thread counts, for the JSON report."""
+    from ..cli import cpu_description, gpu_description
+
+    threads = {"numba backend": get_num_threads(), "os.cpu_count": os.cpu_count()}
+    try:
+        import torch
+
+        threads["torch"] = torch.get_num_threads()
+    except ImportError:
+        pass
+    return dict(
+        cpu=cpu_description(),
+        gpu=gpu_description(),
+        platform=platform.platform(),
+        python=platform.python_version(),
+        versions={d: _version(d) for d in _VERSIONS},
+        threads=threads,
+    )
+
+
+def run_comparison(
+    workload: str = "default",
+    backends: list[str] | None = None,
+    anchors: bool = True,
+    dtype: str = "float32",
+    repeat: int = 5,
+    baseline: str = "numpy",
+    out: str | Path | None = "compare-out",
+    progress: bool = True,
+    device: str = "cpu",
+) -> tuple[list[Result], dict]:
+    """Measure every chosen backend (and installed anchor) on every case of a workload.
+
+    Returns the results and the metadata; writes reports to ``out`` unless it is None.
+    """
+    rows = list_backends()
+    if backends is None:
+        backends = [b.name for b in rows]
+    contenders = [(name, "backend") for name in backends]
+    if anchors:
+        contenders += [(name, "anchor") for name in ANCHORS]
+    cases = get_workload(workload, device)
+    try:
+        import torch
+
+        torch.set_num_threads(get_num_threads())  # same thread budget as the numba backend
+    except ImportError:
+        pass
+    ceilings = measure_cpu_ceilings()
+    results: list[Result] = []
+    total = len(cases) * len(contenders)
+    if progress:
+        from rich.progress import Progress
+
+        with Progress(transient=True) as bar:
+            task = bar.add_task(f"{workload}", total=total)
+            for case in cases:
+                for name, kind in contenders:
+                    bar.update(task, description=f"{case.label} / {name}")
+                    results.append(measure(case, name, kind, dtype, repeat, ceilings))
+                    bar.advance(task)
+    else:
+        results = [measure(c, n, k, dtype, repeat, ceilings) for c in cases for n, k in contenders]
+    # Anchors that apply to none of the cases only add noise to the table.
+    used = {r.contender for r in results if r.status != "skipped" or r.kind == "backend"}
+    results = [r for r in results if r.contender in used]
+    meta = dict(
+        date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        workload=workload,
+        device=device,
+        dtype=dtype,
+        repeat=repeat,
+        baseline=baseline,
+        machine=machine_metadata(),
+        ceilings=ceilings.as_dict(),
+    )
+    title = (
+        f"{workload}, {dtype}, on {meta['machine']['cpu']} (copy {ceilings.copy_gbs:.1f} GB/s, "
+        f"GEMM {ceilings.gemm_gflops:.0f} GFLOP/s)"
+    )
+    print_table(results, baseline, title)
+    if out is not None:
+        paths = write_reports(results, meta, baseline, Path(out))
+        print("written: " + ", ".join(str(p) for p in paths.values()))
+    return results, meta

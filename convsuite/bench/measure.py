@@ -1,0 +1,244 @@
+"""Measure one contender (a backend or an external anchor) on one case.
+
+The timing taxonomy of DESIGN.md, per result: the first call (JIT compile,
+module build, cache load) apart from steady state; then ``repeat`` calls,
+each timed end to end with the backend's own call (the kernel) timed inside
+it, so end to end >= kernel holds call by call; medians and ranges of both.
+Host-to-device and device-to-host columns stay empty on CPU backends. Rates
+(GFLOP/s, GB/s of compulsory traffic) use the end-to-end median, the same
+clock for every contender, and are set against the measured ceilings.
+
+Correctness travels with every figure: the output is compared with the
+float64 reference (:mod:`convsuite.testing`) on the first batch items (the
+first 10^6 samples of a long signal); a backward pass, whose weight gradient
+sums over the whole batch, is re-run on those items for the comparison.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+import convsuite as cs
+
+from .._errors import BackendUnavailableError, UnsupportedCaseError
+from .._instrument import record_kernel_times
+from .._registry import get_backend, select
+from .._validation import prepare_forward
+from ..testing import backward_tolerances, forward_tolerance, reference_backward, reference_forward
+from .anchors import anchor_callable
+from .ceilings import Ceilings
+from .workloads import Case
+
+__all__ = ["Result", "measure"]
+
+_SLICE_ITEMS = 2
+_SLICE_SAMPLES = 10**6
+
+#: Multiply-adds per call above which a slow backend runs a reduced case in a
+#: comparison (a few tenths of a second for the pure-Python loops).
+SLOW_BACKEND_MACS = {"python": 5_000_000}
+
+
+@dataclass
+class Result:
+    """One contender on one case: times, rates, error, and what happened."""
+
+    workload: str
+    case: str
+    direction: str
+    contender: str
+    kind: str  # "backend" or "anchor"
+    dtype: str
+    status: str = "ok"  # "ok", "skipped" (with reason) or "wrong" (failed the error check)
+    reason: str = ""
+    note: str = ""  # e.g. a reduced size for a slow backend
+    x_shape: tuple = ()
+    flops: int = 0
+    bytes: int = 0
+    first_call_s: float | None = None
+    kernel_s: float | None = None
+    kernel_range_s: tuple | None = None
+    end_to_end_s: float | None = None
+    end_to_end_range_s: tuple | None = None
+    h2d_s: float | None = None
+    d2h_s: float | None = None
+    repeats: int = 0
+    gflops: float | None = None
+    gbs: float | None = None
+    intensity: float | None = None
+    frac_gemm: float | None = None
+    frac_copy: float | None = None
+    frac_roof: float | None = None
+    max_rel_error: float | None = None
+    error_ok: bool | None = None
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _spec(case: Case, x, w, bias):
+    ndim = 1 if case.op == "conv1d" else 2
+    return prepare_forward(case.op, ndim, x, w, bias, case.stride, case.padding, 1, case.groups).spec
+
+
+def _call_backend(case: Case, name: str, x, w, bias, grad_y):
+    if case.direction == "forward":
+        fn = cs.conv1d if case.op == "conv1d" else cs.conv2d
+        return lambda: fn(x, w, bias, backend=name, **case.keywords)
+    fn = cs.conv1d_backward if case.op == "conv1d" else cs.conv2d_backward
+    return lambda: fn(grad_y, x, w, backend=name, **case.keywords)
+
+
+def _reductions(case: Case):
+    """Smaller versions of a case for a backend too slow for the full size."""
+    if case.batch > 1:
+        yield case.with_batch(1, f"reduced to batch 1 (from {case.batch})")
+    if case.op == "conv1d" and len(case.x_shape) == 1 and case.x_shape[0] > 10**4:
+        yield case.with_signal_length(10**4, f"reduced to N=1e4 (from {case.x_shape[0]:.0e})")
+
+
+def _fit_backend(case: Case, name: str, dtype):
+    """The case, or a reduction of it, that the backend can run; or a reason."""
+    try:
+        backend = get_backend(name)
+    except ValueError as exc:
+        return None, str(exc)
+    verdict = backend.available()
+    if verdict is not True:
+        return None, f"unavailable: {verdict}"
+    reason = ""
+    for candidate in (case, *_reductions(case)):
+        x, w, bias, _ = candidate.arrays(dtype)
+        spec = _spec(candidate, x, w, bias)
+        work = spec.macs * (2 if candidate.direction == "backward" else 1)
+        if work > SLOW_BACKEND_MACS.get(name, float("inf")):
+            reason = f"{work:.2g} multiply-adds is more than a comparison gives the {name} backend"
+            continue
+        try:
+            select(spec, name, "auto", candidate.direction)
+            return candidate, ""
+        except (UnsupportedCaseError, BackendUnavailableError) as exc:
+            reason = str(exc)
+    return None, reason
+
+
+def _slice_inputs(case: Case, x, grad_y):
+    """The first batch items (or samples) used for the error check."""
+    if len(case.x_shape) == 1:
+        n = min(case.x_shape[0], _SLICE_SAMPLES)
+        return x[:n], None if grad_y is None else grad_y[:n]
+    k = min(case.batch, _SLICE_ITEMS)
+    return x[:k], None if grad_y is None else grad_y[:k]
+
+
+def _check_forward(case: Case, x, w, bias, y) -> tuple[float, bool]:
+    xs, _ = _slice_inputs(case, x, None)
+    spec = _spec(case, xs, w, bias)
+    ref = reference_forward(spec, xs, w, bias)
+    tol = forward_tolerance(spec, xs, w, bias)
+    got = np.asarray(y, dtype=np.float64).reshape(-1)
+    if len(case.x_shape) == 1:
+        # A prefix of a long signal: outputs near its cut end read padding that
+        # the full signal does not have, so compare only those well inside.
+        keep = max(spec.y_shape[-1] - 2 * spec.kernel_size[0] * spec.dilation[0], 1)
+        got, ref, tol = got[:keep], ref.reshape(-1)[:keep], tol.reshape(-1)[:keep]
+    else:
+        got = got[: ref.size].reshape(ref.shape)
+    err = np.abs(got - ref)
+    scale = max(float(np.abs(ref).max()), np.finfo(np.float64).tiny)
+    return float(err.max() / scale), bool(np.all(err <= tol))
+
+
+def _check_backward(case: Case, run_on_slice, x, w) -> tuple[float, bool]:
+    xs, gys = run_on_slice["inputs"]
+    grads = run_on_slice["fn"](xs, gys)
+    spec = _spec(case, xs, w, None)
+    refs = reference_backward(spec, gys, xs, w)
+    tols = backward_tolerances(spec, gys, xs, w)
+    worst, ok = 0.0, True
+    for got, ref, tol in zip(grads, refs, tols):
+        got = np.asarray(got, dtype=np.float64).reshape(ref.shape)
+        err = np.abs(got - ref)
+        worst = max(worst, float(err.max() / max(float(np.abs(ref).max()), np.finfo(np.float64).tiny)))
+        ok = ok and bool(np.all(err <= tol))
+    return worst, ok
+
+
+def _time(fn, repeat: int):
+    start = time.perf_counter()
+    fn()
+    first = time.perf_counter() - start
+    fn()  # warm-up
+    e2e, kernel, out = [], [], None
+    for _ in range(repeat):
+        with record_kernel_times() as inner:
+            start = time.perf_counter()
+            out = fn()
+            e2e.append(time.perf_counter() - start)
+        kernel.append(sum(inner) if inner else None)
+    return first, e2e, kernel, out
+
+
+def measure(case: Case, contender: str, kind: str, dtype: str, repeat: int, ceilings: Ceilings | None) -> Result:
+    """Measure ``contender`` (a backend name, or an anchor name when ``kind="anchor"``) on ``case``."""
+    result = Result(case.workload, case.label, case.direction, contender, kind, dtype, x_shape=tuple(case.x_shape))
+    if kind == "backend":
+        fitted, reason = _fit_backend(case, contender, dtype)
+        if fitted is None:
+            result.status, result.reason = "skipped", reason
+            return result
+        case = fitted
+        result.note, result.x_shape = case.note, tuple(case.x_shape)
+    x, w, bias, rng = case.arrays(dtype)
+    spec = _spec(case, x, w, bias)
+    grad_y = None
+    if case.direction == "backward":
+        y_shape = spec.out_size if len(case.x_shape) == 1 else spec.y_shape
+        grad_y = rng.standard_normal(y_shape).astype(dtype)
+    if kind == "backend":
+        fn = _call_backend(case, contender, x, w, bias, grad_y)
+
+        def on_slice(xs, gys):
+            return _call_backend(case, contender, xs, w, None, gys)()
+
+    else:
+        fn = anchor_callable(contender, case, x, w, bias, grad_y, spec)
+        if isinstance(fn, str):
+            result.status, result.reason = "skipped", fn
+            return result
+
+        def on_slice(xs, gys):
+            return anchor_callable(contender, case, xs, w, None, gys, _spec(case, xs, w, None))()
+
+    first, e2e, kernel, out = _time(fn, repeat)
+    result.first_call_s = first
+    result.repeats = repeat
+    result.end_to_end_s = statistics.median(e2e)
+    result.end_to_end_range_s = (min(e2e), max(e2e))
+    if all(k is not None for k in kernel):
+        result.kernel_s = statistics.median(kernel)
+        result.kernel_range_s = (min(kernel), max(kernel))
+    flops = spec.flops * (2 if case.direction == "backward" else 1)
+    traffic = spec.compulsory_bytes * (2 if case.direction == "backward" else 1)
+    result.flops, result.bytes = flops, traffic
+    result.gflops = flops / result.end_to_end_s / 1e9
+    result.gbs = traffic / result.end_to_end_s / 1e9
+    result.intensity = flops / traffic
+    if ceilings is not None:
+        result.frac_gemm = result.gflops / ceilings.gemm_gflops
+        result.frac_copy = result.gbs / ceilings.copy_gbs
+        result.frac_roof = result.gflops / ceilings.roof(result.intensity)
+    if case.direction == "forward":
+        result.max_rel_error, result.error_ok = _check_forward(case, x, w, bias, out)
+    else:
+        result.max_rel_error, result.error_ok = _check_backward(
+            case, {"inputs": _slice_inputs(case, x, grad_y), "fn": on_slice}, x, w
+        )
+    if not result.error_ok:
+        result.status, result.reason = "wrong", "disagrees with the float64 reference beyond tolerance"
+    return result

@@ -1,0 +1,179 @@
+"""Reports of a comparison: JSON, CSV, Markdown, PNG plots and the console table."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from .measure import Result
+
+__all__ = ["speedups", "write_reports", "print_table"]
+
+
+def speedups(results: list[Result], baseline: str) -> dict[tuple[str, str], float]:
+    """Throughput ratio of each result over the baseline's on the same case.
+
+    Throughput (FLOP/s) rather than time, so a backend that ran a reduced size
+    is still compared fairly; at equal sizes it is exactly the time ratio.
+    """
+    base = {r.case: r.gflops for r in results if r.contender == baseline and r.status == "ok"}
+    out = {}
+    for r in results:
+        if r.status == "ok" and base.get(r.case):
+            out[(r.case, r.contender)] = r.gflops / base[r.case]
+    return out
+
+
+def _ms(seconds) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3g}"
+
+
+def _rows(results: list[Result], baseline: str):
+    ratio = speedups(results, baseline)
+    for r in results:
+        if r.status == "skipped":
+            yield [r.case, r.contender, "-", "-", "-", "-", "-", "-", f"skipped: {r.reason}"]
+            continue
+        yield [
+            r.case,
+            r.contender,
+            _ms(r.end_to_end_s),
+            _ms(r.kernel_s),
+            f"{ratio[(r.case, r.contender)]:.2f}x" if (r.case, r.contender) in ratio else "-",
+            f"{r.gflops:.3g}",
+            "-" if r.frac_roof is None else f"{100 * r.frac_roof:.1f}%",
+            f"{r.max_rel_error:.1e}" + ("" if r.error_ok else " WRONG"),
+            r.note,
+        ]
+
+
+HEADERS = ["case", "contender", "ms (end to end)", "ms (kernel)", "speedup", "GFLOP/s", "% of roof", "max rel. error", "note"]
+
+
+def print_table(results: list[Result], baseline: str, title: str) -> None:
+    """The seed reports' table, in the terminal: one section per case."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)  # logs and pipes: do not fold to 80 columns
+    table = Table(title=title, title_justify="left")
+    for header in ("case", "contender", "ms", "kernel ms", "speedup", "GFLOP/s", "% roof", "rel. error", "note"):
+        table.add_column(header, overflow="fold")
+    previous = None
+    for row, r in zip(_rows(results, baseline), results):
+        if r.status == "skipped" and r.kind == "anchor":
+            continue  # anchors that do not apply: listed in the files, not here
+        if previous is not None and row[0] != previous:
+            table.add_section()
+        table.add_row(row[0] if row[0] != previous else "", *row[1:])
+        previous = row[0]
+    console.print(table)
+
+
+def _markdown(results: list[Result], meta: dict, baseline: str, plots: list[str]) -> str:
+    ceilings = meta.get("ceilings") or {}
+    lines = [
+        f"# convsuite compare: {meta['workload']} ({meta['dtype']})",
+        "",
+        f"{meta['date']} on {meta['machine']['cpu']}; GPU: {meta['machine']['gpu']}.",
+        f"Ceilings measured in this run: copy {ceilings.get('copy_gbs', 0):.1f} GB/s, "
+        f"GEMM {ceilings.get('gemm_gflops', 0):.1f} GFLOP/s ({ceilings.get('how', '')}).",
+        f"Each time is the median of {meta['repeat']} runs after a first call and a warm-up; speedup is the "
+        f"throughput ratio over `{baseline}` on the same case; % of roof is GFLOP/s over "
+        "min(GEMM rate, copy bandwidth x arithmetic intensity); the error is against the float64 reference.",
+        "",
+        "| " + " | ".join(HEADERS) + " |",
+        "|" + "---|" * len(HEADERS),
+    ]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in _rows(results, baseline)]
+    lines += ["", *[f"![{p}]({p})" for p in plots], ""]
+    return "\n".join(lines)
+
+
+def _plots(results: list[Result], meta: dict, baseline: str, out: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in results if r.status == "ok"]
+    contenders = sorted({r.contender for r in ok})
+    written = []
+
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for name in contenders:
+        pts = sorted((r.flops, r.end_to_end_s) for r in ok if r.contender == name)
+        ax.loglog([p[0] for p in pts], [p[1] for p in pts], "o-", label=name)
+    ax.set_xlabel("work (FLOP)")
+    ax.set_ylabel("time, end to end (s)")
+    ax.set_title(f"{meta['workload']}: time vs size")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "time_vs_size.png", dpi=110)
+    plt.close(fig)
+    written.append("time_vs_size.png")
+
+    ratio = speedups(results, baseline)
+    cases = list(dict.fromkeys(r.case for r in ok))
+    fig, ax = plt.subplots(figsize=(max(7, 1.2 * len(cases)), 5))
+    width = 0.8 / max(len(contenders), 1)
+    for i, name in enumerate(contenders):
+        values = [ratio.get((c, name), 0.0) for c in cases]
+        ax.bar([j + i * width for j in range(len(cases))], values, width, label=name)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_yscale("log")
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cases))])
+    ax.set_xticklabels(cases, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(f"speedup over {baseline}")
+    ax.set_title(f"{meta['workload']}: speedup")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "speedup.png", dpi=110)
+    plt.close(fig)
+    written.append("speedup.png")
+
+    ceilings = meta.get("ceilings")
+    if ceilings:
+        fig, ax = plt.subplots(figsize=(7, 5))
+        lo = min((r.intensity for r in ok), default=0.1) / 4
+        hi = max((r.intensity for r in ok), default=100) * 4
+        xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+        ax.loglog(xs, [min(ceilings["gemm_gflops"], ceilings["copy_gbs"] * x) for x in xs], "k-", label="roof (measured)")
+        for name in contenders:
+            pts = [(r.intensity, r.gflops) for r in ok if r.contender == name]
+            ax.loglog([p[0] for p in pts], [p[1] for p in pts], "o", label=name)
+        ax.set_xlabel("arithmetic intensity (FLOP / compulsory byte)")
+        ax.set_ylabel("GFLOP/s")
+        ax.set_title(f"{meta['workload']}: roofline")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "roofline.png", dpi=110)
+        plt.close(fig)
+        written.append("roofline.png")
+    return written
+
+
+def write_reports(results: list[Result], meta: dict, baseline: str, out: Path) -> dict[str, Path]:
+    """Write results.json, results.csv, report.md and the PNG plots to ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "results.json", "csv": out / "results.csv", "markdown": out / "report.md"}
+    paths["json"].write_text(json.dumps(dict(meta=meta, results=[r.as_dict() for r in results]), indent=2))
+    fields = [f for f in results[0].as_dict() if f != "extra"] if results else []
+    with paths["csv"].open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        for r in results:
+            writer.writerow(r.as_dict())
+    try:
+        plots = _plots(results, meta, baseline, out)
+    except ImportError:  # matplotlib is in the bench extra
+        plots = []
+    for name in plots:
+        paths[name] = out / name
+    paths["markdown"].write_text(_markdown(results, meta, baseline, plots))
+    return paths
