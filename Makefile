@@ -1,13 +1,13 @@
 # The README's two commands:  `make run`  (the main job)  and  `make test`.
 # Both create .venv on first use and install convsuite into it (editable, with
-# the Cython extension compiled and the numba and test extras), so a fresh
-# clone needs nothing but Python 3.10+ and a C compiler.
+# the Cython extension compiled and the numba, test and bench extras), so a
+# fresh clone needs nothing but Python 3.10+ and a C compiler.
 
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.convsuite-installed
-EXTRAS ?= test,numba
+EXTRAS ?= test,numba,bench
 
 # A broken extension must fail the install here, not silently disable a backend.
 export CONVSUITE_REQUIRE_EXTENSION := 1
@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml setup.py $(wildcard cython_src/*.pyx cython_src/*.pxd)
 
 run: $(STAMP)
 	$(BIN)/convsuite info
-	$(BIN)/convsuite demo
+	$(BIN)/convsuite compare --out compare-out
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

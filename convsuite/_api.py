@@ -232,7 +232,7 @@ def explain(
             f"got shape {tuple(w.shape)}"
         )
     op = f"conv{ndim}d"
-    call = prepare_forward(op, ndim, x, w, bias, stride, padding, dilation, groups)
+    call = prepare_forward(op, ndim, x, w, bias, stride, padding, dilation, groups, convert=False)
     chosen = select(call.spec, backend, algorithm, direction)
     return Explanation(
         op=op,

@@ -241,11 +241,14 @@ def prepare_forward(
     dilation: Any,
     groups: Any,
     extra: tuple = (),
+    convert: bool = True,
 ) -> PreparedCall:
     """Validate a forward call and return canonical, contiguous operands.
 
     ``extra`` holds further operands (grad_y for backward) that take part in the
-    dtype decision; they are converted by the caller.
+    dtype decision; they are converted by the caller. With ``convert=False``
+    the operands are returned as given (reshaped, not copied): enough for
+    :func:`convsuite.explain`, which only needs the spec.
     """
     x = as_real_array(x, "x")
     w = as_real_array(w, "w")
@@ -331,6 +334,8 @@ def prepare_forward(
     device = "gpu" if xp is not np else "cpu"
     if device == "cpu":
         check_memory(math.prod(spec.y_shape) * spec.itemsize, f"the output of shape {spec.y_shape}")
+    if not convert:
+        return PreparedCall(spec, xc, wc, bias, layout, xp)
     # Non-contiguous and read-only inputs are fine: the copy (only when needed)
     # is owned by convsuite, and inputs are never written.
     xc = xp.ascontiguousarray(xc, dtype=dtype)

@@ -11,7 +11,7 @@ from pathlib import Path
 from .._registry import list_backends
 from .._threads import get_num_threads
 from .anchors import ANCHORS
-from .ceilings import measure_cpu_ceilings
+from .ceilings import Ceilings, measure_cpu_ceilings
 from .measure import Result, measure
 from .report import print_table, write_reports
 from .workloads import get_workload
@@ -59,10 +59,12 @@ def run_comparison(
     out: str | Path | None = "compare-out",
     progress: bool = True,
     device: str = "cpu",
+    ceilings: Ceilings | None = None,
 ) -> tuple[list[Result], dict]:
     """Measure every chosen backend (and installed anchor) on every case of a workload.
 
-    Returns the results and the metadata; writes reports to ``out`` unless it is None.
+    Returns the results and the metadata; writes reports to ``out`` unless it is
+    None. ``ceilings`` are measured on the spot unless given.
     """
     rows = list_backends()
     if backends is None:
@@ -77,7 +79,8 @@ def run_comparison(
         torch.set_num_threads(get_num_threads())  # same thread budget as the numba backend
     except ImportError:
         pass
-    ceilings = measure_cpu_ceilings()
+    if ceilings is None:
+        ceilings = measure_cpu_ceilings()
     results: list[Result] = []
     total = len(cases) * len(contenders)
     if progress:

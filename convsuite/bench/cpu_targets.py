@@ -244,7 +244,8 @@ def main(argv=None) -> int:
         "",
         f"Machine: {meta['cpu']}; Python {meta['python']}, NumPy {meta['numpy']}, numba {meta.get('numba', '-')} "
         f"({meta.get('numba_threading_layer', '-')}), torch {meta['torch']}. float32. Each time is the median of "
-        f"{repeat} interleaved repeats after a warm-up; ratio = baseline time / convsuite time (> 1: convsuite faster).",
+        f"{repeat} calls, timed in back-to-back blocks that alternate between contenders over 3 rounds, each block after a "
+        f"pause and a warm-up call; ratio = baseline time / convsuite time (> 1: convsuite faster).",
         "",
         "| issue | target | case | convsuite ms | baseline | baseline ms | ratio | goal | met | rel. error |",
         "|---|---|---|---|---|---|---|---|---|---|",

@@ -31,6 +31,7 @@ from .._validation import prepare_forward
 from ..testing import backward_tolerances, forward_tolerance, reference_backward, reference_forward
 from .anchors import anchor_callable
 from .ceilings import Ceilings
+from .timing import SETTLE_S  # seen: numba's median doubled on 2 cores without it
 from .workloads import Case
 
 __all__ = ["Result", "measure"]
@@ -170,6 +171,7 @@ def _check_backward(case: Case, run_on_slice, x, w) -> tuple[float, bool]:
 
 
 def _time(fn, repeat: int):
+    time.sleep(SETTLE_S)
     start = time.perf_counter()
     fn()
     first = time.perf_counter() - start

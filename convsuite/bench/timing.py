@@ -1,8 +1,11 @@
-"""Side-by-side timing: warm-up, interleaved repeats, median and spread.
+"""Side-by-side timing: blocks of back-to-back calls, alternated over rounds.
 
-Contenders are timed round-robin (A, B, C, A, B, C, ...) so that a slow
-moment of a shared, noisy machine hits all of them alike; each figure is the
-median of its repeats, and ratios are only ever formed within one run.
+Each contender is timed in blocks of consecutive calls (its steady state,
+with only its own thread pool awake), after a pause that lets the previous
+contender's spinning threads (OpenBLAS, OpenMP) go to sleep. Blocks alternate
+over several rounds (A, B, A, B, ...) so a slow moment of a shared, noisy
+machine hits every contender alike; each figure is the median of all its
+timed calls, and ratios are only ever formed within one run.
 """
 
 from __future__ import annotations
@@ -12,7 +15,12 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["Timing", "time_side_by_side"]
+__all__ = ["Timing", "time_side_by_side", "SETTLE_S"]
+
+#: Pause whenever the contender changes: thread pools of the previous one
+#: (OpenBLAS, OpenMP in torch and numba) spin-wait after their last call and
+#: would steal cores from the next one.
+SETTLE_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -26,31 +34,40 @@ class Timing:
     repeats: int
 
 
-def time_side_by_side(contenders: dict[str, Callable[[], object]], repeat: int = 7, warmup: int = 1) -> dict[str, Timing]:
-    """Time every callable, interleaved; the first call (compile, cache load) is kept apart.
+def time_side_by_side(
+    contenders: dict[str, Callable[[], object]], repeat: int = 7, warmup: int = 1, rounds: int = 3
+) -> dict[str, Timing]:
+    """Time every callable; the first call (compile, cache load) is kept apart.
 
     Parameters
     ----------
     contenders : dict of name -> zero-argument callable
         Each callable must finish its work before returning (synchronise GPUs).
     repeat : int
-        Timed calls per contender after the warm-up.
+        Timed calls per contender, spread over ``rounds`` blocks.
     warmup : int
-        Untimed calls after the first one.
+        Untimed calls at the start of every block.
+    rounds : int
+        How many times the contenders take turns.
     """
     first = {}
     for name, fn in contenders.items():
+        time.sleep(SETTLE_S)
         start = time.perf_counter()
         fn()
         first[name] = time.perf_counter() - start
-        for _ in range(warmup):
-            fn()
+    rounds = max(1, min(rounds, repeat))
     samples: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(repeat):
+    for r in range(rounds):
+        calls = repeat // rounds + (1 if r < repeat % rounds else 0)
         for name, fn in contenders.items():
-            start = time.perf_counter()
-            fn()
-            samples[name].append(time.perf_counter() - start)
+            time.sleep(SETTLE_S)
+            for _ in range(warmup):
+                fn()
+            for _ in range(calls):
+                start = time.perf_counter()
+                fn()
+                samples[name].append(time.perf_counter() - start)
     return {
         name: Timing(first[name], statistics.median(s), min(s), max(s), len(s)) for name, s in samples.items()
     }

@@ -1,0 +1,147 @@
+"""The comparison harness: taxonomy, error check, reports, CLI, workloads."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+import convsuite as cs
+from convsuite import cli
+from convsuite.backends.base import Backend
+from convsuite.bench.ceilings import Ceilings
+from convsuite.bench.compare import run_comparison
+from convsuite.bench.measure import measure
+from convsuite.bench.workloads import Case, get_workload, workload_names
+
+FIXED = Ceilings(device="cpu", copy_gbs=20.0, gemm_gflops=100.0, how="fixed for tests")
+SMALL = Case("test", "3x3 C4->8 16x16 B=2", "conv2d", (2, 4, 16, 16), (8, 4, 3, 3), padding="same")
+
+
+def test_taxonomy_fields_are_consistent():
+    r = measure(SMALL, "numpy", "backend", "float32", 5, FIXED)
+    assert r.status == "ok" and r.error_ok
+    assert r.first_call_s > 0 and r.repeats == 5
+    assert 0 < r.kernel_s <= r.end_to_end_s  # the kernel window lies inside every call
+    assert r.kernel_range_s[0] <= r.kernel_s <= r.kernel_range_s[1]
+    assert r.h2d_s is None and r.d2h_s is None  # CPU backend: no transfers
+    assert r.flops == cs.explain(*SMALL.arrays("float32")[:2], **SMALL.keywords).spec.flops
+    assert r.gflops == pytest.approx(r.flops / r.end_to_end_s / 1e9)
+    assert r.frac_roof == pytest.approx(r.gflops / FIXED.roof(r.intensity))
+
+
+def test_backward_and_anchor_rows():
+    backward = Case("test", "b", "conv2d", (2, 3, 9, 9), (4, 3, 3, 3), padding=1, direction="backward")
+    r = measure(backward, "numpy", "backend", "float64", 2, FIXED)
+    assert r.status == "ok" and r.error_ok and r.flops == 2 * 2 * 4 * 81 * 27 * 2
+    signal = Case("test", "s", "conv1d", (5000,), (7,), padding="same", bias=False)
+    a = measure(signal, "np.convolve", "anchor", "float32", 2, FIXED)
+    assert a.status == "ok" and a.error_ok and a.kernel_s is None
+    skipped = measure(SMALL, "np.convolve", "anchor", "float32", 2, FIXED)
+    assert skipped.status == "skipped" and "1-D" in skipped.reason
+
+
+def test_slow_backend_runs_a_reduced_size_and_says_so():
+    big = Case("test", "big", "conv2d", (64, 16, 32, 32), (16, 16, 3, 3), padding=1)
+    r = measure(big, "python", "backend", "float32", 1, FIXED)
+    assert r.status == "ok" and "reduced to batch 1" in r.note and r.x_shape[0] == 1
+
+
+class OffByOne(Backend):
+    """A deliberately wrong backend: the right answer plus one."""
+
+    name = "off_by_one"
+    algorithms = ("wrong",)
+    description = "returns conv + 1"
+
+    def forward(self, spec, x, w, bias, out, algorithm):
+        from convsuite.backends.numpy_backend import NumpyBackend
+
+        NumpyBackend().forward(spec, x, w, bias, out, "im2col")
+        out += 1
+
+    def backward(self, spec, grad_y, x, w, grad_x, grad_w, grad_b, algorithm):
+        grad_x[...] = grad_w[...] = grad_b[...] = 0
+
+
+@pytest.fixture
+def wrong_backend():
+    cs.register_backend(OffByOne())
+    yield "off_by_one"
+    cs.unregister_backend("off_by_one")
+
+
+def test_wrong_backend_is_caught(wrong_backend):
+    r = measure(SMALL, wrong_backend, "backend", "float32", 1, FIXED)
+    assert r.status == "wrong" and r.error_ok is False and r.max_rel_error > 1e-3
+
+
+def test_compare_writes_readable_reports(tmp_path, wrong_backend, capsys):
+    import matplotlib.image
+
+    results, meta = run_comparison(
+        workload="default", backends=["numpy", wrong_backend], anchors=True, repeat=1,
+        out=tmp_path, progress=False, ceilings=FIXED,
+    )
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert {"date", "machine", "ceilings", "workload", "dtype", "repeat"} <= set(data["meta"])
+    assert {"cpu", "gpu", "versions", "threads"} <= set(data["meta"]["machine"])
+    assert len(data["results"]) == len(results)
+    rows = list(csv.DictReader((tmp_path / "results.csv").open()))
+    assert rows and {"contender", "end_to_end_s", "kernel_s", "max_rel_error"} <= set(rows[0])
+    report = (tmp_path / "report.md").read_text()
+    assert "| case |" in report and "WRONG" in report and "roofline.png" in report
+    for name in ("time_vs_size.png", "speedup.png", "roofline.png"):
+        image = matplotlib.image.imread(tmp_path / name)
+        assert image.ndim == 3 and image.shape[0] > 100
+    assert any(r.status == "wrong" for r in results)
+    assert "speedup" in capsys.readouterr().out
+
+
+def test_cli_compare_exit_code_flags_wrong_results(tmp_path, wrong_backend, monkeypatch):
+    monkeypatch.setattr("convsuite.bench.compare.measure_cpu_ceilings", lambda: FIXED)
+    argv = ["compare", "--backends", f"numpy,{wrong_backend}", "--repeat", "1", "--no-anchors", "--out", str(tmp_path)]
+    assert cli.main(argv) == 1
+    assert cli.main(["compare", "--backends", "numpy", "--repeat", "1", "--no-anchors", "--out", str(tmp_path)]) == 0
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["compare", "--workload", "nope"], "invalid choice: 'nope'"),
+        (["compare", "--repeat", "0"], "must be a positive integer"),
+        (["compare", "--backends", "numpy,gpu9000"], "comma-separated list of"),
+        (["compare", "--dtype", "int8"], "invalid choice: 'int8'"),
+    ],
+)
+def test_cli_rejects_bad_arguments(argv, fragment, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    assert fragment in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", workload_names())
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_every_workload_case_is_valid(name, device):
+    cases = get_workload(name, device)
+    assert cases
+    for case in cases:
+        x = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), case.x_shape, (0,) * len(case.x_shape))
+        w = np.zeros(case.w_shape, np.float32)
+        spec = cs.explain(x, w, **case.keywords).spec  # validates without allocating x
+        assert spec.macs > 0
+
+
+def test_workload_presets_follow_the_seed_file():
+    fa19 = get_workload("ece408-fa19", "cpu")
+    assert [c.x_shape for c in fa19] == [(1000, 1, 48, 48), (1000, 12, 22, 22)]
+    assert get_workload("ece408-fa19", "gpu")[0].x_shape[0] == 10000
+    assert max(c.x_shape[0] for c in get_workload("conv1d-signal", "cpu")) == 10**7
+    assert max(c.x_shape[0] for c in get_workload("conv1d-signal", "gpu")) == 10**9
+    assert {c.direction for c in get_workload("cnn-train-3x3", "cpu")} == {"forward", "backward"}
+    assert sum(c.groups > 1 for c in get_workload("mobilenetv2")) == 3
+    with pytest.raises(ValueError, match="`workload` must be one of"):
+        get_workload("nope")
