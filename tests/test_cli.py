@@ -17,13 +17,7 @@ def test_info_lists_backends_and_machine(capsys):
         assert fragment in out
 
 
-def test_demo_runs_every_available_backend(capsys):
-    assert cli.main(["demo", "--repeat", "1"]) == 0
-    out = capsys.readouterr().out
-    assert "numpy" in out and "ok" in out and "FAIL" not in out
-
-
-@pytest.mark.parametrize("argv", [[], ["nonsense"], ["demo", "--repeat", "0"], ["demo", "--repeat", "x"]])
+@pytest.mark.parametrize("argv", [[], ["nonsense"], ["compare", "--repeat", "x"], ["info", "--bogus"]])
 def test_bad_arguments_exit_with_usage(argv, capsys):
     with pytest.raises(SystemExit) as info:
         cli.main(argv)
