@@ -12,7 +12,7 @@ from . import _buffers
 from ._instrument import kernel_section
 from ._registry import select
 from ._spec import ConvSpec
-from ._validation import PreparedCall, as_real_array, prepare_backward, prepare_forward
+from ._validation import PreparedCall, as_real_array, check_memory, prepare_backward, prepare_forward
 
 __all__ = ["conv1d", "conv2d", "conv1d_backward", "conv2d_backward", "explain", "Explanation"]
 
@@ -22,10 +22,22 @@ def _check_algorithm_type(algorithm: Any) -> None:
         raise TypeError(f"`algorithm` must be a string such as 'auto'; got {algorithm!r}")
 
 
+def _backend_xp(device: str):
+    """numpy for CPU backends, cupy (importable whenever the backend is) for GPU ones."""
+    if device == "gpu":
+        import cupy
+
+        return cupy
+    return np
+
+
 def _to_backend_device(call: PreparedCall, device: str, *arrays):
-    """Move operands to where the backend computes (CuPy input on a CPU backend)."""
+    """Move operands to where the backend computes: arrays in = arrays out."""
     if device == "cpu" and call.xp is not np:
         return tuple(None if a is None else a.get() for a in arrays)
+    if device == "gpu" and call.xp is np:
+        xp = _backend_xp(device)
+        return tuple(None if a is None else xp.asarray(a) for a in arrays)
     return arrays
 
 
@@ -33,7 +45,18 @@ def _to_caller(call: PreparedCall, array):
     """Return results where the inputs came from: arrays in = arrays out."""
     if call.xp is not np and isinstance(array, np.ndarray):
         array = sys.modules["cupy"].asarray(array)
+    elif call.xp is np and not isinstance(array, np.ndarray):
+        array = array.get()  # a GPU backend ran on NumPy input
     return array
+
+
+def _allocate(backend, shapes, dtype):
+    """Output buffers on the backend's device, refused up front if they cannot fit."""
+    xp = _backend_xp(backend.device)
+    limit = getattr(backend, "memory_limit", lambda: None)()
+    nbytes = sum(int(np.prod(shape, dtype=object)) for shape in shapes) * np.dtype(dtype).itemsize
+    check_memory(nbytes, f"outputs of shapes {list(shapes)}", device=backend.device, limit=limit)
+    return [_buffers.empty(shape, dtype, xp) for shape in shapes]
 
 
 def _forward(op, ndim, x, w, bias, stride, padding, dilation, groups, backend, algorithm):
@@ -41,9 +64,8 @@ def _forward(op, ndim, x, w, bias, stride, padding, dilation, groups, backend, a
     call = prepare_forward(op, ndim, x, w, bias, stride, padding, dilation, groups)
     chosen = select(call.spec, backend, algorithm, "forward")
     xb, wb, bb = _to_backend_device(call, chosen.backend.device, call.x, call.w, call.bias)
-    xp = np if isinstance(xb, np.ndarray) else call.xp
-    out = _buffers.empty(call.spec.y_shape, call.spec.dtype, xp)
-    with kernel_section():
+    (out,) = _allocate(chosen.backend, [call.spec.y_shape], call.spec.dtype)
+    with kernel_section(chosen.backend.device):
         chosen.backend.forward(call.spec, xb, wb, bb, out, chosen.algorithm)
     return _to_caller(call, call.to_user(out))
 
@@ -54,11 +76,9 @@ def _backward(op, ndim, grad_y, x, w, stride, padding, dilation, groups, backend
     spec = call.spec
     chosen = select(spec, backend, algorithm, "backward")
     gyb, xb, wb = _to_backend_device(call, chosen.backend.device, grad_y, call.x, call.w)
-    xp = np if isinstance(xb, np.ndarray) else call.xp
-    grad_x = _buffers.empty(spec.x_shape, spec.dtype, xp)
-    grad_w = _buffers.empty(spec.w_shape, spec.dtype, xp)
-    grad_b = _buffers.empty((spec.out_channels,), spec.dtype, xp)
-    with kernel_section():
+    shapes = [spec.x_shape, spec.w_shape, (spec.out_channels,)]
+    grad_x, grad_w, grad_b = _allocate(chosen.backend, shapes, spec.dtype)
+    with kernel_section(chosen.backend.device):
         chosen.backend.backward(spec, gyb, xb, wb, grad_x, grad_w, grad_b, chosen.algorithm)
     # grad_x takes the caller's layout of x; a plain-signal weight gets back (K,).
     grad_w_user = grad_w.reshape(spec.kernel_size) if call.layout == "signal" else grad_w

@@ -32,20 +32,26 @@ def record_kernel_times() -> Iterator[list[float]]:
 
 
 @contextmanager
-def kernel_section(synchronize=None) -> Iterator[None]:
+def kernel_section(device: str = "cpu") -> Iterator[None]:
     """Time the enclosed backend call if a recorder is open.
 
-    ``synchronize`` (a callable) is called before reading the clock at both
-    ends, so asynchronous device work is inside the window.
+    On a GPU the window is a pair of CUDA events on the current stream,
+    synchronised at its end, so it covers the device work, not just the launch.
     """
     times = _RECORDER.get()
     if times is None:
         yield
         return
-    if synchronize is not None:
-        synchronize()
-    start = time.perf_counter()
+    if device == "gpu":
+        import cupy
+
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        yield
+        end.record()
+        end.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
+        return
+    start_s = time.perf_counter()
     yield
-    if synchronize is not None:
-        synchronize()
-    times.append(time.perf_counter() - start)
+    times.append(time.perf_counter() - start_s)

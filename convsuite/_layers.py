@@ -8,7 +8,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from . import _api
-from ._registry import _check_name
+from ._arrays import is_cupy_array
+from ._registry import _check_name, get_backend
 from ._validation import as_int_tuple, parse_padding, positive_int
 
 __all__ = ["Conv1D", "Conv2D"]
@@ -69,6 +70,12 @@ class _ConvLayer:
         shape = (self.out_channels, self.in_channels // self.groups, *self.kernel_size)
         self.weight = rng.uniform(-bound, bound, size=shape).astype(dtype)
         self.bias = rng.uniform(-bound, bound, size=self.out_channels).astype(dtype) if bias else None
+        if backend is not None and get_backend(backend).device == "gpu" and get_backend(backend).available() is True:
+            # A GPU layer keeps its weights on the device: no copy per call.
+            import cupy
+
+            self.weight = cupy.asarray(self.weight)
+            self.bias = None if self.bias is None else cupy.asarray(self.bias)
 
     def _keywords(self) -> dict[str, Any]:
         return dict(
@@ -79,10 +86,23 @@ class _ConvLayer:
             backend=self.backend,
         )
 
+    def _on_weight_device(self, *arrays):
+        """Inputs moved to where the weights live, and a function to bring results back."""
+        if is_cupy_array(self.weight) and not any(is_cupy_array(a) for a in arrays):
+            import cupy
+
+            return [cupy.asarray(a) for a in arrays], lambda r: r.get()
+        return list(arrays), lambda r: r
+
     def __call__(self, x):
-        """Apply the layer to ``x`` of shape ``(B, C, ...)`` (or ``(C, ...)``)."""
+        """Apply the layer to ``x`` of shape ``(B, C, ...)`` (or ``(C, ...)``).
+
+        NumPy input gives NumPy output and CuPy input CuPy output, wherever the
+        weights live.
+        """
         forward = _api.conv1d if self._ndim == 1 else _api.conv2d
-        return forward(x, self.weight, self.bias, **self._keywords())
+        (x,), back = self._on_weight_device(x)
+        return back(forward(x, self.weight, self.bias, **self._keywords()))
 
     def backward(self, grad_y, x):
         """Gradients ``(grad_x, grad_w, grad_b)`` for output gradient ``grad_y`` at input ``x``.
@@ -90,7 +110,8 @@ class _ConvLayer:
         ``grad_b`` is None when the layer has no bias.
         """
         backward = _api.conv1d_backward if self._ndim == 1 else _api.conv2d_backward
-        grad_x, grad_w, grad_b = backward(grad_y, x, self.weight, **self._keywords())
+        (grad_y, x), back = self._on_weight_device(grad_y, x)
+        grad_x, grad_w, grad_b = (back(g) for g in backward(grad_y, x, self.weight, **self._keywords()))
         return grad_x, grad_w, (grad_b if self.bias is not None else None)
 
     def __repr__(self) -> str:

@@ -44,6 +44,7 @@ ENV_VAR = "CONVSUITE_BACKEND"
 
 # name -> "module:Class"; loaded on first use. Order here is display order only.
 _BUILTIN_BACKENDS = {
+    "cupy": "convsuite.backends.cupy_backend:CupyBackend",
     "numba": "convsuite.backends.numba_backend:NumbaBackend",
     "cython": "convsuite.backends.cython_backend:CythonBackend",
     "numpy": "convsuite.backends.numpy_backend:NumpyBackend",

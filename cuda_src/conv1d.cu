@@ -1,0 +1,190 @@
+// 1-D convolution kernels: the strategies of the 1-D CUDA report, generalised
+// to batches, channels, groups, stride, dilation and padding.
+//   x (B, C, W), w (M, Cg, K), y (B, M, Wo); one row = one (b, m) pair.
+#include "common.cuh"
+
+#define CONV1D_PARAMS int B, int C, int W, int M, int Cg, int K, int Wo, int s, int d, int p
+
+// naive: one thread per output, inputs and weights from global memory.
+template <typename T>
+__global__ void conv1d_naive(const T* __restrict__ x, const T* __restrict__ w,
+                             const T* __restrict__ bias, T* __restrict__ y, CONV1D_PARAMS) {
+    const i64 total = (i64)B * M * Wo;
+    const int Mg = M / (C / Cg);
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
+        const int o = (int)(i % Wo);
+        const i64 row = i / Wo;
+        const int m = (int)(row % M);
+        const i64 b = row / M;
+        const int c0 = (m / Mg) * Cg;
+        T acc = bias[m];
+        for (int c = 0; c < Cg; ++c) {
+            const T* xr = x + (b * C + c0 + c) * (i64)W;
+            const T* wr = w + ((i64)m * Cg + c) * K;
+            for (int k = 0; k < K; ++k) {
+                const int ix = o * s + k * d - p;
+                if (ix >= 0 && ix < W) acc += xr[ix] * wr[k];
+            }
+        }
+        y[i] = acc;
+    }
+}
+
+// const_mask: as naive, the mask (all weights) read from constant memory,
+// which broadcasts one value to every thread of a warp in one transaction.
+template <typename T>
+__global__ void conv1d_const_mask(const T* __restrict__ x, const T* __restrict__ bias, T* __restrict__ y,
+                                  CONV1D_PARAMS) {
+    const T* w = const_weights<T>();
+    const i64 total = (i64)B * M * Wo;
+    const int Mg = M / (C / Cg);
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
+        const int o = (int)(i % Wo);
+        const i64 row = i / Wo;
+        const int m = (int)(row % M);
+        const i64 b = row / M;
+        const int c0 = (m / Mg) * Cg;
+        T acc = bias[m];
+        for (int c = 0; c < Cg; ++c) {
+            const T* xr = x + (b * C + c0 + c) * (i64)W;
+            const int wo = (m * Cg + c) * K;
+            for (int k = 0; k < K; ++k) {
+                const int ix = o * s + k * d - p;
+                if (ix >= 0 && ix < W) acc += xr[ix] * w[wo + k];
+            }
+        }
+        y[i] = acc;
+    }
+}
+
+// tiled_halo (strategy 1): a block owns blockDim.x consecutive outputs of one
+// row and loads the inputs they read -- its tile plus the halo cells on both
+// sides -- into shared memory, zeros where the halo falls in the padding.
+// grid.x = tile of the row (a long signal has millions), grid.y = row (b, m).
+template <typename T>
+__global__ void conv1d_tiled_halo(const T* __restrict__ x, const T* __restrict__ w,
+                                  const T* __restrict__ bias, T* __restrict__ y, CONV1D_PARAMS) {
+    extern __shared__ unsigned char smem_raw[];
+    T* tile = reinterpret_cast<T*>(smem_raw);
+    const i64 row = blockIdx.y;
+    const int m = (int)(row % M);
+    const i64 b = row / M;
+    const int c0 = (m / (M / (C / Cg))) * Cg;
+    const int o0 = blockIdx.x * blockDim.x;
+    const int o = o0 + threadIdx.x;
+    const int base = o0 * s - p;                      // input index of tile[0]
+    const int span = (blockDim.x - 1) * s + (K - 1) * d + 1;
+    T acc = bias[m];
+    for (int c = 0; c < Cg; ++c) {
+        const T* xr = x + (b * C + c0 + c) * (i64)W;
+        for (int j = threadIdx.x; j < span; j += blockDim.x) {
+            const int ix = base + j;
+            tile[j] = (ix >= 0 && ix < W) ? xr[ix] : T(0);
+        }
+        __syncthreads();
+        const T* wr = w + ((i64)m * Cg + c) * K;
+        for (int k = 0; k < K; ++k) acc += tile[threadIdx.x * s + k * d] * wr[k];
+        __syncthreads();
+    }
+    if (o < Wo) y[row * Wo + o] = acc;
+}
+
+// tiled_cached_halo (strategy 2): shared memory holds only the block's own
+// tile of inputs; halo cells are read straight from global memory, where the
+// neighbouring block's loads have usually left them in L1/L2.
+template <typename T>
+__global__ void conv1d_tiled_cached_halo(const T* __restrict__ x, const T* __restrict__ w,
+                                         const T* __restrict__ bias, T* __restrict__ y, CONV1D_PARAMS) {
+    extern __shared__ unsigned char smem_raw[];
+    T* tile = reinterpret_cast<T*>(smem_raw);
+    const i64 row = blockIdx.y;
+    const int m = (int)(row % M);
+    const i64 b = row / M;
+    const int c0 = (m / (M / (C / Cg))) * Cg;
+    const int o0 = blockIdx.x * blockDim.x;
+    const int o = o0 + threadIdx.x;
+    const int base = o0 * s;                          // first input of the tile (unpadded index + p)
+    const int len = blockDim.x * s;                   // inputs the tile's own outputs start on
+    T acc = bias[m];
+    for (int c = 0; c < Cg; ++c) {
+        const T* xr = x + (b * C + c0 + c) * (i64)W;
+        for (int j = threadIdx.x; j < len; j += blockDim.x) {
+            const int ix = base + j - p;
+            tile[j] = (ix >= 0 && ix < W) ? xr[ix] : T(0);
+        }
+        __syncthreads();
+        const T* wr = w + ((i64)m * Cg + c) * K;
+        for (int k = 0; k < K; ++k) {
+            const int j = threadIdx.x * s + k * d;      // position relative to the tile
+            const int ix = base + j - p;
+            T v;
+            if (j < len) v = tile[j];
+            else v = (ix >= 0 && ix < W) ? xr[ix] : T(0);   // halo: through the cache
+            acc += v * wr[k];
+        }
+        __syncthreads();
+    }
+    if (o < Wo) y[row * Wo + o] = acc;
+}
+
+// blocked: the fast 1-D kernel (stride 1, any dilation). Each thread computes
+// V consecutive outputs from a shared-memory tile. With dilation 1 it keeps a
+// sliding window of V inputs in registers, so each tap costs one shared load
+// per thread for V FMAs (instead of V loads). V is odd, so the 32 lanes of a
+// warp, reading tile[lane * V + j], hit 32 different banks. The mask of the
+// row sits in shared memory too.
+#define BLOCKED_V 9
+template <typename T>
+__global__ void conv1d_blocked(const T* __restrict__ x, const T* __restrict__ w,
+                               const T* __restrict__ bias, T* __restrict__ y, CONV1D_PARAMS) {
+    extern __shared__ unsigned char smem_raw[];
+    const int tile_out = blockDim.x * BLOCKED_V;
+    const int span = tile_out + (K - 1) * d;
+    T* tile = reinterpret_cast<T*>(smem_raw);
+    T* mask = tile + span;
+    const i64 row = blockIdx.y;
+    const int m = (int)(row % M);
+    const i64 b = row / M;
+    const int c0 = (m / (M / (C / Cg))) * Cg;
+    const i64 o0 = (i64)blockIdx.x * tile_out;
+    const i64 base = o0 - p;                          // input index of tile[0]
+    T acc[BLOCKED_V];
+#pragma unroll
+    for (int j = 0; j < BLOCKED_V; ++j) acc[j] = bias[m];
+    const int t0 = threadIdx.x * BLOCKED_V;
+    for (int c = 0; c < Cg; ++c) {
+        const T* xr = x + (b * C + c0 + c) * (i64)W;
+        for (int j = threadIdx.x; j < span; j += blockDim.x) {
+            const i64 ix = base + j;
+            tile[j] = (ix >= 0 && ix < W) ? xr[ix] : T(0);
+        }
+        for (int k = threadIdx.x; k < K; k += blockDim.x) mask[k] = w[((i64)m * Cg + c) * K + k];
+        __syncthreads();
+        if (d == 1) {
+            T win[BLOCKED_V];
+#pragma unroll
+            for (int j = 0; j < BLOCKED_V; ++j) win[j] = tile[t0 + j];
+            for (int k = 0; k < K; ++k) {
+                const T wk = mask[k];
+#pragma unroll
+                for (int j = 0; j < BLOCKED_V; ++j) acc[j] += wk * win[j];
+#pragma unroll
+                for (int j = 0; j < BLOCKED_V - 1; ++j) win[j] = win[j + 1];
+                if (k + 1 < K) win[BLOCKED_V - 1] = tile[t0 + BLOCKED_V + k];  // index < tile_out + K - 1 = span
+            }
+        } else {
+            for (int k = 0; k < K; ++k) {
+                const T wk = mask[k];
+#pragma unroll
+                for (int j = 0; j < BLOCKED_V; ++j) acc[j] += wk * tile[t0 + j + k * d];
+            }
+        }
+        __syncthreads();
+    }
+    T* yr = y + row * (i64)Wo;
+#pragma unroll
+    for (int j = 0; j < BLOCKED_V; ++j) {
+        const i64 o = o0 + t0 + j;
+        if (o < Wo) yr[o] = acc[j];
+    }
+}

@@ -1,0 +1,196 @@
+// 2-D convolution kernels of the direct family (1-D problems run as H = 1):
+// direct, const_weights, tiled_shared, depthwise, register_tiled.
+#include "common.cuh"
+
+// direct: one thread per output, grid-stride over all B*M*Ho*Wo outputs.
+template <typename T>
+__global__ void conv2d_direct(const T* __restrict__ x, const T* __restrict__ w,
+                              const T* __restrict__ bias, T* __restrict__ y, CONV_PARAMS) {
+    const i64 total = (i64)B * M * Ho * Wo;
+    const int Mg = M / (C / Cg);
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
+        const int ow = (int)(i % Wo);
+        i64 t = i / Wo;
+        const int oh = (int)(t % Ho);
+        t /= Ho;
+        const int m = (int)(t % M);
+        const i64 b = t / M;
+        const int c0 = (m / Mg) * Cg;
+        T acc = bias[m];
+        for (int c = 0; c < Cg; ++c) {
+            const T* xc = x + (b * C + c0 + c) * (i64)H * W;
+            const T* wc = w + ((i64)m * Cg + c) * KH * KW;
+            for (int p = 0; p < KH; ++p) {
+                const int ih = oh * sh + p * dh - ph;
+                if (ih < 0 || ih >= H) continue;
+                for (int q = 0; q < KW; ++q) {
+                    const int iw = ow * sw + q * dw - pw;
+                    if (iw >= 0 && iw < W) acc += xc[(i64)ih * W + iw] * wc[p * KW + q];
+                }
+            }
+        }
+        y[i] = acc;
+    }
+}
+
+// const_weights: as direct, with every weight in constant memory (<= 64 KiB).
+template <typename T>
+__global__ void conv2d_const_weights(const T* __restrict__ x, const T* __restrict__ bias,
+                                     T* __restrict__ y, CONV_PARAMS) {
+    const T* w = const_weights<T>();
+    const i64 total = (i64)B * M * Ho * Wo;
+    const int Mg = M / (C / Cg);
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
+        const int ow = (int)(i % Wo);
+        i64 t = i / Wo;
+        const int oh = (int)(t % Ho);
+        t /= Ho;
+        const int m = (int)(t % M);
+        const i64 b = t / M;
+        const int c0 = (m / Mg) * Cg;
+        T acc = bias[m];
+        for (int c = 0; c < Cg; ++c) {
+            const T* xc = x + (b * C + c0 + c) * (i64)H * W;
+            const int wo = (m * Cg + c) * KH * KW;
+            for (int p = 0; p < KH; ++p) {
+                const int ih = oh * sh + p * dh - ph;
+                if (ih < 0 || ih >= H) continue;
+                for (int q = 0; q < KW; ++q) {
+                    const int iw = ow * sw + q * dw - pw;
+                    if (iw >= 0 && iw < W) acc += xc[(i64)ih * W + iw] * w[wo + p * KW + q];
+                }
+            }
+        }
+        y[i] = acc;
+    }
+}
+
+// Input patch a (TH x TW) output tile reads, per channel: shared by the tiled kernels.
+template <typename T>
+__device__ __forceinline__ void load_patch(T* patch, const T* __restrict__ xc, int H, int W, int ih0, int iw0,
+                                           int span_h, int span_w) {
+    const int n = span_h * span_w;
+    for (int j = threadIdx.y * blockDim.x + threadIdx.x; j < n; j += blockDim.x * blockDim.y) {
+        const int r = j / span_w, q = j % span_w;
+        const int ih = ih0 + r, iw = iw0 + q;
+        patch[j] = (ih >= 0 && ih < H && iw >= 0 && iw < W) ? xc[(i64)ih * W + iw] : T(0);
+    }
+}
+
+// tiled_shared: a (blockDim.y x blockDim.x) tile of outputs of one (b, m)
+// plane; for each input channel the block loads the input patch the tile
+// reads (tile plus halo, zeros in the padding) into shared memory once, and
+// every thread reads its window from there.
+// grid.x = b * M + m, grid.y = tile index within the plane.
+template <typename T>
+__global__ void conv2d_tiled_shared(const T* __restrict__ x, const T* __restrict__ w,
+                                    const T* __restrict__ bias, T* __restrict__ y, CONV_PARAMS) {
+    extern __shared__ unsigned char smem_raw[];
+    T* patch = reinterpret_cast<T*>(smem_raw);
+    const i64 plane = blockIdx.x;
+    const int m = (int)(plane % M);
+    const i64 b = plane / M;
+    const int c0 = (m / (M / (C / Cg))) * Cg;
+    const int tiles_w = (Wo + blockDim.x - 1) / blockDim.x;
+    const int oh0 = (blockIdx.y / tiles_w) * blockDim.y, ow0 = (blockIdx.y % tiles_w) * blockDim.x;
+    const int oh = oh0 + threadIdx.y, ow = ow0 + threadIdx.x;
+    const int span_h = (blockDim.y - 1) * sh + (KH - 1) * dh + 1;
+    const int span_w = (blockDim.x - 1) * sw + (KW - 1) * dw + 1;
+    T acc = bias[m];
+    for (int c = 0; c < Cg; ++c) {
+        load_patch(patch, x + (b * C + c0 + c) * (i64)H * W, H, W, oh0 * sh - ph, ow0 * sw - pw, span_h, span_w);
+        __syncthreads();
+        const T* wc = w + ((i64)m * Cg + c) * KH * KW;
+        for (int p = 0; p < KH; ++p)
+            for (int q = 0; q < KW; ++q)
+                acc += patch[(threadIdx.y * sh + p * dh) * span_w + threadIdx.x * sw + q * dw] * wc[p * KW + q];
+        __syncthreads();
+    }
+    if (oh < Ho && ow < Wo) y[plane * Ho * Wo + (i64)oh * Wo + ow] = acc;
+}
+
+// depthwise: groups == C (one input channel per group), any channel
+// multiplier Mg = M / C. A block loads one input plane's patch once and
+// computes all Mg output channels that read it: every input byte is fetched
+// from memory once, which is what this memory-bound layer needs.
+// grid.x = b * C + c, grid.y = tile index within the output plane.
+template <typename T>
+__global__ void conv2d_depthwise(const T* __restrict__ x, const T* __restrict__ w,
+                                 const T* __restrict__ bias, T* __restrict__ y, CONV_PARAMS) {
+    extern __shared__ unsigned char smem_raw[];
+    T* patch = reinterpret_cast<T*>(smem_raw);
+    const i64 plane = blockIdx.x;
+    const int c = (int)(plane % C);
+    const i64 b = plane / C;
+    const int Mg = M / C;
+    const int tiles_w = (Wo + blockDim.x - 1) / blockDim.x;
+    const int oh0 = (blockIdx.y / tiles_w) * blockDim.y, ow0 = (blockIdx.y % tiles_w) * blockDim.x;
+    const int oh = oh0 + threadIdx.y, ow = ow0 + threadIdx.x;
+    const int span_h = (blockDim.y - 1) * sh + (KH - 1) * dh + 1;
+    const int span_w = (blockDim.x - 1) * sw + (KW - 1) * dw + 1;
+    load_patch(patch, x + plane * (i64)H * W, H, W, oh0 * sh - ph, ow0 * sw - pw, span_h, span_w);
+    __syncthreads();
+    if (oh >= Ho || ow >= Wo) return;
+    const T* win = patch + (threadIdx.y * sh) * span_w + threadIdx.x * sw;
+    for (int j = 0; j < Mg; ++j) {
+        const int m = c * Mg + j;
+        const T* wm = w + (i64)m * KH * KW;
+        T acc = bias[m];
+        for (int p = 0; p < KH; ++p)
+            for (int q = 0; q < KW; ++q) acc += win[p * dh * span_w + q * dw] * wm[p * KW + q];
+        y[((b * M + m) * Ho + oh) * (i64)Wo + ow] = acc;
+    }
+}
+
+// register_tiled: joint shared-memory and register tiling for layers with a
+// short reduction and few output channels (ECE408 conv1: C = 1, M = 4..12).
+// A block owns a spatial tile of one (b, group) and MT output channels; the
+// input patch and the MT weight filters sit in shared memory, and each thread
+// keeps MT accumulators in registers, so every input value it reads from
+// shared memory feeds MT FMAs. grid.x = b * groups + g, grid.y = tile,
+// grid.z = block of MT channels within the group.
+template <typename T, int MT>
+__global__ void conv2d_register_tiled(const T* __restrict__ x, const T* __restrict__ w,
+                                      const T* __restrict__ bias, T* __restrict__ y, CONV_PARAMS) {
+    extern __shared__ unsigned char smem_raw[];
+    const int G = C / Cg, Mg = M / G;
+    const int span_h = (blockDim.y - 1) * sh + (KH - 1) * dh + 1;
+    const int span_w = (blockDim.x - 1) * sw + (KW - 1) * dw + 1;
+    const int KK = KH * KW;
+    T* wsh = reinterpret_cast<T*>(smem_raw);        // [MT][KK] for the current channel
+    T* patch = wsh + MT * KK;                        // [span_h][span_w]
+    const i64 bg = blockIdx.x;
+    const int g = (int)(bg % G);
+    const i64 b = bg / G;
+    const int m0 = g * Mg + blockIdx.z * MT;
+    const int nm = min(MT, g * Mg + Mg - m0);
+    const int tiles_w = (Wo + blockDim.x - 1) / blockDim.x;
+    const int oh0 = (blockIdx.y / tiles_w) * blockDim.y, ow0 = (blockIdx.y % tiles_w) * blockDim.x;
+    const int oh = oh0 + threadIdx.y, ow = ow0 + threadIdx.x;
+    const int tid = threadIdx.y * blockDim.x + threadIdx.x, nthreads = blockDim.x * blockDim.y;
+    T acc[MT];
+#pragma unroll
+    for (int j = 0; j < MT; ++j) acc[j] = (j < nm) ? bias[m0 + j] : T(0);
+    for (int c = 0; c < Cg; ++c) {
+        for (int j = tid; j < MT * KK; j += nthreads) {
+            const int mj = j / KK;
+            wsh[j] = (mj < nm) ? w[((i64)(m0 + mj) * Cg + c) * KK + j % KK] : T(0);
+        }
+        load_patch(patch, x + (b * C + g * Cg + c) * (i64)H * W, H, W, oh0 * sh - ph, ow0 * sw - pw, span_h, span_w);
+        __syncthreads();
+        const T* win = patch + (threadIdx.y * sh) * span_w + threadIdx.x * sw;
+        for (int p = 0; p < KH; ++p) {
+            for (int q = 0; q < KW; ++q) {
+                const T v = win[p * dh * span_w + q * dw];
+                const T* wp = wsh + p * KW + q;
+#pragma unroll
+                for (int j = 0; j < MT; ++j) acc[j] += v * wp[j * KK];   // same address for the warp: a broadcast
+            }
+        }
+        __syncthreads();
+    }
+    if (oh >= Ho || ow >= Wo) return;
+#pragma unroll
+    for (int j = 0; j < MT; ++j)
+        if (j < nm) y[((b * M + m0 + j) * Ho + oh) * (i64)Wo + ow] = acc[j];
+}

@@ -1,0 +1,176 @@
+"""GPU-only tests of the cupy backend: run on a GPU machine with `pytest -m gpu`.
+
+Without cupy or a CUDA device every test here is skipped with that reason;
+the cross-backend suite covers `cupy` automatically where it is available.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+
+import convsuite as cs
+from convsuite.backends.cupy_backend import ALGORITHMS, ONE_D_ALGORITHMS
+from convsuite.testing import assert_within, forward_tolerance, reference_forward
+
+from .cases import cases
+from .test_agreement import _spec
+
+INFO = {b.name: b for b in cs.list_backends()}["cupy"]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not INFO.available, reason=f"cupy backend unavailable: {INFO.reason}"),
+]
+
+
+def _cupy():
+    import cupy
+
+    return cupy
+
+
+def _can_run(spec, algorithm):
+    return cs._registry.get_backend("cupy").can_run(spec, algorithm, "forward")
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_every_algorithm_matches_reference(algorithm):
+    ndims = (1,) if algorithm in ONE_D_ALGORITHMS else (1, 2)
+    ran = []
+
+    @settings(max_examples=40)
+    @given(case=cases(1) | cases(2))
+    def run(case):
+        assume(case.ndim in ndims)
+        x, w, b = case.arrays()
+        spec = _spec(case, x, w, b)
+        assume(_can_run(spec, algorithm) is True)
+        fn = cs.conv1d if case.ndim == 1 else cs.conv2d
+        with cs.testing.poisoned_outputs():
+            y = fn(x, w, b, backend="cupy", algorithm=algorithm, **case.keywords)
+        assert isinstance(y, np.ndarray) and y.dtype == case.dtype
+        assert_within(np.reshape(y, spec.y_shape), reference_forward(spec, x, w, b), forward_tolerance(spec, x, w, b), algorithm)
+        ran.append(1)
+
+    run()
+    assert ran, f"no random case could run {algorithm!r}"
+
+
+@pytest.mark.parametrize("algorithm", ["direct", "fused_gemm", "im2col_gemm", "register_tiled", "tiled_shared"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_seed_like_layers(algorithm, dtype):
+    rng = np.random.default_rng(0)
+    for (B, C, M, H, K, stride, padding, groups) in [
+        (3, 1, 12, 48, 5, 1, 0, 1),
+        (2, 4, 16, 40, 7, 1, 0, 1),
+        (2, 12, 24, 22, 5, 1, "same", 1),
+        (2, 8, 8, 17, 3, 2, "same", 2),
+    ]:
+        x = rng.standard_normal((B, C, H, H)).astype(dtype)
+        w = rng.standard_normal((M, C // groups, K, K)).astype(dtype)
+        bias = rng.standard_normal(M).astype(dtype)
+        kw = dict(stride=stride, padding=padding, groups=groups)
+        spec = cs.explain(x, w, bias, **kw).spec
+        if _can_run(spec, algorithm) is not True:
+            continue
+        y = cs.conv2d(x, w, bias, backend="cupy", algorithm=algorithm, **kw)
+        assert_within(y, reference_forward(spec, x, w, bias), forward_tolerance(spec, x, w, bias), algorithm)
+
+
+def test_arrays_in_arrays_out():
+    cp = _cupy()
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 3, 10, 10), dtype=np.float32)
+    w = rng.standard_normal((4, 3, 3, 3), dtype=np.float32)
+    y_np = cs.conv2d(x, w, backend="cupy")
+    assert isinstance(y_np, np.ndarray)
+    y_cp = cs.conv2d(cp.asarray(x), cp.asarray(w), backend="cupy")
+    assert isinstance(y_cp, cp.ndarray) and y_cp.device.id == cp.cuda.Device().id
+    np.testing.assert_allclose(y_cp.get(), y_np, rtol=1e-6, atol=1e-6)
+    # CuPy input on a CPU backend comes back as CuPy too.
+    assert isinstance(cs.conv2d(cp.asarray(x), cp.asarray(w), backend="numpy"), cp.ndarray)
+    gx, gw, gb = cs.conv2d_backward(cp.asarray(y_np), cp.asarray(x), cp.asarray(w), backend="cupy")
+    assert all(isinstance(g, cp.ndarray) for g in (gx, gw, gb))
+    with pytest.raises(TypeError, match="all be NumPy arrays or all be CuPy"):
+        cs.conv2d(cp.asarray(x), w, backend="cupy")
+
+
+def test_layer_keeps_weights_on_device():
+    cp = _cupy()
+    layer = cs.Conv2D(3, 8, 3, padding=1, backend="cupy", seed=0)
+    assert isinstance(layer.weight, cp.ndarray) and isinstance(layer.bias, cp.ndarray)
+    x = np.random.default_rng(2).standard_normal((2, 3, 9, 9), dtype=np.float32)
+    y = layer(x)
+    assert isinstance(y, np.ndarray)
+    expected = cs.conv2d(x, layer.weight.get(), layer.bias.get(), padding=1, backend="numpy")
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+    assert isinstance(layer(cp.asarray(x)), cp.ndarray)
+    gx, gw, gb = layer.backward(np.ones_like(y), x)
+    assert isinstance(gx, np.ndarray) and gw.shape == layer.weight.shape
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_backward_matches_reference(dtype):
+    from convsuite.testing import backward_tolerances, reference_backward
+
+    rng = np.random.default_rng(3)
+    for kw, x_shape, w_shape in [
+        (dict(padding=1), (2, 4, 9, 9), (6, 4, 3, 3)),
+        (dict(stride=2, padding="same", groups=2, dilation=2), (2, 4, 11, 10), (6, 2, 3, 2)),
+        (dict(padding="full"), (3, 2, 30), (5, 2, 4)),
+    ]:
+        x = rng.standard_normal(x_shape).astype(dtype)
+        w = rng.standard_normal(w_shape).astype(dtype)
+        fwd, bwd = (cs.conv1d, cs.conv1d_backward) if x.ndim == 3 else (cs.conv2d, cs.conv2d_backward)
+        y = fwd(x, w, backend="numpy", **kw)
+        gy = rng.standard_normal(y.shape).astype(dtype)
+        spec = cs.explain(x, w, **kw).spec
+        got = bwd(gy, x, w, backend="cupy", **kw)
+        for name, g, ref, tol in zip("xwb", got, reference_backward(spec, gy, x, w), backward_tolerances(spec, gy, x, w)):
+            assert_within(np.reshape(g, ref.shape), ref, tol, f"grad_{name}")
+
+
+@pytest.mark.parametrize("algorithm", ["naive", "blocked", "direct"])
+def test_indexing_beyond_2_to_the_31(algorithm):
+    """An output of more than 2^31 elements: every index is computed in 64 bits."""
+    cp = _cupy()
+    n = 2**31 + 3 * 2**20
+    free, _ = cp.cuda.Device().mem_info
+    if free < 3 * 4 * n:
+        pytest.skip(f"needs {3 * 4 * n / 2**30:.0f} GiB of free GPU memory; {free / 2**30:.0f} GiB free")
+    x = cp.random.RandomState(0).standard_normal(n, dtype=cp.float32)
+    mask = cp.asarray([0.25, -1.0, 0.5], dtype=cp.float32)
+    y = cs.conv1d(x, mask, padding="same", backend="cupy", algorithm=algorithm)
+    assert y.shape == (n,)
+    length = 1000
+    for start in (1, 2**31 - 5, n - length - 1):
+        # y[i] = 0.25 x[i-1] - x[i] + 0.5 x[i+1]: a valid correlation of the neighbourhood.
+        xs = x[start - 1 : start + length + 1].get().astype(np.float64)
+        expected = np.correlate(xs, mask.get().astype(np.float64), mode="valid")
+        np.testing.assert_allclose(y[start : start + length].get(), expected, rtol=1e-5, atol=1e-5)
+    assert abs(float(y[n - 1]) - (0.25 * float(x[n - 2]) - float(x[n - 1]))) < 1e-5  # right halo is zero
+    del x, y
+    cp.get_default_memory_pool().free_all_blocks()
+
+
+def test_out_of_memory_is_a_clear_error():
+    cp = _cupy()
+    total = cs._registry.get_backend("cupy").memory_limit()
+    pad = total // 4 // 2 + 10  # an output of more than the device's memory
+    with pytest.raises(MemoryError, match="this gpu has"):
+        cs.conv1d(cp.ones(1000, cp.float32), cp.ones(3, cp.float32), padding=int(pad), backend="cupy")
+
+
+def test_auto_rule_is_explained():
+    cases_ = [
+        ((np.ones(10_000, np.float32), np.ones(7, np.float32)), dict(padding="same"), "blocked"),
+        ((np.ones((2, 16, 20, 20), np.float32), np.ones((16, 1, 3, 3), np.float32)), dict(groups=16), "depthwise"),
+        ((np.ones((2, 1, 48, 48), np.float32), np.ones((12, 1, 5, 5), np.float32)), {}, "register_tiled"),
+        ((np.ones((2, 64, 20, 20), np.float32), np.ones((64, 64, 3, 3), np.float32)), dict(padding=1), "im2col_gemm"),
+        ((np.ones((2, 12, 22, 22), np.float32), np.ones((24, 12, 3, 3), np.float32)), {}, "fused_gemm"),
+    ]
+    for args, kw, expected in cases_:
+        explanation = cs.explain(*args, backend="cupy", **kw)
+        assert explanation.algorithm == expected, str(explanation)
+        assert explanation.reason
