@@ -6,6 +6,8 @@ the cross-backend suite covers `cupy` automatically where it is available.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
@@ -131,25 +133,37 @@ def test_backward_matches_reference(dtype):
             assert_within(np.reshape(g, ref.shape), ref, tol, f"grad_{name}")
 
 
-@pytest.mark.parametrize("algorithm", ["naive", "blocked", "direct"])
-def test_indexing_beyond_2_to_the_31(algorithm):
-    """An output of more than 2^31 elements: every index is computed in 64 bits."""
+@pytest.mark.parametrize(
+    "algorithm, x_shape, w_shape",
+    [
+        ("naive", (1100, 1, 2_000_000), (1, 1, 3)),
+        ("blocked", (1100, 1, 2_000_000), (1, 1, 3)),
+        ("direct", (160, 1, 3700, 3700), (1, 1, 3, 3)),
+        ("register_tiled", (160, 1, 3700, 3700), (1, 1, 3, 3)),
+        ("fused_gemm", (160, 1, 3700, 3700), (1, 1, 3, 3)),
+    ],
+)
+def test_indexing_beyond_2_to_the_31(algorithm, x_shape, w_shape):
+    """Tensors of more than 2^31 elements: every linear index is computed in 64 bits.
+
+    (A single dimension of 2^31 or more is refused by can_run with a reason.)
+    """
     cp = _cupy()
-    n = 2**31 + 3 * 2**20
+    n = math.prod(x_shape)
+    assert n > 2**31
     free, _ = cp.cuda.Device().mem_info
     if free < 3 * 4 * n:
         pytest.skip(f"needs {3 * 4 * n / 2**30:.0f} GiB of free GPU memory; {free / 2**30:.0f} GiB free")
-    x = cp.random.RandomState(0).standard_normal(n, dtype=cp.float32)
-    mask = cp.asarray([0.25, -1.0, 0.5], dtype=cp.float32)
-    y = cs.conv1d(x, mask, padding="same", backend="cupy", algorithm=algorithm)
-    assert y.shape == (n,)
-    length = 1000
-    for start in (1, 2**31 - 5, n - length - 1):
-        # y[i] = 0.25 x[i-1] - x[i] + 0.5 x[i+1]: a valid correlation of the neighbourhood.
-        xs = x[start - 1 : start + length + 1].get().astype(np.float64)
-        expected = np.correlate(xs, mask.get().astype(np.float64), mode="valid")
-        np.testing.assert_allclose(y[start : start + length].get(), expected, rtol=1e-5, atol=1e-5)
-    assert abs(float(y[n - 1]) - (0.25 * float(x[n - 2]) - float(x[n - 1]))) < 1e-5  # right halo is zero
+    x = cp.random.RandomState(0).standard_normal(x_shape, dtype=cp.float32)
+    w = cp.random.RandomState(1).standard_normal(w_shape, dtype=cp.float32)
+    fn = cs.conv1d if len(x_shape) == 3 else cs.conv2d
+    y = fn(x, w, padding="same", backend="cupy", algorithm=algorithm)
+    assert y.shape == x.shape
+    # The last batch item lives entirely past element 2^31; check it (and the first).
+    for item in (x_shape[0] - 1, 0):
+        xs, ys = x[item : item + 1].get(), y[item : item + 1].get()
+        spec = cs.explain(xs, w.get(), padding="same").spec
+        assert_within(ys, reference_forward(spec, xs, w.get()), forward_tolerance(spec, xs, w.get()), algorithm)
     del x, y
     cp.get_default_memory_pool().free_all_blocks()
 
@@ -157,9 +171,20 @@ def test_indexing_beyond_2_to_the_31(algorithm):
 def test_out_of_memory_is_a_clear_error():
     cp = _cupy()
     total = cs._registry.get_backend("cupy").memory_limit()
-    pad = total // 4 // 2 + 10  # an output of more than the device's memory
+    batch = 40_000
+    pad = total // 4 // batch // 2 + 10  # an output larger than the device's memory
     with pytest.raises(MemoryError, match="this gpu has"):
-        cs.conv1d(cp.ones(1000, cp.float32), cp.ones(3, cp.float32), padding=int(pad), backend="cupy")
+        cs.conv1d(cp.ones((batch, 1, 1000), cp.float32), cp.ones((1, 1, 3), cp.float32), padding=int(pad), backend="cupy")
+
+
+def test_one_huge_dimension_is_refused_with_a_reason():
+    explanation_error = None
+    try:
+        cs.explain(np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), (2**31 + 8,), (0,)), np.ones(3, np.float32),
+                   backend="cupy")
+    except cs.UnsupportedCaseError as exc:
+        explanation_error = str(exc)
+    assert explanation_error and "2^31" in explanation_error
 
 
 def test_auto_rule_is_explained():
