@@ -79,7 +79,9 @@ class TestLayers:
         layer = cs.Conv1D(3, 4, 5, padding="same", stride=2, dtype="float64", seed=1, backend=backend)
         x = np.random.default_rng(0).standard_normal((2, 3, 17))
         y = layer(x)
-        expected = cs.conv1d(x, layer.weight, layer.bias, padding="same", stride=2, backend="numpy")
+        assert isinstance(y, np.ndarray)  # NumPy in, NumPy out, wherever the weights live
+        host = [p.get() if hasattr(p, "get") else p for p in (layer.weight, layer.bias)]  # a GPU layer's weights
+        expected = cs.conv1d(x, *host, padding="same", stride=2, backend="numpy")
         np.testing.assert_allclose(y, expected, rtol=1e-12, atol=1e-12)
         gx, gw, gb = layer.backward(np.ones_like(y), x)
         assert gx.shape == x.shape and gw.shape == layer.weight.shape and gb.shape == (4,)
