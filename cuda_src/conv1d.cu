@@ -6,14 +6,15 @@
 #define CONV1D_PARAMS int B, int C, int W, int M, int Cg, int K, int Wo, int s, int d, int p
 
 // naive: one thread per output, inputs and weights from global memory.
-template <typename T>
+template <typename T, typename I>
 __global__ void conv1d_naive(const T* __restrict__ x, const T* __restrict__ w,
                              const T* __restrict__ bias, T* __restrict__ y, CONV1D_PARAMS) {
-    const i64 total = (i64)B * M * Wo;
+    // I is int when every index fits in 31 bits (cheap division), long long otherwise.
+    const I total = (I)B * M * Wo;
     const int Mg = M / (C / Cg);
-    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
         const int o = (int)(i % Wo);
-        const i64 row = i / Wo;
+        const I row = i / Wo;
         const int m = (int)(row % M);
         const i64 b = row / M;
         const int c0 = (m / Mg) * Cg;
@@ -32,15 +33,16 @@ __global__ void conv1d_naive(const T* __restrict__ x, const T* __restrict__ w,
 
 // const_mask: as naive, the mask (all weights) read from constant memory,
 // which broadcasts one value to every thread of a warp in one transaction.
-template <typename T>
+template <typename T, typename I>
 __global__ void conv1d_const_mask(const T* __restrict__ x, const T* __restrict__ bias, T* __restrict__ y,
                                   CONV1D_PARAMS) {
     const T* w = const_weights<T>();
-    const i64 total = (i64)B * M * Wo;
+    // I is int when every index fits in 31 bits (cheap division), long long otherwise.
+    const I total = (I)B * M * Wo;
     const int Mg = M / (C / Cg);
-    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
         const int o = (int)(i % Wo);
-        const i64 row = i / Wo;
+        const I row = i / Wo;
         const int m = (int)(row % M);
         const i64 b = row / M;
         const int c0 = (m / Mg) * Cg;
@@ -181,10 +183,14 @@ __global__ void conv1d_blocked(const T* __restrict__ x, const T* __restrict__ w,
         }
         __syncthreads();
     }
-    T* yr = y + row * (i64)Wo;
+    // Stage the outputs in shared memory (lane stride V is odd: no bank
+    // conflicts), then store them coalesced: consecutive threads, consecutive
+    // addresses. Direct stores of V consecutive values per thread would spread
+    // each warp's store over V times as many memory transactions.
 #pragma unroll
-    for (int j = 0; j < BLOCKED_V; ++j) {
-        const i64 o = o0 + t0 + j;
-        if (o < Wo) yr[o] = acc[j];
-    }
+    for (int j = 0; j < BLOCKED_V; ++j) tile[t0 + j] = acc[j];
+    __syncthreads();
+    T* yr = y + row * (i64)Wo + o0;
+    const i64 n_out = min((i64)tile_out, (i64)Wo - o0);
+    for (int j = threadIdx.x; j < n_out; j += blockDim.x) yr[j] = tile[j];
 }

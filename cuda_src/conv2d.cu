@@ -3,14 +3,15 @@
 #include "common.cuh"
 
 // direct: one thread per output, grid-stride over all B*M*Ho*Wo outputs.
-template <typename T>
+template <typename T, typename I>
 __global__ void conv2d_direct(const T* __restrict__ x, const T* __restrict__ w,
                               const T* __restrict__ bias, T* __restrict__ y, CONV_PARAMS) {
-    const i64 total = (i64)B * M * Ho * Wo;
+    // I is int when every index fits in 31 bits (cheap division), long long otherwise.
+    const I total = (I)B * M * Ho * Wo;
     const int Mg = M / (C / Cg);
-    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
         const int ow = (int)(i % Wo);
-        i64 t = i / Wo;
+        I t = i / Wo;
         const int oh = (int)(t % Ho);
         t /= Ho;
         const int m = (int)(t % M);
@@ -34,15 +35,16 @@ __global__ void conv2d_direct(const T* __restrict__ x, const T* __restrict__ w,
 }
 
 // const_weights: as direct, with every weight in constant memory (<= 64 KiB).
-template <typename T>
+template <typename T, typename I>
 __global__ void conv2d_const_weights(const T* __restrict__ x, const T* __restrict__ bias,
                                      T* __restrict__ y, CONV_PARAMS) {
     const T* w = const_weights<T>();
-    const i64 total = (i64)B * M * Ho * Wo;
+    // I is int when every index fits in 31 bits (cheap division), long long otherwise.
+    const I total = (I)B * M * Ho * Wo;
     const int Mg = M / (C / Cg);
-    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
         const int ow = (int)(i % Wo);
-        i64 t = i / Wo;
+        I t = i / Wo;
         const int oh = (int)(t % Ho);
         t /= Ho;
         const int m = (int)(t % M);
@@ -142,20 +144,23 @@ __global__ void conv2d_depthwise(const T* __restrict__ x, const T* __restrict__ 
     }
 }
 
-// register_tiled: joint shared-memory and register tiling for layers with a
-// short reduction and few output channels (ECE408 conv1: C = 1, M = 4..12).
-// A block owns a spatial tile of one (b, group) and MT output channels; the
-// input patch and the MT weight filters sit in shared memory, and each thread
-// keeps MT accumulators in registers, so every input value it reads from
-// shared memory feeds MT FMAs. grid.x = b * groups + g, grid.y = tile,
-// grid.z = block of MT channels within the group.
+// register_tiled: joint shared-memory and register tiling for layers with
+// few output channels per group (ECE408 conv1 and conv2). A block owns a
+// spatial tile of one (b, group) and MT output channels; the input patch and
+// the MT filters of the current input channel sit in shared memory. Each
+// thread keeps MT x PX accumulators in registers for PX horizontally adjacent
+// outputs, so every weight it loads (a broadcast) feeds PX FMAs and every
+// input value MT FMAs. The block is blockDim.x * PX outputs wide (chosen from
+// Wo in Python). grid.x = b * groups + g, grid.y = tile, grid.z = channel block.
+#define RT_PX 4
 template <typename T, int MT>
 __global__ void conv2d_register_tiled(const T* __restrict__ x, const T* __restrict__ w,
                                       const T* __restrict__ bias, T* __restrict__ y, CONV_PARAMS) {
     extern __shared__ unsigned char smem_raw[];
     const int G = C / Cg, Mg = M / G;
+    const int tile_w = blockDim.x * RT_PX;
     const int span_h = (blockDim.y - 1) * sh + (KH - 1) * dh + 1;
-    const int span_w = (blockDim.x - 1) * sw + (KW - 1) * dw + 1;
+    const int span_w = (tile_w - 1) * sw + (KW - 1) * dw + 1;
     const int KK = KH * KW;
     T* wsh = reinterpret_cast<T*>(smem_raw);        // [MT][KK] for the current channel
     T* patch = wsh + MT * KK;                        // [span_h][span_w]
@@ -164,13 +169,15 @@ __global__ void conv2d_register_tiled(const T* __restrict__ x, const T* __restri
     const i64 b = bg / G;
     const int m0 = g * Mg + blockIdx.z * MT;
     const int nm = min(MT, g * Mg + Mg - m0);
-    const int tiles_w = (Wo + blockDim.x - 1) / blockDim.x;
-    const int oh0 = (blockIdx.y / tiles_w) * blockDim.y, ow0 = (blockIdx.y % tiles_w) * blockDim.x;
-    const int oh = oh0 + threadIdx.y, ow = ow0 + threadIdx.x;
+    const int tiles_w = (Wo + tile_w - 1) / tile_w;
+    const int oh0 = (blockIdx.y / tiles_w) * blockDim.y, ow0 = (blockIdx.y % tiles_w) * tile_w;
+    const int oh = oh0 + threadIdx.y, owt = ow0 + threadIdx.x * RT_PX;   // this thread's first column
     const int tid = threadIdx.y * blockDim.x + threadIdx.x, nthreads = blockDim.x * blockDim.y;
-    T acc[MT];
+    T acc[MT][RT_PX];
 #pragma unroll
-    for (int j = 0; j < MT; ++j) acc[j] = (j < nm) ? bias[m0 + j] : T(0);
+    for (int j = 0; j < MT; ++j)
+#pragma unroll
+        for (int u = 0; u < RT_PX; ++u) acc[j][u] = (j < nm) ? bias[m0 + j] : T(0);
     for (int c = 0; c < Cg; ++c) {
         for (int j = tid; j < MT * KK; j += nthreads) {
             const int mj = j / KK;
@@ -178,19 +185,31 @@ __global__ void conv2d_register_tiled(const T* __restrict__ x, const T* __restri
         }
         load_patch(patch, x + (b * C + g * Cg + c) * (i64)H * W, H, W, oh0 * sh - ph, ow0 * sw - pw, span_h, span_w);
         __syncthreads();
-        const T* win = patch + (threadIdx.y * sh) * span_w + threadIdx.x * sw;
+        const T* win = patch + (threadIdx.y * sh) * span_w + threadIdx.x * RT_PX * sw;
         for (int p = 0; p < KH; ++p) {
+            const T* wrow = win + p * dh * span_w;
             for (int q = 0; q < KW; ++q) {
-                const T v = win[p * dh * span_w + q * dw];
+                T v[RT_PX];
+#pragma unroll
+                for (int u = 0; u < RT_PX; ++u) v[u] = wrow[u * sw + q * dw];
                 const T* wp = wsh + p * KW + q;
 #pragma unroll
-                for (int j = 0; j < MT; ++j) acc[j] += v * wp[j * KK];   // same address for the warp: a broadcast
+                for (int j = 0; j < MT; ++j) {
+                    const T wj = wp[j * KK];   // same address for the whole warp: a broadcast
+#pragma unroll
+                    for (int u = 0; u < RT_PX; ++u) acc[j][u] += v[u] * wj;
+                }
             }
         }
         __syncthreads();
     }
-    if (oh >= Ho || ow >= Wo) return;
+    if (oh >= Ho) return;
 #pragma unroll
-    for (int j = 0; j < MT; ++j)
-        if (j < nm) y[((b * M + m0 + j) * Ho + oh) * (i64)Wo + ow] = acc[j];
+    for (int j = 0; j < MT; ++j) {
+        if (j >= nm) break;
+        T* yrow = y + ((b * M + m0 + j) * Ho + oh) * (i64)Wo;
+#pragma unroll
+        for (int u = 0; u < RT_PX; ++u)
+            if (owt + u < Wo) yrow[owt + u] = acc[j][u];
+    }
 }

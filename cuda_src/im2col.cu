@@ -3,14 +3,15 @@
 #include "common.cuh"
 
 // cols[bb, (c*KH + p)*KW + q, oh*Wo + ow] = x[b0 + bb, g*Cg + c, ih, iw] or 0 in the padding.
-template <typename T>
+template <typename T, typename I>
 __global__ void im2col(const T* __restrict__ x, T* __restrict__ cols, int b0, int Bc, int g, CONV_PARAMS) {
-    const i64 L = (i64)Ho * Wo;
-    const i64 Kd = (i64)Cg * KH * KW;
-    const i64 total = (i64)Bc * Kd * L;
-    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
-        const i64 l = i % L;
-        i64 t = i / L;
+    // I is int when every index fits in 31 bits (cheap division), long long otherwise.
+    const I L = (I)Ho * Wo;
+    const I Kd = (I)Cg * KH * KW;
+    const I total = (I)Bc * Kd * L;
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
+        const I l = i % L;
+        I t = i / L;
         const int k = (int)(t % Kd);
         const i64 bb = t / Kd;
         const int q = k % KW, p = (k / KW) % KH, c = k / (KH * KW);

@@ -192,7 +192,8 @@ def test_auto_rule_is_explained():
         ((np.ones(10_000, np.float32), np.ones(7, np.float32)), dict(padding="same"), "blocked"),
         ((np.ones((2, 16, 20, 20), np.float32), np.ones((16, 1, 3, 3), np.float32)), dict(groups=16), "depthwise"),
         ((np.ones((2, 1, 48, 48), np.float32), np.ones((12, 1, 5, 5), np.float32)), {}, "register_tiled"),
-        ((np.ones((2, 64, 20, 20), np.float32), np.ones((64, 64, 3, 3), np.float32)), dict(padding=1), "im2col_gemm"),
+        ((np.ones((2, 64, 20, 20), np.float32), np.ones((64, 64, 3, 3), np.float32)), dict(padding=1), "fused_gemm"),
+        ((np.ones((2, 4, 40, 40), np.float32), np.ones((16, 4, 7, 7), np.float32)), {}, "register_tiled"),
         ((np.ones((2, 12, 22, 22), np.float32), np.ones((24, 12, 3, 3), np.float32)), {}, "fused_gemm"),
     ]
     for args, kw, expected in cases_:

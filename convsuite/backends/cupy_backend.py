@@ -11,10 +11,10 @@ when the backend is first used.
 
 1. 1-D with stride 1: ``blocked`` (register-blocked, bandwidth-bound).
 2. depthwise (one input channel per group): ``depthwise``.
-3. short reduction (C/g * KH * KW <= 64) and at most 16 output channels per
-   group, e.g. ECE408 conv1: ``register_tiled``.
-4. long reduction (C/g * KH * KW >= 256): ``im2col_gemm`` (cuBLAS SGEMM).
-5. otherwise: ``fused_gemm`` (implicit GEMM).
+3. at most 16 output channels per group (ECE408 conv1 and conv2):
+   ``register_tiled``.
+4. otherwise: ``fused_gemm`` (implicit GEMM), which beat im2col + cuBLAS on
+   every seed layer measured (docs/measurements/gpu-targets.md).
 
 The backward pass runs as ``im2col_gemm`` (im2col, two cuBLAS products and a
 gather-form col2im, no atomics).
@@ -50,7 +50,6 @@ SMEM_LIMIT = 48 * 1024  # static per-block shared memory without opt-in
 CONST_BYTES = 65536
 GRID_Y_MAX = 65535
 BLOCKED_V = 9  # outputs per thread in conv1d_blocked (must match the .cu)
-TILE_2D = (16, 16)  # (x, y) threads of the tiled 2-D kernels
 WORKSPACE_BYTES = 512 * 2**20  # im2col columns per chunk
 
 _modules: dict[tuple[int, str], object] = {}
@@ -80,8 +79,12 @@ def _module(filename: str):
         return module
 
 
-def _kernel(filename: str, kernel: str, dtype: str):
-    return _module(filename).get_function(name_expression(kernel, dtype))
+def _kernel(filename: str, kernel: str, dtype: str, total: int | None = None):
+    """A compiled kernel; ``total`` picks the 64-bit-index instantiation when needed."""
+    if total is not None:
+        kernel += "|I"
+    wide = total is not None and total >= 2**31 - 1
+    return _module(filename).get_function(name_expression(kernel, dtype, wide))
 
 
 def _i32(*values) -> tuple:
@@ -107,26 +110,51 @@ def _params_1d(s: ConvSpec) -> tuple:
     )
 
 
+_sm_counts: dict[int, int] = {}
+
+
 def _grid_stride_blocks(total: int) -> int:
+    """Enough blocks to fill the device (32 per SM); the kernels loop over the rest."""
     cp = _cupy()
-    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
-    return max(1, min(math.ceil(total / THREADS), sms * 32))
+    device = cp.cuda.Device().id
+    if device not in _sm_counts:  # the attribute query is slow: once per device
+        _sm_counts[device] = cp.cuda.runtime.getDeviceProperties(device)["multiProcessorCount"]
+    return max(1, min(math.ceil(total / THREADS), _sm_counts[device] * 32))
 
 
 def _span(out: int, threads: int, stride: int, kernel: int, dilation: int) -> int:
     return (threads - 1) * stride + (kernel - 1) * dilation + 1
 
 
-def _tile_2d(s: ConvSpec) -> tuple[int, int]:
-    """Threads (x, y) of a 2-D tile: a row of 256 for 1-D-shaped outputs."""
-    return (THREADS, 1) if s.out_size[0] == 1 else TILE_2D
+REGISTER_PX = 4  # adjacent outputs per thread in conv2d_register_tiled (RT_PX in the .cu)
 
 
-def _patch_bytes(s: ConvSpec, tile: tuple[int, int]) -> int:
-    tx, ty = tile
-    span_h = _span(s.out_size[0], ty, s.stride[0], s.kernel_size[0], s.dilation[0])
-    span_w = _span(s.out_size[1], tx, s.stride[1], s.kernel_size[1], s.dilation[1])
-    return span_h * span_w * s.itemsize
+def _balanced(n: int, most: int) -> int:
+    """The smallest block extent covering n in as few blocks of at most ``most`` as possible."""
+    most = max(1, min(most, n))
+    return math.ceil(n / math.ceil(n / most))
+
+
+def _tile_geometry(s: ConvSpec, algorithm: str) -> dict:
+    """Block shape, output tile, tile count and shared memory of a tiled 2-D kernel.
+
+    Blocks are shaped from the output (at most 256 threads): as wide as the
+    output row allows, then as tall as the remaining threads, balanced so the
+    last row of tiles is not mostly idle.
+    """
+    Ho, Wo = s.out_size
+    (sh, sw), (dh, dw), (KH, KW) = s.stride, s.dilation, s.kernel_size
+    px = REGISTER_PX if algorithm == "register_tiled" else 1
+    bx = _balanced(math.ceil(Wo / px), 32 if Ho > 1 else THREADS)
+    by = _balanced(Ho, THREADS // bx)
+    tile_w, tile_h = bx * px, by
+    span_h = (tile_h - 1) * sh + (KH - 1) * dh + 1
+    span_w = (tile_w - 1) * sw + (KW - 1) * dw + 1
+    smem = span_h * span_w * s.itemsize
+    if algorithm == "register_tiled":
+        smem += _register_tile(s) * KH * KW * s.itemsize
+    tiles = math.ceil(Ho / tile_h) * math.ceil(Wo / tile_w)
+    return dict(block=(bx, by), tiles=tiles, smem=smem)
 
 
 def _register_tile(s: ConvSpec) -> int:
@@ -179,27 +207,19 @@ class CupyBackend(Backend):
         s = spec.as_2d()
         if algorithm in ("direct", "im2col_gemm", "fused_gemm"):
             return True
-        if algorithm in ("tiled_shared", "depthwise", "register_tiled"):
-            tx, ty = _tile_2d(s)
-            tiles = math.ceil(s.out_size[0] / ty) * math.ceil(s.out_size[1] / tx)
-            if tiles > GRID_Y_MAX:
-                return f"{tiles} output tiles per plane exceed the grid's y limit ({GRID_Y_MAX})"
         if algorithm == "const_weights":
             need = math.prod(s.w_shape) * s.itemsize
             return True if need <= CONST_BYTES else f"weights need {need} bytes; constant memory holds {CONST_BYTES}"
-        tile = _tile_2d(s)
-        if algorithm == "tiled_shared":
-            need = _patch_bytes(s, tile)
-            return True if need <= SMEM_LIMIT else f"the input patch needs {need} bytes of shared memory (> {SMEM_LIMIT})"
-        if algorithm == "depthwise":
-            if s.channels_per_group != 1:
-                return f"depthwise needs one input channel per group (C/groups = 1); got {s.channels_per_group}"
-            need = _patch_bytes(s, tile)
-            return True if need <= SMEM_LIMIT else f"the input patch needs {need} bytes of shared memory (> {SMEM_LIMIT})"
-        if algorithm == "register_tiled":
-            need = _patch_bytes(s, tile) + _register_tile(s) * math.prod(s.kernel_size) * s.itemsize
-            return True if need <= SMEM_LIMIT else f"patch and filters need {need} bytes of shared memory (> {SMEM_LIMIT})"
-        return f"unknown algorithm {algorithm!r}"
+        if algorithm not in ("tiled_shared", "depthwise", "register_tiled"):
+            return f"unknown algorithm {algorithm!r}"
+        if algorithm == "depthwise" and s.channels_per_group != 1:
+            return f"depthwise needs one input channel per group (C/groups = 1); got {s.channels_per_group}"
+        geo = _tile_geometry(s, algorithm)
+        if geo["tiles"] > GRID_Y_MAX:
+            return f"{geo['tiles']} output tiles per plane exceed the grid's y limit ({GRID_Y_MAX})"
+        if geo["smem"] > SMEM_LIMIT:
+            return f"the input patch (and filters) need {geo['smem']} bytes of shared memory (> {SMEM_LIMIT})"
+        return True
 
     def _can_run_1d(self, spec: ConvSpec, algorithm: str) -> Verdict:
         if spec.ndim != 1:
@@ -234,11 +254,9 @@ class CupyBackend(Backend):
             rules.append(("blocked", "1-D, stride 1: register-blocked kernel, bound by memory bandwidth"))
         if spec.is_depthwise:
             rules.append(("depthwise", "one input channel per group: each input plane loaded once for all its outputs"))
-        if reduction <= 64 and s.out_channels_per_group <= 16:
-            rules.append(("register_tiled", f"short reduction ({reduction}) and <= 16 output channels per group"))
-        if reduction >= 256:
-            rules.append(("im2col_gemm", f"long reduction ({reduction}): cuBLAS SGEMM on unrolled columns"))
-        rules.append(("fused_gemm", "general case: implicit GEMM"))
+        if s.out_channels_per_group <= 16:
+            rules.append(("register_tiled", f"{s.out_channels_per_group} output channels per group (<= 16) fit one register tile"))
+        rules.append(("fused_gemm", f"many output channels per group, reduction {reduction}: implicit GEMM"))
         for name, why in rules:
             if self.can_run(spec, name, direction) is True:
                 return name, why
@@ -267,11 +285,12 @@ class CupyBackend(Backend):
         wo = s.out_size[0]
         if algorithm in ("naive", "const_mask"):
             blocks = (_grid_stride_blocks(rows * wo),)
+            total = rows * wo
             if algorithm == "naive":
-                _kernel("conv1d.cu", "conv1d_naive", dtype)(blocks, (THREADS,), (x, w, bias, out, *p))
+                _kernel("conv1d.cu", "conv1d_naive", dtype, total)(blocks, (THREADS,), (x, w, bias, out, *p))
             else:
                 _upload_constant("conv1d.cu", w)
-                _kernel("conv1d.cu", "conv1d_const_mask", dtype)(blocks, (THREADS,), (x, bias, out, *p))
+                _kernel("conv1d.cu", "conv1d_const_mask", dtype, total)(blocks, (THREADS,), (x, bias, out, *p))
             return
         (st,), (d,), (k,) = s.stride, s.dilation, s.kernel_size
         if algorithm == "blocked":
@@ -289,33 +308,32 @@ class CupyBackend(Backend):
         p = _params(s)
         if algorithm == "direct":
             total = math.prod(s.y_shape)
-            _kernel("conv2d.cu", "conv2d_direct", dtype)((_grid_stride_blocks(total),), (THREADS,), (x, w, bias, out, *p))
+            _kernel("conv2d.cu", "conv2d_direct", dtype, total)((_grid_stride_blocks(total),), (THREADS,), (x, w, bias, out, *p))
             return
         if algorithm == "const_weights":
             total = math.prod(s.y_shape)
             _upload_constant("conv2d.cu", w)
-            _kernel("conv2d.cu", "conv2d_const_weights", dtype)((_grid_stride_blocks(total),), (THREADS,), (x, bias, out, *p))
+            _kernel("conv2d.cu", "conv2d_const_weights", dtype, total)(
+                (_grid_stride_blocks(total),), (THREADS,), (x, bias, out, *p)
+            )
             return
         if algorithm == "fused_gemm":
             n = s.batch * math.prod(s.out_size)
             grid = (math.ceil(n / 64), math.ceil(s.out_channels_per_group / 64), s.groups)
             _kernel("implicit_gemm.cu", "conv2d_implicit_gemm", dtype)(grid, (THREADS,), (x, w, bias, out, *p))
             return
-        tile = _tile_2d(s)
-        Ho, Wo = s.out_size
-        tiles = math.ceil(Ho / tile[1]) * math.ceil(Wo / tile[0])
-        patch = _patch_bytes(s, tile)
+        geo = _tile_geometry(s, algorithm)
+        block, tiles, smem = geo["block"], geo["tiles"], geo["smem"]
         if algorithm == "tiled_shared":
             grid = (s.batch * s.out_channels, tiles)
-            _kernel("conv2d.cu", "conv2d_tiled_shared", dtype)(grid, tile, (x, w, bias, out, *p), shared_mem=patch)
+            _kernel("conv2d.cu", "conv2d_tiled_shared", dtype)(grid, block, (x, w, bias, out, *p), shared_mem=smem)
         elif algorithm == "depthwise":
             grid = (s.batch * s.in_channels, tiles)
-            _kernel("conv2d.cu", "conv2d_depthwise", dtype)(grid, tile, (x, w, bias, out, *p), shared_mem=patch)
+            _kernel("conv2d.cu", "conv2d_depthwise", dtype)(grid, block, (x, w, bias, out, *p), shared_mem=smem)
         elif algorithm == "register_tiled":
             mt = _register_tile(s)
             grid = (s.batch * s.groups, tiles, math.ceil(s.out_channels_per_group / mt))
-            smem = patch + mt * math.prod(s.kernel_size) * s.itemsize
-            _kernel("conv2d.cu", f"conv2d_register_tiled@{mt}", dtype)(grid, tile, (x, w, bias, out, *p), shared_mem=smem)
+            _kernel("conv2d.cu", f"conv2d_register_tiled@{mt}", dtype)(grid, block, (x, w, bias, out, *p), shared_mem=smem)
         else:  # pragma: no cover - can_run rejects unknown names first
             raise ValueError(f"unknown algorithm {algorithm!r}")
 
@@ -332,7 +350,7 @@ class CupyBackend(Backend):
         L = math.prod(s.out_size)
         cols = cp.empty((bc, kd, L), dtype=x.dtype)
         blocks = _grid_stride_blocks(cols.size)
-        _kernel("im2col.cu", "im2col", s.dtype)((blocks,), (THREADS,), (x, cols, *_i32(b0, bc, g), *_params(s)))
+        _kernel("im2col.cu", "im2col", s.dtype, cols.size)((blocks,), (THREADS,), (x, cols, *_i32(b0, bc, g), *_params(s)))
         return cols
 
     def _forward_im2col(self, s, x, w, bias, out):
