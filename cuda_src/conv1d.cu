@@ -66,7 +66,7 @@ __global__ void conv1d_const_mask(const T* __restrict__ x, const T* __restrict__
 template <typename T>
 __global__ void conv1d_tiled_halo(const T* __restrict__ x, const T* __restrict__ w,
                                   const T* __restrict__ bias, T* __restrict__ y, CONV1D_PARAMS) {
-    extern __shared__ unsigned char smem_raw[];
+    extern __shared__ __align__(16) unsigned char smem_raw[];
     T* tile = reinterpret_cast<T*>(smem_raw);
     const i64 row = blockIdx.y;
     const int m = (int)(row % M);
@@ -97,7 +97,7 @@ __global__ void conv1d_tiled_halo(const T* __restrict__ x, const T* __restrict__
 template <typename T>
 __global__ void conv1d_tiled_cached_halo(const T* __restrict__ x, const T* __restrict__ w,
                                          const T* __restrict__ bias, T* __restrict__ y, CONV1D_PARAMS) {
-    extern __shared__ unsigned char smem_raw[];
+    extern __shared__ __align__(16) unsigned char smem_raw[];
     T* tile = reinterpret_cast<T*>(smem_raw);
     const i64 row = blockIdx.y;
     const int m = (int)(row % M);
@@ -133,64 +133,102 @@ __global__ void conv1d_tiled_cached_halo(const T* __restrict__ x, const T* __res
 // V consecutive outputs from a shared-memory tile. With dilation 1 it keeps a
 // sliding window of V inputs in registers, so each tap costs one shared load
 // per thread for V FMAs (instead of V loads). V is odd, so the 32 lanes of a
-// warp, reading tile[lane * V + j], hit 32 different banks. The mask of the
-// row sits in shared memory too.
+// warp, reading tile[lane * V + j], hit 32 different banks. Where the row is
+// 16-byte aligned, float32 tiles are loaded and outputs stored as float4
+// (16-byte accesses, four values per instruction); the tile then starts at
+// the aligned address just before the window, `delta` (0..3) elements early.
 #define BLOCKED_V 9
 template <typename T>
 __global__ void conv1d_blocked(const T* __restrict__ x, const T* __restrict__ w,
                                const T* __restrict__ bias, T* __restrict__ y, CONV1D_PARAMS) {
-    extern __shared__ unsigned char smem_raw[];
+    extern __shared__ __align__(16) unsigned char smem_raw[];
     const int tile_out = blockDim.x * BLOCKED_V;
     const int span = tile_out + (K - 1) * d;
     T* tile = reinterpret_cast<T*>(smem_raw);
-    T* mask = tile + span;
+    T* mask = tile + span + 4;                        // room for the alignment shift
     const i64 row = blockIdx.y;
     const int m = (int)(row % M);
     const i64 b = row / M;
     const int c0 = (m / (M / (C / Cg))) * Cg;
     const i64 o0 = (i64)blockIdx.x * tile_out;
-    const i64 base = o0 - p;                          // input index of tile[0]
+    const i64 base = o0 - p;                          // input index of the window's first element
     T acc[BLOCKED_V];
 #pragma unroll
     for (int j = 0; j < BLOCKED_V; ++j) acc[j] = bias[m];
     const int t0 = threadIdx.x * BLOCKED_V;
     for (int c = 0; c < Cg; ++c) {
         const T* xr = x + (b * C + c0 + c) * (i64)W;
-        for (int j = threadIdx.x; j < span; j += blockDim.x) {
-            const i64 ix = base + j;
-            tile[j] = (ix >= 0 && ix < W) ? xr[ix] : T(0);
+        int delta = 0;
+        if constexpr (sizeof(T) == 4) {
+            if ((reinterpret_cast<unsigned long long>(xr) & 15) == 0) {
+                const i64 a0 = base - (((base % 4) + 4) % 4);   // floor to a multiple of 4
+                delta = (int)(base - a0);
+                const int nvec = (span + delta + 3) / 4;
+                float4* tile4 = reinterpret_cast<float4*>(tile);
+                for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+                    const i64 ix = a0 + 4 * (i64)v;
+                    float4 val;
+                    if (ix >= 0 && ix + 3 < W) {
+                        val = *reinterpret_cast<const float4*>(xr + ix);
+                    } else {                                      // the row's two ends
+                        val.x = (ix >= 0 && ix < W) ? xr[ix] : 0.f;
+                        val.y = (ix + 1 >= 0 && ix + 1 < W) ? xr[ix + 1] : 0.f;
+                        val.z = (ix + 2 >= 0 && ix + 2 < W) ? xr[ix + 2] : 0.f;
+                        val.w = (ix + 3 >= 0 && ix + 3 < W) ? xr[ix + 3] : 0.f;
+                    }
+                    tile4[v] = val;
+                }
+            } else {
+                for (int j = threadIdx.x; j < span; j += blockDim.x) {
+                    const i64 ix = base + j;
+                    tile[j] = (ix >= 0 && ix < W) ? xr[ix] : T(0);
+                }
+            }
+        } else {
+            for (int j = threadIdx.x; j < span; j += blockDim.x) {
+                const i64 ix = base + j;
+                tile[j] = (ix >= 0 && ix < W) ? xr[ix] : T(0);
+            }
         }
         for (int k = threadIdx.x; k < K; k += blockDim.x) mask[k] = w[((i64)m * Cg + c) * K + k];
         __syncthreads();
+        const T* win0 = tile + delta + t0;
         if (d == 1) {
             T win[BLOCKED_V];
 #pragma unroll
-            for (int j = 0; j < BLOCKED_V; ++j) win[j] = tile[t0 + j];
+            for (int j = 0; j < BLOCKED_V; ++j) win[j] = win0[j];
             for (int k = 0; k < K; ++k) {
                 const T wk = mask[k];
 #pragma unroll
                 for (int j = 0; j < BLOCKED_V; ++j) acc[j] += wk * win[j];
 #pragma unroll
                 for (int j = 0; j < BLOCKED_V - 1; ++j) win[j] = win[j + 1];
-                if (k + 1 < K) win[BLOCKED_V - 1] = tile[t0 + BLOCKED_V + k];  // index < tile_out + K - 1 = span
+                if (k + 1 < K) win[BLOCKED_V - 1] = win0[BLOCKED_V + k];  // index < tile_out + K - 1 = span
             }
         } else {
             for (int k = 0; k < K; ++k) {
                 const T wk = mask[k];
 #pragma unroll
-                for (int j = 0; j < BLOCKED_V; ++j) acc[j] += wk * tile[t0 + j + k * d];
+                for (int j = 0; j < BLOCKED_V; ++j) acc[j] += wk * win0[j + k * d];
             }
         }
         __syncthreads();
     }
     // Stage the outputs in shared memory (lane stride V is odd: no bank
-    // conflicts), then store them coalesced: consecutive threads, consecutive
-    // addresses. Direct stores of V consecutive values per thread would spread
-    // each warp's store over V times as many memory transactions.
+    // conflicts), then store them coalesced, four at a time where aligned.
 #pragma unroll
     for (int j = 0; j < BLOCKED_V; ++j) tile[t0 + j] = acc[j];
     __syncthreads();
     T* yr = y + row * (i64)Wo + o0;
-    const i64 n_out = min((i64)tile_out, (i64)Wo - o0);
-    for (int j = threadIdx.x; j < n_out; j += blockDim.x) yr[j] = tile[j];
+    const int n_out = (int)min((i64)tile_out, (i64)Wo - o0);
+    int done = 0;
+    if constexpr (sizeof(T) == 4) {
+        if ((reinterpret_cast<unsigned long long>(yr) & 15) == 0) {
+            const float4* tile4 = reinterpret_cast<const float4*>(tile);
+            float4* y4 = reinterpret_cast<float4*>(yr);
+            for (int v = threadIdx.x; v < n_out / 4; v += blockDim.x) y4[v] = tile4[v];
+            done = (n_out / 4) * 4;
+        }
+    }
+    for (int j = done + threadIdx.x; j < n_out; j += blockDim.x) yr[j] = tile[j];
 }

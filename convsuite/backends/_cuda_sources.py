@@ -13,7 +13,7 @@ from pathlib import Path
 __all__ = ["KERNELS", "REGISTER_TILES", "name_expressions", "source_dir", "source_text"]
 
 #: Output channels per thread of conv2d_register_tiled (template argument MT).
-REGISTER_TILES = (4, 8, 16)
+REGISTER_TILES = (4, 8, 12, 16, 24)
 
 #: file -> kernel templates it defines. The scalar type is the first template
 #: argument; "@N" adds a second one (the register tile); a trailing "|I" marks
