@@ -145,7 +145,9 @@ __global__ void conv1d_blocked(const T* __restrict__ x, const T* __restrict__ w,
     const int tile_out = blockDim.x * BLOCKED_V;
     const int span = tile_out + (K - 1) * d;
     T* tile = reinterpret_cast<T*>(smem_raw);
-    T* mask = tile + span + 4;                        // room for the alignment shift
+    // The float4 loads fill whole vectors up to the shifted window's end, at
+    // most span + 7 elements: the mask starts past them (no overlap, no race).
+    T* mask = tile + span + 8;
     const i64 row = blockIdx.y;
     const int m = (int)(row % M);
     const i64 b = row / M;

@@ -80,6 +80,21 @@ def test_seed_like_layers(algorithm, dtype):
         assert_within(y, reference_forward(spec, x, w, bias), forward_tolerance(spec, x, w, bias), algorithm)
 
 
+@pytest.mark.parametrize("algorithm", ONE_D_ALGORITHMS + ("direct",))
+@pytest.mark.parametrize("n, k, pad", [(1_000_003, 3, "same"), (250_001, 31, "same"), (99_999, 4, (5,))])
+def test_long_signals_every_1d_algorithm(algorithm, n, k, pad):
+    """Many blocks, unaligned lengths and offsets: catches tile, halo and vector-load edge bugs."""
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal(n).astype(np.float32)
+    w = rng.standard_normal(k).astype(np.float32)
+    spec = cs.explain(x, w, padding=pad).spec
+    if _can_run(spec, algorithm) is not True:
+        pytest.skip(str(_can_run(spec, algorithm)))
+    with cs.testing.poisoned_outputs():
+        y = cs.conv1d(x, w, padding=pad, backend="cupy", algorithm=algorithm)
+    assert_within(y.reshape(spec.y_shape), reference_forward(spec, x, w), forward_tolerance(spec, x, w), algorithm)
+
+
 def test_arrays_in_arrays_out():
     cp = _cupy()
     rng = np.random.default_rng(1)
@@ -194,7 +209,8 @@ def test_auto_rule_is_explained():
         ((np.ones((2, 1, 48, 48), np.float32), np.ones((12, 1, 5, 5), np.float32)), {}, "register_tiled"),
         ((np.ones((2, 64, 20, 20), np.float32), np.ones((64, 64, 3, 3), np.float32)), dict(padding=1), "fused_gemm"),
         ((np.ones((2, 4, 40, 40), np.float32), np.ones((16, 4, 7, 7), np.float32)), {}, "register_tiled"),
-        ((np.ones((2, 12, 22, 22), np.float32), np.ones((24, 12, 3, 3), np.float32)), {}, "fused_gemm"),
+        ((np.ones((2, 12, 22, 22), np.float32), np.ones((24, 12, 3, 3), np.float32)), {}, "register_tiled"),
+        ((np.ones((2, 12, 22, 22), np.float32), np.ones((32, 12, 3, 3), np.float32)), {}, "fused_gemm"),
     ]
     for args, kw, expected in cases_:
         explanation = cs.explain(*args, backend="cupy", **kw)

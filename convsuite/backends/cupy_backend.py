@@ -240,7 +240,7 @@ class CupyBackend(Backend):
         if algorithm == "blocked":
             if s != 1:
                 return f"'blocked' computes consecutive outputs from one window: stride 1 only; got {s}"
-            need = (THREADS * BLOCKED_V + (k - 1) * d + 4 + k) * spec.itemsize
+            need = (THREADS * BLOCKED_V + (k - 1) * d + 8 + k) * spec.itemsize
             return True if need <= SMEM_LIMIT else f"tile, halo and mask need {need} bytes of shared memory"
         return True  # naive
 
@@ -295,7 +295,7 @@ class CupyBackend(Backend):
         (st,), (d,), (k,) = s.stride, s.dilation, s.kernel_size
         if algorithm == "blocked":
             per_block = THREADS * BLOCKED_V
-            smem = (per_block + (k - 1) * d + 4 + k) * s.itemsize  # tile, alignment slack, mask
+            smem = (per_block + (k - 1) * d + 8 + k) * s.itemsize  # tile, float4 slack, mask
         elif algorithm == "tiled_halo":
             per_block, smem = THREADS, _span(0, THREADS, st, k, d) * s.itemsize
         else:

@@ -85,9 +85,7 @@ def _check(case, x_dev, w_dev, b_dev, y_dev) -> float:
     got = (y_dev[: spec.out_size[0]] if plain else y_dev[:2]).get().astype(np.float64).reshape(-1)
     keep = ref.size - 2 * spec.kernel_size[-1] if plain else ref.size  # a cut signal's right edge differs
     err = np.abs(got[:keep] - ref[:keep])
-    if not np.all(err <= tol[:keep]):
-        raise AssertionError(f"{case.workload} {case.name}: disagrees with the float64 reference")
-    return float(err.max() / max(np.abs(ref).max(), 1e-30))
+    return float(err.max() / max(np.abs(ref).max(), 1e-30)), bool(np.all(err <= tol[:keep]))
 
 
 def _torch_conv(case, x_dev, w_dev, b_dev):
@@ -166,7 +164,9 @@ def main(argv=None) -> int:
             if algorithm in ("naive", "const_mask", "tiled_halo", "tiled_cached_halo", "direct", "const_weights", "tiled_shared") and flops > 4e11:
                 continue  # the plain strategies take seconds on the largest layers: ablation on the rest
             call = lambda: fn(x, w, b, backend="cupy", algorithm=algorithm, **case.keywords)  # noqa: E731
-            err = _check(case, x, w, b, call())
+            err, ok = _check(case, x, w, b, call())
+            if not ok:
+                print(f"WRONG: {algorithm} on {case.workload} {case.name} (rel. error {err:.1e})", flush=True)
             t = _kernel_median(call, args.repeat)
             rows.append(
                 dict(
@@ -179,6 +179,7 @@ def main(argv=None) -> int:
                     frac_copy=traffic / t / 1e9 / ceilings["copy_gbs"],
                     vs_cudnn=cudnn_s / t,
                     rel_err=err,
+                    correct=ok,
                 )
             )
             print(f"{case.workload:14s} {case.name:34s} {algorithm:18s} {t * 1e3:9.3f} ms  x{cudnn_s / t:6.2f} vs cuDNN", flush=True)
@@ -187,7 +188,7 @@ def main(argv=None) -> int:
 
     # Targets of issue 5: best algorithm per row against cuDNN / copy bandwidth.
     def best(workload, case_name):
-        cands = [r for r in rows if r["workload"] == workload and r["case"] == case_name]
+        cands = [r for r in rows if r["workload"] == workload and r["case"] == case_name and r["correct"]]
         return min(cands, key=lambda r: r["ms"]) if cands else None
 
     targets = []
@@ -242,7 +243,7 @@ def main(argv=None) -> int:
         lines.append(
             f"| {r['workload']} | {r['case']} | {r['algorithm']} | {'*' if r['auto'] else ''} | {r['ms']:.3f} | "
             f"{r['tflops']:.2f} | {r['gbs']:.0f} | {r['vs_cudnn']:.2f} | {r['cudnn_ms']:.3f} | "
-            f"{r.get('cupyx_ms', float('nan')):.3f} | {r['rel_err']:.1e} |"
+            f"{r.get('cupyx_ms', float('nan')):.3f} | {r['rel_err']:.1e}{'' if r['correct'] else ' WRONG'} |"
         )
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines[: 10 + len(targets)]))
