@@ -137,10 +137,14 @@ __global__ void conv1d_tiled_cached_halo(const T* __restrict__ x, const T* __res
 // 16-byte aligned, float32 tiles are loaded and outputs stored as float4
 // (16-byte accesses, four values per instruction); the tile then starts at
 // the aligned address just before the window, `delta` (0..3) elements early.
+// KT > 0 fixes the mask width at compile time (the common widths are
+// instantiated): the tap loop then unrolls fully and the sliding window
+// becomes register renaming instead of moves. KT = 0 takes K at run time.
 #define BLOCKED_V 9
-template <typename T>
+template <typename T, int KT>
 __global__ void conv1d_blocked(const T* __restrict__ x, const T* __restrict__ w,
                                const T* __restrict__ bias, T* __restrict__ y, CONV1D_PARAMS) {
+    if (KT > 0) K = KT;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int tile_out = blockDim.x * BLOCKED_V;
     const int span = tile_out + (K - 1) * d;
@@ -199,13 +203,14 @@ __global__ void conv1d_blocked(const T* __restrict__ x, const T* __restrict__ w,
             T win[BLOCKED_V];
 #pragma unroll
             for (int j = 0; j < BLOCKED_V; ++j) win[j] = win0[j];
-            for (int k = 0; k < K; ++k) {
+#pragma unroll
+            for (int k = 0; k < (KT > 0 ? KT : K); ++k) {
                 const T wk = mask[k];
 #pragma unroll
                 for (int j = 0; j < BLOCKED_V; ++j) acc[j] += wk * win[j];
 #pragma unroll
                 for (int j = 0; j < BLOCKED_V - 1; ++j) win[j] = win[j + 1];
-                if (k + 1 < K) win[BLOCKED_V - 1] = win0[BLOCKED_V + k];  // index < tile_out + K - 1 = span
+                if (k + 1 < (KT > 0 ? KT : K)) win[BLOCKED_V - 1] = win0[BLOCKED_V + k];  // index < span
             }
         } else {
             for (int k = 0; k < K; ++k) {

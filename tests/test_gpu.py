@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 
 import convsuite as cs
 from convsuite.backends.cupy_backend import ALGORITHMS, ONE_D_ALGORITHMS
@@ -38,13 +38,14 @@ def _can_run(spec, algorithm):
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_every_algorithm_matches_reference(algorithm):
-    ndims = (1,) if algorithm in ONE_D_ALGORITHMS else (1, 2)
     ran = []
+    # 1-D algorithms draw 1-D cases only; some algorithms still reject many
+    # draws (stride 1 only, shared-memory limits), which is expected here.
+    strategy = cases(1) if algorithm in ONE_D_ALGORITHMS else cases(1) | cases(2)
 
-    @settings(max_examples=40)
-    @given(case=cases(1) | cases(2))
+    @settings(max_examples=40, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+    @given(case=strategy)
     def run(case):
-        assume(case.ndim in ndims)
         x, w, b = case.arrays()
         spec = _spec(case, x, w, b)
         assume(_can_run(spec, algorithm) is True)

@@ -12,6 +12,9 @@ from pathlib import Path
 
 __all__ = ["KERNELS", "REGISTER_TILES", "name_expressions", "source_dir", "source_text"]
 
+#: Mask widths conv1d_blocked is compiled for (0: any width, read at run time).
+BLOCKED_WIDTHS = (0, 3, 5, 7, 9, 31)
+
 #: Output channels per thread of conv2d_register_tiled (template argument MT).
 REGISTER_TILES = (4, 8, 12, 16, 24)
 
@@ -25,7 +28,7 @@ KERNELS = {
         "conv1d_const_mask|I",
         "conv1d_tiled_halo",
         "conv1d_tiled_cached_halo",
-        "conv1d_blocked",
+        *[f"conv1d_blocked@{k}" for k in BLOCKED_WIDTHS],
     ],
     "conv2d.cu": [
         "conv2d_direct|I",

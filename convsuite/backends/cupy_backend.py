@@ -28,7 +28,7 @@ import threading
 import numpy as np
 
 from .._spec import ConvSpec
-from ._cuda_sources import KERNELS, REGISTER_TILES, name_expression, name_expressions, source_dir, source_text
+from ._cuda_sources import BLOCKED_WIDTHS, KERNELS, REGISTER_TILES, name_expression, name_expressions, source_dir, source_text
 from .base import Backend, Verdict
 
 __all__ = ["CupyBackend", "ALGORITHMS", "ONE_D_ALGORITHMS"]
@@ -79,12 +79,36 @@ def _module(filename: str):
         return module
 
 
+_functions: dict[tuple, object] = {}
+
+
 def _kernel(filename: str, kernel: str, dtype: str, total: int | None = None):
-    """A compiled kernel; ``total`` picks the 64-bit-index instantiation when needed."""
+    """A compiled kernel; ``total`` picks the 64-bit-index instantiation when needed.
+
+    Functions are cached: looking one up in the module costs a driver call,
+    which at a few microseconds matters for small layers.
+    """
     if total is not None:
         kernel += "|I"
     wide = total is not None and total >= 2**31 - 1
-    return _module(filename).get_function(name_expression(kernel, dtype, wide))
+    key = (_cupy().cuda.Device().id, filename, kernel, dtype, wide)
+    function = _functions.get(key)
+    if function is None:
+        function = _functions[key] = _module(filename).get_function(name_expression(kernel, dtype, wide))
+    return function
+
+
+_zero_bias: dict[tuple, object] = {}
+
+
+def _zeros(n: int, dtype):
+    """A cached zero bias: allocating and filling one per call would add a kernel launch."""
+    cp = _cupy()
+    key = (cp.cuda.Device().id, n, str(dtype))
+    array = _zero_bias.get(key)
+    if array is None:
+        array = _zero_bias[key] = cp.zeros(n, dtype=dtype)
+    return array
 
 
 def _i32(*values) -> tuple:
@@ -267,7 +291,7 @@ class CupyBackend(Backend):
     def forward(self, spec, x, w, bias, out, algorithm):
         cp = _cupy()
         if bias is None:
-            bias = cp.zeros(spec.out_channels, dtype=x.dtype)
+            bias = _zeros(spec.out_channels, x.dtype)
         try:
             if algorithm in ONE_D_ALGORITHMS:
                 self._forward_1d(spec, x, w, bias, out, algorithm)
@@ -301,7 +325,10 @@ class CupyBackend(Backend):
         else:
             per_block, smem = THREADS, THREADS * st * s.itemsize
         grid = (math.ceil(wo / per_block), rows)
-        _kernel("conv1d.cu", f"conv1d_{algorithm}", dtype)(grid, (THREADS,), (x, w, bias, out, *p), shared_mem=smem)
+        name = f"conv1d_{algorithm}"
+        if algorithm == "blocked":  # a width compiled in, if there is one
+            name += f"@{k if d == 1 and k in BLOCKED_WIDTHS else 0}"
+        _kernel("conv1d.cu", name, dtype)(grid, (THREADS,), (x, w, bias, out, *p), shared_mem=smem)
 
     def _forward_2d(self, s, x, w, bias, out, algorithm):
         dtype = s.dtype
