@@ -45,19 +45,24 @@ CONV2D_SIZES = {
 }
 
 
+def _conv2d_inputs(bench, backend, case, dtype):
+    """Random inputs of a CONV2D_SIZES case on the benchmark object; skips what cannot run."""
+    x_shape, w_shape, kw = CONV2D_SIZES[case]
+    bench.rng = np.random.default_rng(0)
+    bench.x = bench.rng.standard_normal(x_shape).astype(dtype)
+    bench.w = bench.rng.standard_normal(w_shape).astype(dtype)
+    bench.kw = kw
+    _require(backend, ((bench.x, bench.w), kw), list(CONV2D_SIZES).index(case))
+
+
 class Conv2DForward:
     params = (BACKENDS, list(CONV2D_SIZES), ["float32", "float64"])
     param_names = ["backend", "case", "dtype"]
 
     def setup(self, backend, case, dtype):
-        x_shape, w_shape, kw = CONV2D_SIZES[case]
-        rng = np.random.default_rng(0)
-        self.x = rng.standard_normal(x_shape).astype(dtype)
-        self.w = rng.standard_normal(w_shape).astype(dtype)
-        self.kw = kw
-        _require(backend, ((self.x, self.w), kw), list(CONV2D_SIZES).index(case))
-        self.flops = cs.explain(self.x, self.w, **kw).spec.flops
-        _sync(cs.conv2d(self.x, self.w, backend=backend, **kw))  # compile / warm up
+        _conv2d_inputs(self, backend, case, dtype)
+        self.flops = cs.explain(self.x, self.w, **self.kw).spec.flops
+        _sync(cs.conv2d(self.x, self.w, backend=backend, **self.kw))  # compile / warm up
 
     def time_forward(self, backend, case, dtype):
         _sync(cs.conv2d(self.x, self.w, backend=backend, **self.kw))
@@ -80,15 +85,10 @@ class Conv2DBackward:
     param_names = ["backend", "case", "dtype"]
 
     def setup(self, backend, case, dtype):
-        x_shape, w_shape, kw = CONV2D_SIZES[case]
-        rng = np.random.default_rng(0)
-        self.x = rng.standard_normal(x_shape).astype(dtype)
-        self.w = rng.standard_normal(w_shape).astype(dtype)
-        self.kw = kw
-        _require(backend, ((self.x, self.w), kw), list(CONV2D_SIZES).index(case))
-        y = cs.conv2d(self.x, self.w, backend="numpy", **kw)
-        self.gy = rng.standard_normal(y.shape).astype(dtype)
-        _sync(cs.conv2d_backward(self.gy, self.x, self.w, backend=backend, **kw))
+        _conv2d_inputs(self, backend, case, dtype)
+        y = cs.conv2d(self.x, self.w, backend="numpy", **self.kw)
+        self.gy = self.rng.standard_normal(y.shape).astype(dtype)
+        _sync(cs.conv2d_backward(self.gy, self.x, self.w, backend=backend, **self.kw))
 
     def time_backward(self, backend, case, dtype):
         _sync(cs.conv2d_backward(self.gy, self.x, self.w, backend=backend, **self.kw))

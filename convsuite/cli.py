@@ -98,15 +98,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """Compare every backend (and installed anchor) on a workload; write reports."""
     from convsuite.bench.compare import run_comparison
 
-    results, _ = run_comparison(
-        workload=args.workload,
-        backends=args.backends,
-        anchors=not args.no_anchors,
-        dtype=args.dtype,
-        repeat=args.repeat,
-        baseline=args.baseline,
-        out=args.out,
-    )
+    try:
+        results, _ = run_comparison(
+            workload=args.workload,
+            backends=args.backends,
+            anchors=not args.no_anchors,
+            dtype=args.dtype,
+            repeat=args.repeat,
+            baseline=args.baseline,
+            out=args.out,
+            device=args.device,
+        )
+    except ValueError as exc:
+        print(f"convsuite compare: error: {exc}", file=sys.stderr)
+        return 2
     wrong = [r for r in results if r.status == "wrong"]
     for r in wrong:
         print(f"WRONG: {r.contender} on {r.case}: {r.reason}", file=sys.stderr)
@@ -143,7 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--backends", type=_backend_list, default=None, help="comma-separated (default: all)")
     compare.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     compare.add_argument("--repeat", type=_positive, default=5, help="timed runs after warm-up (default 5)")
-    compare.add_argument("--baseline", default="numpy", help="contender speedups are relative to (default numpy)")
+    compare.add_argument("--device", choices=["cpu", "gpu"], default="cpu",
+                         help="size the workload for, and compare on, this device (default cpu)")
+    compare.add_argument("--baseline", default=None,
+                         help="contender the speedups are relative to (default: numpy on cpu, cuDNN on gpu)")
     compare.add_argument("--out", default="compare-out", help="folder for the reports (default compare-out)")
     compare.add_argument("--no-anchors", action="store_true", help="leave out torch / numpy / scipy rows")
     compare.set_defaults(func=cmd_compare)

@@ -5,11 +5,13 @@
 
 #define CONV1D_PARAMS int B, int C, int W, int M, int Cg, int K, int Wo, int s, int d, int p
 
-// naive: one thread per output, inputs and weights from global memory.
+// One thread per output, grid-stride over all B*M*Wo outputs; the weights
+// come from `w`, which is global memory (naive) or constant memory
+// (const_mask): inlined, the compiler sees which and loads accordingly.
+// I is int when every index fits in 31 bits (cheap division), long long otherwise.
 template <typename T, typename I>
-__global__ void conv1d_naive(const T* __restrict__ x, const T* __restrict__ w,
-                             const T* __restrict__ bias, T* __restrict__ y, CONV1D_PARAMS) {
-    // I is int when every index fits in 31 bits (cheap division), long long otherwise.
+__device__ __forceinline__ void conv1d_per_output(const T* __restrict__ x, const T* __restrict__ w,
+                                                  const T* __restrict__ bias, T* __restrict__ y, CONV1D_PARAMS) {
     const I total = (I)B * M * Wo;
     const int Mg = M / (C / Cg);
     for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
@@ -31,32 +33,19 @@ __global__ void conv1d_naive(const T* __restrict__ x, const T* __restrict__ w,
     }
 }
 
+// naive: one thread per output, inputs and weights from global memory.
+template <typename T, typename I>
+__global__ void conv1d_naive(const T* __restrict__ x, const T* __restrict__ w,
+                             const T* __restrict__ bias, T* __restrict__ y, CONV1D_PARAMS) {
+    conv1d_per_output<T, I>(x, w, bias, y, B, C, W, M, Cg, K, Wo, s, d, p);
+}
+
 // const_mask: as naive, the mask (all weights) read from constant memory,
 // which broadcasts one value to every thread of a warp in one transaction.
 template <typename T, typename I>
 __global__ void conv1d_const_mask(const T* __restrict__ x, const T* __restrict__ bias, T* __restrict__ y,
                                   CONV1D_PARAMS) {
-    const T* w = const_weights<T>();
-    // I is int when every index fits in 31 bits (cheap division), long long otherwise.
-    const I total = (I)B * M * Wo;
-    const int Mg = M / (C / Cg);
-    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
-        const int o = (int)(i % Wo);
-        const I row = i / Wo;
-        const int m = (int)(row % M);
-        const i64 b = row / M;
-        const int c0 = (m / Mg) * Cg;
-        T acc = bias[m];
-        for (int c = 0; c < Cg; ++c) {
-            const T* xr = x + (b * C + c0 + c) * (i64)W;
-            const int wo = (m * Cg + c) * K;
-            for (int k = 0; k < K; ++k) {
-                const int ix = o * s + k * d - p;
-                if (ix >= 0 && ix < W) acc += xr[ix] * w[wo + k];
-            }
-        }
-        y[i] = acc;
-    }
+    conv1d_per_output<T, I>(x, const_weights<T>(), bias, y, B, C, W, M, Cg, K, Wo, s, d, p);
 }
 
 // tiled_halo (strategy 1): a block owns blockDim.x consecutive outputs of one

@@ -2,11 +2,12 @@
 // direct, const_weights, tiled_shared, depthwise, register_tiled.
 #include "common.cuh"
 
-// direct: one thread per output, grid-stride over all B*M*Ho*Wo outputs.
+// One thread per output, grid-stride over all B*M*Ho*Wo outputs; the weights
+// come from `w`: global memory (direct) or constant memory (const_weights).
+// I is int when every index fits in 31 bits (cheap division), long long otherwise.
 template <typename T, typename I>
-__global__ void conv2d_direct(const T* __restrict__ x, const T* __restrict__ w,
-                              const T* __restrict__ bias, T* __restrict__ y, CONV_PARAMS) {
-    // I is int when every index fits in 31 bits (cheap division), long long otherwise.
+__device__ __forceinline__ void conv2d_per_output(const T* __restrict__ x, const T* __restrict__ w,
+                                                  const T* __restrict__ bias, T* __restrict__ y, CONV_PARAMS) {
     const I total = (I)B * M * Ho * Wo;
     const int Mg = M / (C / Cg);
     for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
@@ -34,37 +35,20 @@ __global__ void conv2d_direct(const T* __restrict__ x, const T* __restrict__ w,
     }
 }
 
+#define CONV_ARGS B, C, H, W, M, Cg, KH, KW, Ho, Wo, sh, sw, dh, dw, ph, pw
+
+// direct: one thread per output, everything from global memory.
+template <typename T, typename I>
+__global__ void conv2d_direct(const T* __restrict__ x, const T* __restrict__ w,
+                              const T* __restrict__ bias, T* __restrict__ y, CONV_PARAMS) {
+    conv2d_per_output<T, I>(x, w, bias, y, CONV_ARGS);
+}
+
 // const_weights: as direct, with every weight in constant memory (<= 64 KiB).
 template <typename T, typename I>
 __global__ void conv2d_const_weights(const T* __restrict__ x, const T* __restrict__ bias,
                                      T* __restrict__ y, CONV_PARAMS) {
-    const T* w = const_weights<T>();
-    // I is int when every index fits in 31 bits (cheap division), long long otherwise.
-    const I total = (I)B * M * Ho * Wo;
-    const int Mg = M / (C / Cg);
-    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
-        const int ow = (int)(i % Wo);
-        I t = i / Wo;
-        const int oh = (int)(t % Ho);
-        t /= Ho;
-        const int m = (int)(t % M);
-        const i64 b = t / M;
-        const int c0 = (m / Mg) * Cg;
-        T acc = bias[m];
-        for (int c = 0; c < Cg; ++c) {
-            const T* xc = x + (b * C + c0 + c) * (i64)H * W;
-            const int wo = (m * Cg + c) * KH * KW;
-            for (int p = 0; p < KH; ++p) {
-                const int ih = oh * sh + p * dh - ph;
-                if (ih < 0 || ih >= H) continue;
-                for (int q = 0; q < KW; ++q) {
-                    const int iw = ow * sw + q * dw - pw;
-                    if (iw >= 0 && iw < W) acc += xc[(i64)ih * W + iw] * w[wo + p * KW + q];
-                }
-            }
-        }
-        y[i] = acc;
-    }
+    conv2d_per_output<T, I>(x, const_weights<T>(), bias, y, CONV_ARGS);
 }
 
 // Input patch a (TH x TW) output tile reads, per channel: shared by the tiled kernels.

@@ -114,6 +114,7 @@ def test_cli_compare_exit_code_flags_wrong_results(tmp_path, wrong_backend, monk
         (["compare", "--repeat", "0"], "must be a positive integer"),
         (["compare", "--backends", "numpy,gpu9000"], "comma-separated list of"),
         (["compare", "--dtype", "int8"], "invalid choice: 'int8'"),
+        (["compare", "--device", "tpu"], "invalid choice: 'tpu'"),
     ],
 )
 def test_cli_rejects_bad_arguments(argv, fragment, capsys):
@@ -145,3 +146,10 @@ def test_workload_presets_follow_the_seed_file():
     assert sum(c.groups > 1 for c in get_workload("mobilenetv2")) == 3
     with pytest.raises(ValueError, match="`workload` must be one of"):
         get_workload("nope")
+
+
+def test_gpu_comparison_without_a_gpu_says_why(capsys):
+    if any(b.available for b in cs.list_backends() if b.device == "gpu"):
+        pytest.skip("a GPU backend is available here")
+    assert cli.main(["compare", "--device", "gpu", "--out", "unused"]) == 2
+    assert "needs an available GPU backend" in capsys.readouterr().err

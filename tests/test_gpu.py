@@ -217,3 +217,18 @@ def test_auto_rule_is_explained():
         explanation = cs.explain(*args, backend="cupy", **kw)
         assert explanation.algorithm == expected, str(explanation)
         assert explanation.reason
+
+
+def test_gpu_comparison_taxonomy(tmp_path):
+    """compare on the GPU: transfers and CUDA-event kernel time apart from end to end."""
+    from convsuite.bench.compare import run_comparison
+
+    results, meta = run_comparison(workload="default", repeat=2, out=tmp_path, progress=False, device="gpu")
+    assert meta["ceilings"]["device"] == "gpu"
+    ours = [r for r in results if r.contender == "cupy" and r.status == "ok"]
+    assert ours and all(r.error_ok for r in ours)
+    for r in ours:
+        assert r.h2d_s > 0 and r.d2h_s > 0 and 0 < r.kernel_s <= r.end_to_end_s
+    cudnn = [r for r in results if r.contender.startswith("cuDNN") and r.status == "ok"]
+    assert cudnn and all(r.error_ok for r in cudnn)
+    assert (tmp_path / "report.md").is_file()

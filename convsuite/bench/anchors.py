@@ -12,24 +12,47 @@ import numpy as np
 
 from .workloads import Case
 
-__all__ = ["ANCHORS", "anchor_callable"]
+__all__ = ["ANCHORS", "GPU_ANCHORS", "anchor_callable"]
 
 
-def _torch(case: Case, x, w, bias, grad_y, spec):
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    if x.dtype != np.float32 and x.dtype != np.float64:
-        return "dtype"
+def _torch_on(device: str):
+    """torch on the CPU, or on the GPU through cuDNN with TF32 off (strict FP32)."""
+
+    def anchor(case: Case, x, w, bias, grad_y, spec):
+        try:
+            import torch
+        except ImportError:
+            return "torch is not installed"
+        if device == "gpu":
+            if not torch.cuda.is_available():
+                return "torch sees no CUDA device"
+            torch.backends.cudnn.allow_tf32 = False
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.benchmark = True
+        run = _torch(case, x, w, bias, grad_y, spec, "cuda" if device == "gpu" else "cpu")
+        if device != "gpu" or isinstance(run, str):
+            return run
+
+        def synchronised():
+            result = run()
+            torch.cuda.synchronize()  # the GPU work finishes inside the timed call
+            return result
+
+        return synchronised
+
+    return anchor
+
+
+def _torch(case: Case, x, w, bias, grad_y, spec, where: str = "cpu"):
+    import torch
     # torch takes symmetric padding only: asymmetric ("same" with even kernels
     # or stride) is applied as an explicit pad first, as a torch user would.
     pads = spec.padding
     symmetric = all(lo == hi for lo, hi in pads)
     conv = torch.nn.functional.conv1d if spec.ndim == 1 else torch.nn.functional.conv2d
-    tx = torch.from_numpy(np.ascontiguousarray(x).reshape(spec.x_shape))
-    tw = torch.from_numpy(np.ascontiguousarray(w).reshape(spec.w_shape))
-    tb = None if bias is None else torch.from_numpy(bias)
+    tx = torch.from_numpy(np.ascontiguousarray(x).reshape(spec.x_shape)).to(where)
+    tw = torch.from_numpy(np.ascontiguousarray(w).reshape(spec.w_shape)).to(where)
+    tb = None if bias is None else torch.from_numpy(bias).to(where)
     flat_pad = [p for pair in reversed(pads) for p in pair]
 
     def forward(inp):
@@ -41,10 +64,10 @@ def _torch(case: Case, x, w, bias, grad_y, spec):
 
         def run():
             with torch.no_grad():
-                return forward(tx).numpy()
+                return forward(tx).cpu().numpy() if where == "cpu" else forward(tx)
 
         return run
-    tgy = torch.from_numpy(np.ascontiguousarray(grad_y).reshape(spec.y_shape))
+    tgy = torch.from_numpy(np.ascontiguousarray(grad_y).reshape(spec.y_shape)).to(where)
 
     def run_backward():
         xi = tx.detach().requires_grad_(True)
@@ -52,7 +75,8 @@ def _torch(case: Case, x, w, bias, grad_y, spec):
         out = conv(xi if symmetric else torch.nn.functional.pad(xi, flat_pad), wi, None, stride=spec.stride,
                    padding=tuple(lo for lo, _ in pads) if symmetric else 0, dilation=spec.dilation, groups=spec.groups)
         out.backward(tgy)
-        return xi.grad.numpy(), wi.grad.numpy(), tgy.sum(dim=tuple(d for d in range(tgy.ndim) if d != 1)).numpy()
+        gb = tgy.sum(dim=tuple(d for d in range(tgy.ndim) if d != 1))
+        return tuple(g.cpu().numpy() if where == "cpu" else g for g in (xi.grad, wi.grad, gb))
 
     return run_backward
 
@@ -89,13 +113,38 @@ def _scipy_correlate(case, x, w, bias, grad_y, spec):
     return lambda: correlate(x, w, mode=mode, method="auto")  # scipy picks direct or FFT
 
 
+def _cupyx_correlate1d(case, x, w, bias, grad_y, spec):
+    mode, why = _plain_signal_mode(case, spec)
+    if mode != "same":
+        return why or "cupyx correlate1d keeps the length: 'same' padding only"
+    try:
+        import cupy as cp
+        from cupyx.scipy.ndimage import correlate1d
+    except ImportError:
+        return "cupy is not installed"
+    xd, wd = cp.asarray(x), cp.asarray(w)
+
+    def run():
+        result = correlate1d(xd, wd, mode="constant")
+        cp.cuda.get_current_stream().synchronize()
+        return result
+
+    return run
+
+
 ANCHORS: dict[str, Callable] = {
-    "torch": _torch,
+    "torch": _torch_on("cpu"),
     "np.convolve": _numpy_convolve,
     "scipy.signal.correlate": _scipy_correlate,
+}
+
+#: What users pick instead on a GPU (inputs already on the device).
+GPU_ANCHORS: dict[str, Callable] = {
+    "cuDNN (torch, TF32 off)": _torch_on("gpu"),
+    "cupyx correlate1d": _cupyx_correlate1d,
 }
 
 
 def anchor_callable(name: str, case: Case, x, w, bias, grad_y, spec):
     """A callable running anchor ``name`` on the case, or a string saying why not."""
-    return ANCHORS[name](case, x, w, bias, grad_y, spec)
+    return {**ANCHORS, **GPU_ANCHORS}[name](case, x, w, bias, grad_y, spec)

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["Ceilings", "measure_cpu_ceilings"]
+__all__ = ["Ceilings", "measure_cpu_ceilings", "measure_gpu_ceilings"]
 
 
 @dataclass(frozen=True)
@@ -59,4 +59,36 @@ def measure_cpu_ceilings(copy_mib: int = 256, gemm_n: int = 2048, repeat: int = 
         copy_gbs=2 * src.nbytes / t_copy / 1e9,
         gemm_gflops=2 * gemm_n**3 / t_gemm / 1e9,
         how=f"np.copyto of {copy_mib} MiB; float32 {gemm_n}^3 matmul through NumPy's BLAS",
+    )
+
+
+def measure_gpu_ceilings(copy_mib: int = 1024, gemm_n: int = 8192, repeat: int = 10) -> Ceilings:
+    """Device-to-device copy and strict-FP32 cuBLAS SGEMM rate through CuPy, timed with CUDA events."""
+    import cupy as cp
+
+    def events_median(fn, n):
+        fn()
+        samples = []
+        for _ in range(n):
+            start, end = cp.cuda.Event(), cp.cuda.Event()
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            samples.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
+        return float(np.median(samples))
+
+    src = cp.ones(copy_mib * 2**20 // 4, dtype=cp.float32)
+    dst = cp.empty_like(src)
+    t_copy = events_median(lambda: cp.copyto(dst, src), repeat)
+    a = cp.random.RandomState(0).standard_normal((gemm_n, gemm_n), dtype=cp.float32)
+    t_gemm = events_median(lambda: a @ a, max(repeat // 2, 3))
+    nbytes = src.nbytes
+    del src, dst, a
+    cp.get_default_memory_pool().free_all_blocks()
+    return Ceilings(
+        device="gpu",
+        copy_gbs=2 * nbytes / t_copy / 1e9,
+        gemm_gflops=2 * gemm_n**3 / t_gemm / 1e9,
+        how=f"cupy copy of {copy_mib} MiB; float32 {gemm_n}^3 cuBLAS SGEMM (TF32 off), CUDA events",
     )

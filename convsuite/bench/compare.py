@@ -10,8 +10,8 @@ from pathlib import Path
 
 from .._registry import list_backends
 from .._threads import get_num_threads
-from .anchors import ANCHORS
-from .ceilings import Ceilings, measure_cpu_ceilings
+from .anchors import ANCHORS, GPU_ANCHORS
+from .ceilings import Ceilings, measure_cpu_ceilings, measure_gpu_ceilings
 from .measure import Result, measure
 from .report import print_table, write_reports
 from .workloads import get_workload
@@ -55,7 +55,7 @@ def run_comparison(
     anchors: bool = True,
     dtype: str = "float32",
     repeat: int = 5,
-    baseline: str = "numpy",
+    baseline: str | None = None,
     out: str | Path | None = "compare-out",
     progress: bool = True,
     device: str = "cpu",
@@ -66,12 +66,20 @@ def run_comparison(
     Returns the results and the metadata; writes reports to ``out`` unless it is
     None. ``ceilings`` are measured on the spot unless given.
     """
+    if device not in ("cpu", "gpu"):
+        raise ValueError(f"`device` must be 'cpu' or 'gpu'; got {device!r}")
     rows = list_backends()
     if backends is None:
-        backends = [b.name for b in rows]
+        # On a GPU the workloads are sized for it: the CPU backends would take minutes.
+        backends = [b.name for b in rows if device == "cpu" or b.device == "gpu"]
+    if device == "gpu" and not any(b.available for b in rows if b.device == "gpu" and b.name in backends):
+        reasons = "; ".join(f"{b.name}: {b.reason}" for b in rows if b.device == "gpu")
+        raise ValueError(f"--device gpu needs an available GPU backend ({reasons or 'none registered'})")
+    if baseline is None:
+        baseline = "numpy" if device == "cpu" else "cuDNN (torch, TF32 off)"
     contenders = [(name, "backend") for name in backends]
     if anchors:
-        contenders += [(name, "anchor") for name in ANCHORS]
+        contenders += [(name, "anchor") for name in (ANCHORS if device == "cpu" else GPU_ANCHORS)]
     cases = get_workload(workload, device)
     try:
         import torch
@@ -80,7 +88,7 @@ def run_comparison(
     except ImportError:
         pass
     if ceilings is None:
-        ceilings = measure_cpu_ceilings()
+        ceilings = measure_cpu_ceilings() if device == "cpu" else measure_gpu_ceilings()
     results: list[Result] = []
     total = len(cases) * len(contenders)
     if progress:
@@ -108,8 +116,9 @@ def run_comparison(
         machine=machine_metadata(),
         ceilings=ceilings.as_dict(),
     )
+    where = meta["machine"]["cpu"] if device == "cpu" else meta["machine"]["gpu"]
     title = (
-        f"{workload}, {dtype}, on {meta['machine']['cpu']} (copy {ceilings.copy_gbs:.1f} GB/s, "
+        f"{workload}, {dtype}, on {where} (copy {ceilings.copy_gbs:.1f} GB/s, "
         f"GEMM {ceilings.gemm_gflops:.0f} GFLOP/s)"
     )
     print_table(results, baseline, title)

@@ -1,10 +1,12 @@
 """Measure one contender (a backend or an external anchor) on one case.
 
 The timing taxonomy of DESIGN.md, per result: the first call (JIT compile,
-module build, cache load) apart from steady state; then ``repeat`` calls,
-each timed end to end with the backend's own call (the kernel) timed inside
-it, so end to end >= kernel holds call by call; medians and ranges of both.
-Host-to-device and device-to-host columns stay empty on CPU backends. Rates
+module build, NVRTC compile, cache load) apart from steady state; then
+``repeat`` calls, each timed end to end with the backend's own call (the
+kernel; CUDA events on a GPU) timed inside it, so end to end >= kernel holds
+call by call; medians and ranges of both. For a GPU backend the copies of
+the inputs to the device and of the output back are timed apart as well;
+those columns stay empty on CPU backends. Rates
 (GFLOP/s, GB/s of compulsory traffic) use the end-to-end median, the same
 clock for every contender, and are set against the measured ceilings.
 
@@ -82,6 +84,37 @@ class Result:
         return asdict(self)
 
 
+def _host(array):
+    """A result as a NumPy array, whether NumPy, CuPy or a torch tensor."""
+    if hasattr(array, "get"):
+        return array.get()
+    if hasattr(array, "detach"):
+        return array.detach().cpu().numpy()
+    return np.asarray(array)
+
+
+def _transfer_times(x, w, bias, out, repeat: int) -> tuple[float, float]:
+    """Median seconds to copy the inputs to the GPU, and the output back."""
+    import cupy as cp
+
+    def to_device():
+        arrays = [cp.asarray(a) for a in (x, w, bias) if a is not None]
+        cp.cuda.get_current_stream().synchronize()
+        return arrays
+
+    on_device = cp.asarray(_host(out[0] if isinstance(out, tuple) else out))
+    cp.cuda.get_current_stream().synchronize()
+    h2d, d2h = [], []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        to_device()
+        h2d.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        on_device.get()
+        d2h.append(time.perf_counter() - start)
+    return statistics.median(h2d), statistics.median(d2h)
+
+
 def _spec(case: Case, x, w, bias):
     ndim = 1 if case.op == "conv1d" else 2
     return prepare_forward(case.op, ndim, x, w, bias, case.stride, case.padding, 1, case.groups).spec
@@ -142,7 +175,7 @@ def _check_forward(case: Case, x, w, bias, y) -> tuple[float, bool]:
     spec = _spec(case, xs, w, bias)
     ref = reference_forward(spec, xs, w, bias)
     tol = forward_tolerance(spec, xs, w, bias)
-    got = np.asarray(y, dtype=np.float64).reshape(-1)
+    got = _host(y).astype(np.float64).reshape(-1)
     if len(case.x_shape) == 1:
         # A prefix of a long signal: outputs near its cut end read padding that
         # the full signal does not have, so compare only those well inside.
@@ -163,7 +196,7 @@ def _check_backward(case: Case, run_on_slice, x, w) -> tuple[float, bool]:
     tols = backward_tolerances(spec, gys, xs, w)
     worst, ok = 0.0, True
     for got, ref, tol in zip(grads, refs, tols):
-        got = np.asarray(got, dtype=np.float64).reshape(ref.shape)
+        got = _host(got).astype(np.float64).reshape(ref.shape)
         err = np.abs(got - ref)
         worst = max(worst, float(err.max() / max(float(np.abs(ref).max()), np.finfo(np.float64).tiny)))
         ok = ok and bool(np.all(err <= tol))
@@ -225,6 +258,9 @@ def measure(case: Case, contender: str, kind: str, dtype: str, repeat: int, ceil
     if all(k is not None for k in kernel):
         result.kernel_s = statistics.median(kernel)
         result.kernel_range_s = (min(kernel), max(kernel))
+    if kind == "backend" and get_backend(contender).device == "gpu":
+        # NumPy in, NumPy out: the end-to-end time holds both copies; show them apart.
+        result.h2d_s, result.d2h_s = _transfer_times(x, w, bias, out, repeat)
     flops = spec.flops * (2 if case.direction == "backward" else 1)
     traffic = spec.compulsory_bytes * (2 if case.direction == "backward" else 1)
     result.flops, result.bytes = flops, traffic
