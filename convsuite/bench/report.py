@@ -44,11 +44,14 @@ def _rows(results: list[Result], baseline: str):
             f"{r.gflops:.3g}",
             "-" if r.frac_roof is None else f"{100 * r.frac_roof:.1f}%",
             f"{r.max_rel_error:.1e}" + ("" if r.error_ok else " WRONG"),
-            r.note,
+            "; ".join(
+                filter(None, [r.note, None if r.h2d_s is None else f"copies: to GPU {_ms(r.h2d_s)} ms, back {_ms(r.d2h_s)} ms"])
+            ),
         ]
 
 
 HEADERS = ["case", "contender", "ms (end to end)", "ms (kernel)", "speedup", "GFLOP/s", "% of roof", "max rel. error", "note"]
+#: A GPU result's note also gives its transfer times (NumPy in, NumPy out).
 
 
 def print_table(results: list[Result], baseline: str, title: str) -> None:
