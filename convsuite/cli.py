@@ -8,8 +8,6 @@ import platform
 import sys
 from importlib import metadata
 
-import numpy as np
-
 __all__ = ["main"]
 
 _PACKAGES = ("numpy", "scipy", "numba", "cupy-cuda13x", "torch", "joblib", "rich", "asv")

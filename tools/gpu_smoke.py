@@ -6,7 +6,7 @@
 import numpy as np
 
 import convsuite as cs
-from convsuite.backends.cupy_backend import ALGORITHMS, ONE_D_ALGORITHMS
+from convsuite.backends.cupy_backend import ALGORITHMS
 
 rng = np.random.default_rng(0)
 backend = cs._registry.get_backend("cupy")

@@ -66,17 +66,7 @@ def measure_gpu_ceilings(copy_mib: int = 1024, gemm_n: int = 8192, repeat: int =
     """Device-to-device copy and strict-FP32 cuBLAS SGEMM rate through CuPy, timed with CUDA events."""
     import cupy as cp
 
-    def events_median(fn, n):
-        fn()
-        samples = []
-        for _ in range(n):
-            start, end = cp.cuda.Event(), cp.cuda.Event()
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            samples.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
-        return float(np.median(samples))
+    from .timing import cuda_events_median as events_median
 
     src = cp.ones(copy_mib * 2**20 // 4, dtype=cp.float32)
     dst = cp.empty_like(src)
@@ -84,7 +74,7 @@ def measure_gpu_ceilings(copy_mib: int = 1024, gemm_n: int = 8192, repeat: int =
     a = cp.random.RandomState(0).standard_normal((gemm_n, gemm_n), dtype=cp.float32)
     t_gemm = events_median(lambda: a @ a, max(repeat // 2, 3))
     nbytes = src.nbytes
-    del src, dst, a
+    src = dst = a = None  # release the buffers before returning them to the pool
     cp.get_default_memory_pool().free_all_blocks()
     return Ceilings(
         device="gpu",

@@ -153,7 +153,6 @@ def main(argv=None) -> int:
             return run
 
         cases = [(wl, "conv1") for wl in ("ece408-fa19", "ece408-fa21")]
-        fat = dict(C=64, M=64, H=56, W=56, K=3)
         for wl, name in cases + [("fat", None)]:
             if wl == "fat":
                 x = rng.standard_normal((8, 64, 56, 56), dtype=np.float32)

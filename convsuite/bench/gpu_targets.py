@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import math
 import statistics
 import sys
 from pathlib import Path
@@ -24,28 +23,13 @@ import numpy as np
 
 import convsuite as cs
 from convsuite._instrument import record_kernel_times
-from convsuite.backends.cupy_backend import ALGORITHMS, ONE_D_ALGORITHMS
+from convsuite.backends.cupy_backend import ALGORITHMS
+from convsuite.bench.ceilings import measure_gpu_ceilings
+from convsuite.bench.timing import cuda_events_median
 from convsuite.bench.workloads import get_workload
 from convsuite.testing import forward_tolerance, reference_forward
 
 __all__ = ["main"]
-
-
-def _events_median(fn, repeat: int, warmup: int = 2) -> float:
-    """Median seconds of ``fn`` between CUDA events (whole call)."""
-    import cupy as cp
-
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
-    return statistics.median(times)
 
 
 def _kernel_median(fn, repeat: int, warmup: int = 2) -> float:
@@ -61,17 +45,8 @@ def _kernel_median(fn, repeat: int, warmup: int = 2) -> float:
 
 
 def _ceilings(repeat: int) -> dict:
-    import cupy as cp
-
-    a = cp.ones(2**28, dtype=cp.float32)  # 1 GiB
-    b = cp.empty_like(a)
-    t_copy = _events_median(lambda: cp.copyto(b, a), repeat)
-    n = 8192
-    m = cp.random.RandomState(0).standard_normal((n, n), dtype=cp.float32)
-    t_gemm = _events_median(lambda: m @ m, max(repeat // 2, 3))
-    del a, b, m
-    cp.get_default_memory_pool().free_all_blocks()
-    return dict(copy_gbs=2 * 2**30 / t_copy / 1e9, sgemm_tflops=2 * n**3 / t_gemm / 1e12)
+    c = measure_gpu_ceilings(repeat=repeat)
+    return dict(copy_gbs=c.copy_gbs, sgemm_tflops=c.gemm_gflops / 1e3)
 
 
 def _check(case, x_dev, w_dev, b_dev, y_dev) -> float:
@@ -151,12 +126,12 @@ def main(argv=None) -> int:
         spec = cs.explain(x, w, b, **case.keywords).spec
         fn = cs.conv1d if case.op == "conv1d" else cs.conv2d
         flops, traffic = spec.flops, spec.compulsory_bytes
-        cudnn_s = _events_median(_torch_conv(case, x, w, b), args.repeat)
+        cudnn_s = cuda_events_median(_torch_conv(case, x, w, b), args.repeat)
         row_base = dict(workload=case.workload, case=case.name, flops=flops, bytes=traffic, cudnn_ms=cudnn_s * 1e3)
         if case.op == "conv1d":
             from cupyx.scipy.ndimage import correlate1d
 
-            row_base["cupyx_ms"] = _events_median(lambda: correlate1d(x, w, mode="constant"), args.repeat) * 1e3
+            row_base["cupyx_ms"] = cuda_events_median(lambda: correlate1d(x, w, mode="constant"), args.repeat) * 1e3
         auto = backend.choose_algorithm(spec, "forward")[0]
         for algorithm in ALGORITHMS:
             if backend.can_run(spec, algorithm, "forward") is not True:
@@ -183,7 +158,7 @@ def main(argv=None) -> int:
                 )
             )
             print(f"{case.workload:14s} {case.name:34s} {algorithm:18s} {t * 1e3:9.3f} ms  x{cudnn_s / t:6.2f} vs cuDNN", flush=True)
-        del x, w, b
+        x = w = b = None  # release this case's buffers before the next allocates
         cp.get_default_memory_pool().free_all_blocks()
 
     # Targets of issue 5: best algorithm per row against cuDNN / copy bandwidth.

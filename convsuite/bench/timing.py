@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["Timing", "time_side_by_side", "SETTLE_S"]
+__all__ = ["Timing", "time_side_by_side", "SETTLE_S", "cuda_events_median"]
 
 #: Pause whenever the contender changes: thread pools of the previous one
 #: (OpenBLAS, OpenMP in torch and numba) spin-wait after their last call and
@@ -71,3 +71,20 @@ def time_side_by_side(
     return {
         name: Timing(first[name], statistics.median(s), min(s), max(s), len(s)) for name, s in samples.items()
     }
+
+
+def cuda_events_median(fn: Callable[[], object], repeat: int, warmup: int = 2) -> float:
+    """Median seconds of ``fn`` on the GPU, each call between two CUDA events."""
+    import cupy as cp
+
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeat):
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        samples.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
+    return statistics.median(samples)
