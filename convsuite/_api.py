@@ -51,11 +51,16 @@ def _to_caller(call: PreparedCall, array):
 
 
 def _allocate(backend, shapes, dtype):
-    """Output buffers on the backend's device, refused up front if they cannot fit."""
+    """Output buffers on the backend's device, refused up front if they cannot fit.
+
+    Host memory was checked with the input (validation); a device backend
+    declares its own limit through ``memory_limit()``.
+    """
+    memory_limit = getattr(backend, "memory_limit", None)
+    if memory_limit is not None:
+        nbytes = sum(int(np.prod(shape, dtype=object)) for shape in shapes) * np.dtype(dtype).itemsize
+        check_memory(nbytes, f"outputs of shapes {list(shapes)}", device=backend.device, limit=memory_limit())
     xp = _backend_xp(backend.device)
-    limit = getattr(backend, "memory_limit", lambda: None)()
-    nbytes = sum(int(np.prod(shape, dtype=object)) for shape in shapes) * np.dtype(dtype).itemsize
-    check_memory(nbytes, f"outputs of shapes {list(shapes)}", device=backend.device, limit=limit)
     return [_buffers.empty(shape, dtype, xp) for shape in shapes]
 
 

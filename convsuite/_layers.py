@@ -70,7 +70,8 @@ class _ConvLayer:
         shape = (self.out_channels, self.in_channels // self.groups, *self.kernel_size)
         self.weight = rng.uniform(-bound, bound, size=shape).astype(dtype)
         self.bias = rng.uniform(-bound, bound, size=self.out_channels).astype(dtype) if bias else None
-        if backend is not None and get_backend(backend).device == "gpu" and get_backend(backend).available() is True:
+        chosen = None if backend is None else get_backend(backend)
+        if chosen is not None and chosen.device == "gpu" and chosen.available() is True:
             # A GPU layer keeps its weights on the device: no copy per call.
             import cupy
 

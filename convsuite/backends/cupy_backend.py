@@ -28,7 +28,7 @@ import threading
 import numpy as np
 
 from .._spec import ConvSpec
-from ._cuda_sources import BLOCKED_WIDTHS, KERNELS, REGISTER_TILES, name_expression, name_expressions, source_dir, source_text
+from ._cuda_sources import BLOCKED_WIDTHS, REGISTER_TILES, name_expression, name_expressions, source_dir, source_text
 from .base import Backend, Verdict
 
 __all__ = ["CupyBackend", "ALGORITHMS", "ONE_D_ALGORITHMS"]
@@ -146,7 +146,8 @@ def _grid_stride_blocks(total: int) -> int:
     return max(1, min(math.ceil(total / THREADS), _sm_counts[device] * 32))
 
 
-def _span(out: int, threads: int, stride: int, kernel: int, dilation: int) -> int:
+def _span(threads: int, stride: int, kernel: int, dilation: int) -> int:
+    """Inputs a row of ``threads`` consecutive outputs reads."""
     return (threads - 1) * stride + (kernel - 1) * dilation + 1
 
 
@@ -256,7 +257,7 @@ class CupyBackend(Backend):
             need = math.prod(spec.w_shape) * spec.itemsize
             return True if need <= CONST_BYTES else f"the mask needs {need} bytes; constant memory holds {CONST_BYTES}"
         if algorithm == "tiled_halo":
-            need = _span(0, THREADS, s, k, d) * spec.itemsize
+            need = _span(THREADS, s, k, d) * spec.itemsize
             return True if need <= SMEM_LIMIT else f"tile plus halo needs {need} bytes of shared memory"
         if algorithm == "tiled_cached_halo":
             need = THREADS * s * spec.itemsize
@@ -321,7 +322,7 @@ class CupyBackend(Backend):
             per_block = THREADS * BLOCKED_V
             smem = (per_block + (k - 1) * d + 8 + k) * s.itemsize  # tile, float4 slack, mask
         elif algorithm == "tiled_halo":
-            per_block, smem = THREADS, _span(0, THREADS, st, k, d) * s.itemsize
+            per_block, smem = THREADS, _span(THREADS, st, k, d) * s.itemsize
         else:
             per_block, smem = THREADS, THREADS * st * s.itemsize
         grid = (math.ceil(wo / per_block), rows)
@@ -414,8 +415,3 @@ class CupyBackend(Backend):
             grad_w.reshape(G, Mg, -1)[...] = grad_w_mat
         except cp.cuda.memory.OutOfMemoryError as exc:
             raise MemoryError(f"GPU out of memory in the backward pass: {exc}") from exc
-
-
-def every_kernel_file() -> list[str]:
-    """The ``.cu`` files the backend compiles (for tests and packaging checks)."""
-    return list(KERNELS)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -79,7 +79,6 @@ class Result:
     frac_roof: float | None = None
     max_rel_error: float | None = None
     error_ok: bool | None = None
-    extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -148,8 +147,7 @@ def _fit_backend(case: Case, name: str, dtype):
         return None, f"unavailable: {verdict}"
     reason = ""
     for candidate in (case, *_reductions(case)):
-        x, w, bias, _ = candidate.arrays(dtype)
-        spec = _spec(candidate, x, w, bias)
+        spec = candidate.spec(dtype)
         work = spec.macs * (2 if candidate.direction == "backward" else 1)
         if work > SLOW_BACKEND_MACS.get(name, float("inf")):
             reason = f"{work:.2g} multiply-adds is more than a comparison gives the {name} backend"

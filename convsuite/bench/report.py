@@ -166,7 +166,7 @@ def write_reports(results: list[Result], meta: dict, baseline: str, out: Path) -
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "results.json", "csv": out / "results.csv", "markdown": out / "report.md"}
     paths["json"].write_text(json.dumps(dict(meta=meta, results=[r.as_dict() for r in results]), indent=2))
-    fields = [f for f in results[0].as_dict() if f != "extra"] if results else []
+    fields = list(results[0].as_dict()) if results else []
     with paths["csv"].open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from .._spec import ConvSpec
+
 __all__ = ["Case", "seed_workloads", "layer", "workload_names", "get_workload"]
 
 
@@ -86,6 +88,16 @@ class Case:
         w = rng.standard_normal(self.w_shape).astype(dtype)
         bias = rng.standard_normal(self.w_shape[0]).astype(dtype) if self.bias and len(self.w_shape) > 2 else None
         return x, w, bias, rng
+
+    def spec(self, dtype) -> ConvSpec:
+        """The normalised problem, without allocating inputs (zero-strided stand-ins)."""
+        from .. import explain
+
+        def shaped(shape):
+            return np.lib.stride_tricks.as_strided(np.zeros(1, dtype=dtype), shape, (0,) * len(shape))
+
+        bias = shaped((self.w_shape[0],)) if self.bias and len(self.w_shape) > 2 else None
+        return explain(shaped(self.x_shape), shaped(self.w_shape), bias, **self.keywords).spec
 
     def as_dict(self) -> dict:
         return asdict(self)
