@@ -9,29 +9,128 @@ cannot handle a case it says so beforehand through :meth:`Backend.can_run`.
 "Yes" is ``True``; "no" is a string that says why. That string is what
 ``list_backends()`` prints, what ``explain()`` reports, what an explicit
 request raises and what a skipped test shows.
+
+Algorithms are records. Each named way a backend computes a convolution is
+one :class:`Algorithm`: its name, what it shows, the directions it
+implements, the cases it declines (with the reason) and a ``plan`` function
+that does everything that depends only on the spec once (launch geometry,
+kernel handles, packed integer arguments) and returns a :data:`Launch`, the
+callable the front end caches and runs on every call. Tuning, ``explain``,
+the ablation and the docs all read the same table, :meth:`Backend.algorithm_table`.
+
+The device protocol (:meth:`Backend.array_module`, :meth:`Backend.to_device`,
+:meth:`Backend.to_host`, :meth:`Backend.synchronize`, :meth:`Backend.timer`,
+:meth:`Backend.memory_limit`, :meth:`Backend.warm_up`) is how the front end
+and the measuring tools move arrays and time work without knowing the device.
 """
 
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar, Literal, Union
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Literal, Mapping, Union
+
+import numpy as np
 
 from .._spec import ConvSpec
 
-__all__ = ["Backend", "Verdict", "DIRECTIONS"]
+__all__ = ["Algorithm", "Backend", "DIRECTIONS", "Launch", "Tunable", "Verdict", "WallTimer"]
 
 #: ``True`` for yes, or a sentence saying why not.
 Verdict = Union[Literal[True], str]
 
 DIRECTIONS = ("forward", "backward")
 
+#: What :meth:`Backend.plan` returns: called with the operands of one call,
+#: ``(x, w, bias, out)`` forward or ``(grad_y, x, w, grad_x, grad_w, grad_b)``
+#: backward, all on the backend's device and of the spec's shapes and dtype.
+Launch = Callable[..., None]
+
+
+@dataclass(frozen=True)
+class Tunable:
+    """A kernel parameter an algorithm exposes to sweeps and the tuner.
+
+    Attributes
+    ----------
+    name : str
+        Parameter name, e.g. ``"tile_w"``.
+    values : tuple
+        Every allowed value.
+    default : object
+        The hand-chosen value used when nothing was tuned.
+    """
+
+    name: str
+    values: tuple
+    default: Any
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One named algorithm of a backend: the single record every tool reads.
+
+    Attributes
+    ----------
+    name : str
+        What ``algorithm=`` accepts.
+    summary : str
+        One line: what this algorithm shows (for ``list_backends``, docs, tables).
+    plan : callable
+        ``plan(spec, direction) -> Launch``: everything that depends only on
+        the spec, done once; the returned callable runs one call.
+    directions : tuple of str
+        Directions implemented (``"forward"``, ``"backward"``).
+    ndims : tuple of int
+        Spatial ranks handled (1 and/or 2).
+    check : callable, optional
+        ``check(spec, direction) -> Verdict``: cases this algorithm declines,
+        with the reason. Called only for a supported direction and rank.
+    tunables : tuple of Tunable
+        Parameters a sweep may vary (empty: none).
+    """
+
+    name: str
+    summary: str
+    plan: Callable[[ConvSpec, str], Launch]
+    directions: tuple[str, ...] = ("forward",)
+    ndims: tuple[int, ...] = (1, 2)
+    check: Callable[[ConvSpec, str], Verdict] | None = None
+    tunables: tuple[Tunable, ...] = field(default=())
+
+    def can_run(self, spec: ConvSpec, direction: str) -> Verdict:
+        """Whether this algorithm runs ``spec`` in ``direction``, or why not."""
+        if direction not in self.directions:
+            return f"{self.name!r} implements {' and '.join(self.directions)} only, not {direction}"
+        if spec.ndim not in self.ndims:
+            return f"{self.name!r} is a {'/'.join(map(str, self.ndims))}-D algorithm; this case is {spec.ndim}-D"
+        return True if self.check is None else self.check(spec, direction)
+
+
+class WallTimer:
+    """Host wall-clock timer (``perf_counter``), for CPU backends.
+
+    ``start()`` then ``stop()`` returns the seconds between them; the GPU
+    backends return a timer built on device events instead.
+    """
+
+    __slots__ = ("_t0",)
+
+    def start(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def stop(self) -> float:
+        return time.perf_counter() - self._t0
+
 
 class Backend(abc.ABC):
     """Base class of convsuite backends.
 
-    Subclasses set the class attributes and implement :meth:`forward` and
-    :meth:`backward`; they override :meth:`available`, :meth:`can_run` and
-    :meth:`choose_algorithm` when the defaults do not fit.
+    A backend either lists :class:`Algorithm` records (override
+    :meth:`algorithm_table`) or, in the older style, overrides
+    :meth:`forward`/:meth:`backward` (and :meth:`can_run`) directly; the
+    front end only calls :meth:`plan`, which works for both.
 
     Attributes
     ----------
@@ -40,7 +139,7 @@ class Backend(abc.ABC):
     device : str
         ``"cpu"`` or ``"gpu"``.
     priority : int
-        Higher is tried first by ``backend="auto"``.
+        Order of ``list_backends()``; ``backend="auto"`` breaks ties with it.
     algorithms : tuple of str
         Names accepted by ``algorithm=``; the first is the default.
     description : str
@@ -53,13 +152,25 @@ class Backend(abc.ABC):
     algorithms: ClassVar[tuple[str, ...]] = ("direct",)
     description: ClassVar[str] = ""
 
+    # --- algorithms ----------------------------------------------------
+
+    def algorithm_table(self) -> Mapping[str, Algorithm] | None:
+        """The backend's algorithm records by name, or None for an old-style backend."""
+        return None
+
     def available(self) -> Verdict:
         """Whether the backend can run on this machine, or why not."""
         return True
 
     def can_run(self, spec: ConvSpec, algorithm: str, direction: str) -> Verdict:
         """Whether ``algorithm`` (never ``"auto"``) can run this case, or why not."""
-        return True
+        table = self.algorithm_table()
+        if table is None:
+            return True
+        record = table.get(algorithm)
+        if record is None:
+            return f"unknown algorithm {algorithm!r}; {self.name!r} has {', '.join(table)}"
+        return record.can_run(spec, direction)
 
     def choose_algorithm(self, spec: ConvSpec, direction: str) -> tuple[str, str]:
         """The algorithm ``algorithm="auto"`` picks for this case, and why."""
@@ -69,11 +180,23 @@ class Backend(abc.ABC):
                 return name, reason
         return self.algorithms[0], "no algorithm can run this case"
 
-    @abc.abstractmethod
+    def plan(self, spec: ConvSpec, algorithm: str, direction: str) -> Launch:
+        """A callable that runs ``algorithm`` on operands of ``spec`` (see :data:`Launch`).
+
+        The caller has checked :meth:`can_run`. The default builds it from
+        the algorithm record, or wraps :meth:`forward`/:meth:`backward`.
+        """
+        table = self.algorithm_table()
+        if table is not None:
+            return table[algorithm].plan(spec, direction)
+        if direction == "forward":
+            return lambda x, w, bias, out: self.forward(spec, x, w, bias, out, algorithm)
+        return lambda gy, x, w, gx, gw, gb: self.backward(spec, gy, x, w, gx, gw, gb, algorithm)
+
     def forward(self, spec: ConvSpec, x: Any, w: Any, bias: Any, out: Any, algorithm: str) -> None:
         """Write ``conv(x, w) + bias`` into ``out`` (shape ``spec.y_shape``)."""
+        self.plan(spec, algorithm, "forward")(x, w, bias, out)
 
-    @abc.abstractmethod
     def backward(
         self,
         spec: ConvSpec,
@@ -86,6 +209,40 @@ class Backend(abc.ABC):
         algorithm: str,
     ) -> None:
         """Write the gradients of ``sum(y * grad_y)`` into the three buffers."""
+        self.plan(spec, algorithm, "backward")(grad_y, x, w, grad_x, grad_w, grad_b)
+
+    # --- device protocol -------------------------------------------------
+
+    def array_module(self):
+        """The array library of this backend's device (numpy for CPU backends)."""
+        return np
+
+    def owns(self, array: Any) -> bool:
+        """Whether ``array`` already lives on this backend's device."""
+        return isinstance(array, np.ndarray)
+
+    def to_device(self, array: Any) -> Any:
+        """``array`` (a NumPy array) moved to this backend's device."""
+        return array
+
+    def to_host(self, array: Any) -> np.ndarray:
+        """``array`` from this backend's device as a NumPy array."""
+        return np.asarray(array)
+
+    def synchronize(self) -> None:
+        """Wait until work queued on the device has finished (no-op on the CPU)."""
+
+    def timer(self) -> WallTimer:
+        """A fresh timer whose ``start()``/``stop()`` bracket device work."""
+        return WallTimer()
+
+    def memory_limit(self) -> int | None:
+        """Bytes this device can hold for outputs, or None to use host memory checks."""
+        return None
+
+    def warm_up(self, dtype: Any) -> float:
+        """Compile or load whatever the first call would; returns the seconds spent."""
+        return 0.0
 
     def __repr__(self) -> str:
         return f"<convsuite backend {self.name!r} ({self.device})>"

@@ -194,6 +194,22 @@ def _upload_constant(filename: str, w) -> None:
     symbol.copy_from_device_async(w.data, w.nbytes, cp.cuda.get_current_stream())
 
 
+class _EventTimer:
+    """CUDA events on the current stream; ``stop()`` synchronises and returns seconds."""
+
+    __slots__ = ("_start", "_end")
+
+    def start(self) -> None:
+        cp = _cupy()
+        self._start, self._end = cp.cuda.Event(), cp.cuda.Event()
+        self._start.record()
+
+    def stop(self) -> float:
+        self._end.record()
+        self._end.synchronize()
+        return _cupy().cuda.get_elapsed_time(self._start, self._end) / 1e3
+
+
 class CupyBackend(Backend):
     """CUDA kernels through CuPy: the course reports' strategies as named algorithms."""
 
@@ -219,6 +235,26 @@ class CupyBackend(Backend):
     def memory_limit(self) -> int | None:
         """Total memory of the current device, in bytes."""
         return int(_cupy().cuda.Device().mem_info[1])
+
+    # --- device protocol ---------------------------------------------------
+
+    def array_module(self):
+        return _cupy()
+
+    def owns(self, array) -> bool:
+        return isinstance(array, _cupy().ndarray)
+
+    def to_device(self, array):
+        return _cupy().asarray(array)
+
+    def to_host(self, array):
+        return _cupy().asnumpy(array)
+
+    def synchronize(self) -> None:
+        _cupy().cuda.get_current_stream().synchronize()
+
+    def timer(self):
+        return _EventTimer()
 
     # --- which algorithm can run what ------------------------------------
 
