@@ -18,13 +18,18 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from .._spec import ConvSpec
-from .base import Backend
+from .base import Backend, Verdict
 
 __all__ = ["NumpyBackend", "WORKSPACE_BYTES"]
 
 #: Target size of one im2col tile: large enough for BLAS to run at speed,
 #: small enough to stay out of the way of the rest of memory.
 WORKSPACE_BYTES = 32 * 2**20
+
+#: Zero padding this backend may materialise beyond the size of the input
+#: itself: above it (huge dilation with "same"/"full", huge explicit padding)
+#: the case is declined with a reason; backends that skip halo taps run it.
+PADDING_ALLOWANCE_BYTES = 256 * 2**20
 
 
 def _read_extent(s: ConvSpec, axis: int) -> int:
@@ -48,6 +53,23 @@ def _padded_source(x4: np.ndarray, s: ConvSpec) -> np.ndarray:
     cols = max(0, min(W, Wn - left))
     source[:, :, top : top + rows, left : left + cols] = x4[:, :, :rows, :cols]
     return source
+
+
+def _source_elements(s: ConvSpec) -> int:
+    """Elements of the padded source :func:`_padded_source` allocates (0 for a view)."""
+    (top, _), (left, _) = s.padding
+    Hn, Wn = _read_extent(s, 0), _read_extent(s, 1)
+    H, W = s.in_size
+    if top == 0 and left == 0 and Hn <= H and Wn <= W:
+        return 0
+    return s.batch * s.in_channels * Hn * Wn
+
+
+def _tile_bytes(s: ConvSpec) -> int:
+    """Bytes of one im2col tile plus its matmul product (as :func:`_tiles` sizes them)."""
+    per_output = s.in_channels * s.kernel_size[0] * s.kernel_size[1] * s.itemsize
+    positions = min(max(WORKSPACE_BYTES // per_output, 1), s.batch * s.out_size[0] * s.out_size[1])
+    return positions * (per_output + s.out_channels * s.itemsize)
 
 
 def _windows(source: np.ndarray, s: ConvSpec) -> np.ndarray:
@@ -97,6 +119,29 @@ class NumpyBackend(Backend):
     priority = 10
     algorithms = ("im2col",)
     description = "NumPy im2col (sliding_window_view) + batched BLAS matmul"
+
+    def can_run(self, spec: ConvSpec, algorithm: str, direction: str) -> Verdict:
+        s = spec.as_2d()
+        padding_bytes = (_source_elements(s) - s.batch * s.in_channels * s.in_size[0] * s.in_size[1]) * s.itemsize
+        if padding_bytes > max(PADDING_ALLOWANCE_BYTES, s.batch * s.in_channels * s.in_size[0] * s.in_size[1] * s.itemsize):
+            return (
+                f"im2col would materialise {padding_bytes / 2**30:.3g} GiB of zero padding "
+                f"(padding {spec.padding}, dilation {spec.dilation}), more than the input "
+                f"itself; the 'cython' and 'numba' backends skip padding taps instead"
+            )
+        return True
+
+    def workspace_bytes(self, spec: ConvSpec, algorithm: str, direction: str) -> int:
+        """Padded source (twice in backward: its gradient), one im2col tile and its product."""
+        s = spec.as_2d()
+        source = _source_elements(s) * s.itemsize
+        if direction == "forward":
+            return source + _tile_bytes(s)
+        # backward: grad_source like the source (a full one even when the source
+        # is a view), the transposed weights and grad_w accumulator, two tiles.
+        full_source = max(_source_elements(s), s.batch * s.in_channels * s.in_size[0] * s.in_size[1])
+        weights = 2 * s.out_channels * s.channels_per_group * s.kernel_size[0] * s.kernel_size[1]
+        return source + full_source * s.itemsize + weights * s.itemsize + 2 * _tile_bytes(s)
 
     def forward(self, spec, x, w, bias, out, algorithm):
         s = spec.as_2d()
