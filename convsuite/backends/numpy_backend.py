@@ -143,6 +143,9 @@ class NumpyBackend(Backend):
         weights = 2 * s.out_channels * s.channels_per_group * s.kernel_size[0] * s.kernel_size[1]
         return source + full_source * s.itemsize + weights * s.itemsize + 2 * _tile_bytes(s)
 
+    # Non-finite operands follow IEEE arithmetic (NaN * 0 = NaN, as on every
+    # backend); NumPy's "invalid value" warnings would only say that happened.
+    @np.errstate(invalid="ignore", over="ignore")
     def forward(self, spec, x, w, bias, out, algorithm):
         s = spec.as_2d()
         G, Mg = s.groups, s.out_channels_per_group
@@ -157,6 +160,7 @@ class NumpyBackend(Backend):
             Bt = tile.shape[0]
             out4[bs, :, rs, cs] = tile.reshape(Bt, s.out_channels, rs.stop - rs.start, cs.stop - cs.start)
 
+    @np.errstate(invalid="ignore", over="ignore")
     def backward(self, spec, grad_y, x, w, grad_x, grad_w, grad_b, algorithm):
         s = spec.as_2d()
         G, Cg, Mg = s.groups, s.channels_per_group, s.out_channels_per_group

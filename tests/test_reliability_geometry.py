@@ -1,0 +1,101 @@
+"""Issue 9, class 1: index arithmetic past 64 bits, on every backend.
+
+Validation bounds every stride, dilation and padding, and every derived
+extent, below 2**62 (``convsuite._validation.INDEX_LIMIT``); within it the
+compiled kernels' 64-bit index arithmetic is exact. The property is drawn
+by hypothesis in ``tests/_extreme_geometry.py``; the compiled backends run it
+in a subprocess, so a segfault or an abort fails the test instead of pytest.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import convsuite as cs
+
+from ._extreme_geometry import check_case, extreme_cases
+from .conftest import BACKENDS
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPILED = [name for name in ("cython", "numba") if BACKENDS[name].available]
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@given(extreme_cases())
+def test_extreme_geometry_in_process_backends(case):
+    check_case(case, ["numpy"])
+
+
+@pytest.mark.skipif(not COMPILED, reason="no compiled CPU backend is available")
+def test_extreme_geometry_compiled_backends_in_a_subprocess():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    run = subprocess.run(
+        [sys.executable, "-m", "tests._extreme_geometry", "150", *COMPILED],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, f"exit status {run.returncode}\n{run.stdout[-4000:]}\n{run.stderr[-4000:]}"
+    assert "ok: 150 extreme-geometry cases" in run.stdout
+
+
+X = np.arange(32, dtype=np.float64).reshape(1, 1, 4, 8)
+W = np.ones((1, 1, 2, 2))
+
+
+@pytest.mark.parametrize(
+    "keywords, parameter",
+    [
+        (dict(padding=((0, 0), (2**62, 0)), stride=(1, 3 * 2**61)), "stride"),
+        (dict(padding=((0, 0), (2**62, 0))), "padding"),
+        (dict(padding=((0, 0), (2**61, 2**61))), "padding"),
+        (dict(stride=2**63), "stride"),
+        (dict(dilation=(1, 2**62)), "dilation"),
+        (dict(dilation=(1, 2**61), padding="full"), "padding"),
+    ],
+)
+def test_issue_examples_are_refused_before_any_kernel(backend, keywords, parameter):
+    with pytest.raises(ValueError, match=f"`{parameter}`.*2\\*\\*62"):
+        cs.conv2d(X, W, backend=backend, **keywords)
+    with pytest.raises(ValueError, match=f"`{parameter}`"):
+        cs.conv2d_backward(np.ones((1, 1, 3, 7)), X, W, backend=backend, **keywords)
+
+
+def test_largest_accepted_geometry_computes_exactly(backend):
+    """Just under the bound: padding and stride near 2**61 give the python backend's values."""
+    keywords = dict(padding=((0, 0), (2**61, 0)), stride=(1, 2**61 - 1))
+    expected = cs.conv2d(X, W, backend="python", **keywords)
+    try:
+        y = cs.conv2d(X, W, backend=backend, **keywords)
+    except cs.UnsupportedCaseError as exc:  # numpy would materialise the padding
+        assert "padding" in str(exc)
+        return
+    np.testing.assert_array_equal(y, expected)
+    grad_y = np.arange(expected.size, dtype=np.float64).reshape(expected.shape)
+    for got, want in zip(
+        cs.conv2d_backward(grad_y, X, W, backend=backend, **keywords),
+        cs.conv2d_backward(grad_y, X, W, backend="python", **keywords),
+    ):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_numpy_declines_huge_dilation_with_same_padding_and_auto_computes():
+    """Class 2: numpy says why it cannot (no raw allocation error); auto runs it elsewhere."""
+    keywords = dict(padding="same", dilation=2**35)
+    w3 = np.ones((1, 1, 3, 3))
+    with pytest.raises(cs.UnsupportedCaseError, match="zero padding"):
+        cs.conv2d(X, w3, backend="numpy", **keywords)
+    with pytest.raises(cs.UnsupportedCaseError, match="zero padding"):
+        cs.conv2d_backward(np.ones((1, 1, 4, 8)), X, w3, backend="numpy", **keywords)
+    expected = cs.conv2d(X, w3, backend="python", **keywords)
+    np.testing.assert_array_equal(cs.conv2d(X, w3, **keywords), expected)
+    np.testing.assert_array_equal(expected, X)  # only the centre tap ever reads the input
