@@ -24,27 +24,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._spec import ConvSpec
+from ._spec import ConvSpec, tap_output_ranges
 
 __all__ = ["fix_forward", "fix_backward", "halo_bounds"]
 
 
 def halo_bounds(spec: ConvSpec, axis: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per tap ``p`` of ``axis`` (of the 2-D view): ``lo[p]`` and ``hi[p]``.
-
-    Output ``o`` reads padding through tap ``p`` exactly when ``o < lo[p]`` or
-    ``o >= hi[p]``; both are clipped to ``[0, out_size]``. Computed with Python
-    integers (exact for any validated geometry).
-    """
-    s = spec.as_2d()
-    n, k, stride, dilation = s.in_size[axis], s.kernel_size[axis], s.stride[axis], s.dilation[axis]
-    before, out = s.padding[axis][0], s.out_size[axis]
-
-    def ceil_div(a: int, b: int) -> int:
-        return -(-a // b)
-
-    lo = [min(max(ceil_div(before - p * dilation, stride), 0), out) for p in range(k)]
-    hi = [min(max(ceil_div(n + before - p * dilation, stride), 0), out) for p in range(k)]
+    """Per tap ``p`` of ``axis``: output ``o`` reads padding iff ``o < lo[p]`` or ``o >= hi[p]``."""
+    lo, hi = tap_output_ranges(spec, axis)
     return np.array(lo, dtype=np.int64), np.array(hi, dtype=np.int64)
 
 

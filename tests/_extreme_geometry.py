@@ -3,8 +3,8 @@
 Every backend must either agree exactly with the ``python`` backend (inputs are
 small integers, so every sum is exact in float64) or raise the documented
 error: ``ValueError`` from validation (naming the parameter), ``MemoryError``
-for an output that cannot fit, or ``UnsupportedCaseError`` from a backend's
-``can_run``. Run as ``python -m tests._extreme_geometry BACKEND...`` it checks
+for an output that cannot fit, or ``UnsupportedCaseError`` from a GPU backend's
+``can_run`` (CPU backends decline nothing that validation accepts). Run as ``python -m tests._extreme_geometry BACKEND...`` it checks
 the named backends in this process, so that a test can run the compiled ones
 in a subprocess: a crash then fails that test instead of killing pytest.
 """
@@ -24,6 +24,7 @@ from convsuite._validation import prepare_forward
 
 #: Values around the limits of int32, uint32, the validation bound and int64.
 EXTREMES = [2**k + d for k in (31, 32, 62, 63) for d in (-1, 0, 1)] + [2**64, 3 * 2**61]
+CPU_BACKENDS = ("python", "numpy", "cython", "numba")
 #: Outputs above this many elements are not run (validation alone is checked).
 MAX_OUTPUTS = 4096
 
@@ -83,14 +84,15 @@ def check_case(case, backends) -> None:
     grad_y = np.random.default_rng(1).integers(-3, 4, size=expected.shape).astype(np.float64)
     expected_grads = backward(grad_y, x, w, backend="python", **keywords)
     for backend in backends:
+        # The CPU backends decline nothing validation accepts (numpy computes
+        # huge padding tap by tap); a GPU backend may decline with its reason.
         got = _outcome(forward, x, w, backend=backend, **keywords)
-        if isinstance(got, UnsupportedCaseError):
-            assert backend in str(got), got  # declined by can_run, with its reason
+        if isinstance(got, UnsupportedCaseError) and backend not in CPU_BACKENDS:
             continue
         assert not isinstance(got, Exception), (backend, keywords, got)
         np.testing.assert_array_equal(got, expected, err_msg=f"{backend} forward {keywords}")
         grads = _outcome(backward, grad_y, x, w, backend=backend, **keywords)
-        if isinstance(grads, UnsupportedCaseError):
+        if isinstance(grads, UnsupportedCaseError) and backend not in CPU_BACKENDS:
             continue
         assert not isinstance(grads, Exception), (backend, keywords, grads)
         for name, g, e in zip(("grad_x", "grad_w", "grad_b"), grads, expected_grads):

@@ -144,3 +144,26 @@ def test_against_torch_when_installed():
         y = cs.conv2d(x, w, padding=(2, 1), backend=backend)
         np.testing.assert_array_equal(np.isnan(y), np.isnan(expected), err_msg=backend)
         np.testing.assert_array_equal(np.isinf(y), np.isinf(expected), err_msg=backend)
+
+
+@settings(max_examples=30)
+@given(case=st.one_of(cases(1), cases(2)), rate=st.sampled_from([0.0, 0.1]))
+def test_fuzz_numpy_tap_path_against_the_ieee_reference(case: Case, rate):
+    """The tap-by-tap path numpy takes for huge padding, forced on ordinary cases."""
+    from convsuite.backends.numpy_backend import NumpyBackend
+
+    rng = np.random.default_rng(case.seed)
+    x, w, b = (_inject(rng, a, rate) for a in case.arrays())
+    spec = prepare_forward(f"conv{case.ndim}d", case.ndim, x, w, b, convert=False, **case.keywords).spec
+    y_shape = {"batched": spec.y_shape, "unbatched": spec.y_shape[1:], "signal": spec.out_size}[case.layout]
+    grad_y = _inject(rng, rng.standard_normal(y_shape).astype(case.dtype), rate)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(NumpyBackend, "_padding_too_large", staticmethod(lambda s: True))
+        y = FORWARD[case.ndim](x, w, b, backend="numpy", **case.keywords)
+        grads = BACKWARD[case.ndim](grad_y, x, w, backend="numpy", **case.keywords)
+    tolerance = forward_tolerance(spec, *_tolerance_operands(x, w, b))
+    assert_same_ieee(y, ieee_forward(spec, x, w, b), tolerance, "numpy taps forward")
+    expected = ieee_backward(spec, grad_y, x, w)
+    tolerances = backward_tolerances(spec, *_tolerance_operands(grad_y, x, w))
+    for name, got, want, tol in zip(("grad_x", "grad_w", "grad_b"), grads, expected, tolerances):
+        assert_same_ieee(got, want, tol, f"numpy taps {name}")

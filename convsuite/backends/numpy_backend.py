@@ -8,6 +8,12 @@ ride in the batch dimension of ``matmul``, so depthwise layers need no Python
 loop over channels. The im2col copy is tiled over batch, output rows and, for
 very long 1-D signals, output columns, so the workspace stays near
 :data:`WORKSPACE_BYTES` whatever the problem size.
+
+Where the padded copy itself would be too large (a huge dilation with
+``padding="same"``, a huge explicit padding: more zeros than input, and over
+:data:`PADDING_ALLOWANCE_BYTES`), the backend computes tap by tap on slices
+of the unpadded input instead (:mod:`._numpy_taps`), so no geometry that
+validation accepts makes it allocate more than an input-sized slab.
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from .._spec import ConvSpec
-from .base import Backend, Verdict
+from . import _numpy_taps
+from .base import Backend
 
 __all__ = ["NumpyBackend", "WORKSPACE_BYTES"]
 
@@ -26,9 +33,9 @@ __all__ = ["NumpyBackend", "WORKSPACE_BYTES"]
 #: small enough to stay out of the way of the rest of memory.
 WORKSPACE_BYTES = 32 * 2**20
 
-#: Zero padding this backend may materialise beyond the size of the input
-#: itself: above it (huge dilation with "same"/"full", huge explicit padding)
-#: the case is declined with a reason; backends that skip halo taps run it.
+#: Zero padding im2col may materialise beyond the size of the input itself:
+#: above it (huge dilation with "same"/"full", huge explicit padding) the
+#: backend computes tap by tap instead (``_numpy_taps``), with no padded copy.
 PADDING_ALLOWANCE_BYTES = 256 * 2**20
 
 
@@ -120,20 +127,18 @@ class NumpyBackend(Backend):
     algorithms = ("im2col",)
     description = "NumPy im2col (sliding_window_view) + batched BLAS matmul"
 
-    def can_run(self, spec: ConvSpec, algorithm: str, direction: str) -> Verdict:
-        s = spec.as_2d()
-        padding_bytes = (_source_elements(s) - s.batch * s.in_channels * s.in_size[0] * s.in_size[1]) * s.itemsize
-        if padding_bytes > max(PADDING_ALLOWANCE_BYTES, s.batch * s.in_channels * s.in_size[0] * s.in_size[1] * s.itemsize):
-            return (
-                f"im2col would materialise {padding_bytes / 2**30:.3g} GiB of zero padding "
-                f"(padding {spec.padding}, dilation {spec.dilation}), more than the input "
-                f"itself; the 'cython' and 'numba' backends skip padding taps instead"
-            )
-        return True
+    @staticmethod
+    def _padding_too_large(s: ConvSpec) -> bool:
+        """Whether im2col would materialise more zero padding than the allowance."""
+        input_bytes = s.batch * s.in_channels * s.in_size[0] * s.in_size[1] * s.itemsize
+        padding_bytes = _source_elements(s) * s.itemsize - input_bytes
+        return padding_bytes > max(PADDING_ALLOWANCE_BYTES, input_bytes)
 
     def workspace_bytes(self, spec: ConvSpec, algorithm: str, direction: str) -> int:
         """Padded source (twice in backward: its gradient), one im2col tile and its product."""
         s = spec.as_2d()
+        if self._padding_too_large(s):
+            return _numpy_taps.workspace_bytes(s, direction)
         source = _source_elements(s) * s.itemsize
         if direction == "forward":
             return source + _tile_bytes(s)
@@ -148,6 +153,9 @@ class NumpyBackend(Backend):
     @np.errstate(invalid="ignore", over="ignore")
     def forward(self, spec, x, w, bias, out, algorithm):
         s = spec.as_2d()
+        if self._padding_too_large(s):  # tap by tap, no padded copy
+            _numpy_taps.forward(s, x.reshape(s.x_shape), w.reshape(s.w_shape), bias, out.reshape(s.y_shape))
+            return
         G, Mg = s.groups, s.out_channels_per_group
         windows = _windows(_padded_source(x.reshape(s.x_shape), s), s)
         w_mat = w.reshape(G, Mg, -1)
@@ -163,6 +171,11 @@ class NumpyBackend(Backend):
     @np.errstate(invalid="ignore", over="ignore")
     def backward(self, spec, grad_y, x, w, grad_x, grad_w, grad_b, algorithm):
         s = spec.as_2d()
+        if self._padding_too_large(s):  # tap by tap, no padded copy
+            shapes = (s.y_shape, s.x_shape, s.w_shape, s.x_shape, s.w_shape)
+            arrays = (grad_y, x, w, grad_x, grad_w)
+            _numpy_taps.backward(s, *(a.reshape(shape) for a, shape in zip(arrays, shapes)), grad_b)
+            return
         G, Cg, Mg = s.groups, s.channels_per_group, s.out_channels_per_group
         KH, KW = s.kernel_size
         (sh, sw), (dh, dw) = s.stride, s.dilation
