@@ -113,6 +113,7 @@ def fix_backward(spec: ConvSpec, grad_y, grad_w, grad_b, xp=np) -> None:
         # or >= hi[p]; likewise for tap columns. Either makes the tap NaN.
         hit_rows = (rows[0] < lo_h) | (rows[-1] >= hi_h)  # (KH,)
         hit_cols = (cols[0] < lo_w) | (cols[-1] >= hi_w)  # (KW,)
-        taps = hit_rows[:, None] | hit_cols[None, :]
+        taps = hit_rows[:, None] | hit_cols[None, :]  # (KH, KW)
         if taps.any():
-            gw4[m][:, xp.asarray(taps)] = nan
+            # where() rather than a mixed slice/boolean index: works on CuPy too.
+            gw4[m] = xp.where(xp.asarray(taps)[None], nan, gw4[m])

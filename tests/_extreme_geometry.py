@@ -4,9 +4,10 @@ Every backend must either agree exactly with the ``python`` backend (inputs are
 small integers, so every sum is exact in float64) or raise the documented
 error: ``ValueError`` from validation (naming the parameter), ``MemoryError``
 for an output that cannot fit, or ``UnsupportedCaseError`` from a GPU backend's
-``can_run`` (CPU backends decline nothing that validation accepts). Run as ``python -m tests._extreme_geometry BACKEND...`` it checks
-the named backends in this process, so that a test can run the compiled ones
-in a subprocess: a crash then fails that test instead of killing pytest.
+``can_run`` (CPU backends decline nothing that validation accepts). Run as
+``python -m tests._extreme_geometry EXAMPLES BACKEND...`` it checks the named
+backends in this process, so that a test can run the compiled ones in a
+subprocess: a crash then fails that test instead of killing pytest.
 """
 
 from __future__ import annotations

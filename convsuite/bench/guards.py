@@ -46,7 +46,10 @@ def _per_call(function, inner: int) -> float:
 
 def _variants(backend: str, x, w, keywords):
     """The guards and the call they guard, as zero-argument callables."""
-    call = prepare_forward("conv2d", 2, x, w, None, keywords.get("stride", 1), keywords["padding"], 1, 1, convert=False)
+    def validate():
+        return prepare_forward("conv2d", 2, x, w, None, 1, keywords["padding"], 1, 1, convert=False)
+
+    call = validate()
     spec = call.spec
     chosen = get_backend(backend)
     out = np.empty(spec.y_shape, dtype=spec.dtype)
@@ -54,7 +57,7 @@ def _variants(backend: str, x, w, keywords):
     w_bad[0, 0, 0, 0] = np.nan
     return {
         "whole call (conv2d)": lambda: cs.conv2d(x, w, backend=backend, **keywords),
-        "validation + spec": lambda: prepare_forward("conv2d", 2, x, w, None, 1, keywords["padding"], 1, 1, convert=False),
+        "validation + spec": validate,
         "array-kind checks (x, w)": lambda: (as_real_array(x, "x"), as_real_array(w, "w")),
         "memory reservation": lambda: reserve_memory(call, chosen, chosen.algorithms[0], "forward"),
         "non-finite gate, finite w": lambda: _nonfinite.fix_forward(spec, w, out),
