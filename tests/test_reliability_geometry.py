@@ -110,3 +110,25 @@ def test_huge_dilation_with_same_padding_reads_only_the_centre_tap():
     w3 = np.ones((1, 1, 3, 3))
     for backend in ("numpy", None):
         np.testing.assert_array_equal(cs.conv2d(X, w3, padding="same", dilation=2**35, backend=backend), X)
+
+
+@pytest.mark.parametrize(
+    "keywords",
+    [
+        dict(stride=(1, 2**31)),
+        dict(dilation=(2**30, 1), padding="same"),
+        dict(padding=((0, 0), (2**30, 0)), stride=(1, 2**29)),
+    ],
+)
+def test_cupy_declines_geometry_past_its_32_bit_kernels(keywords):
+    """cupy's kernels take int geometry: its can_run (pure Python, no GPU needed) says no."""
+    from convsuite.backends.cupy_backend import CupyBackend
+
+    gpu = CupyBackend()
+    spec = cs.explain(X, W, backend="python", **keywords).spec
+    for algorithm in gpu.algorithms:
+        verdict = gpu.can_run(spec, algorithm, "forward")
+        assert isinstance(verdict, str) and "32-bit" in verdict, (algorithm, verdict)
+    assert "32-bit" in gpu.can_run(spec, "im2col_gemm", "backward")
+    ordinary = cs.explain(X, W, backend="python", stride=(1, 3)).spec
+    assert gpu.can_run(ordinary, "direct", "forward") is True

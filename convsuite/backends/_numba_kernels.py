@@ -19,6 +19,12 @@ accumulator is a private array allocated once per chunk of items (so it
 provably aliases neither x nor out), and inner-loop offsets are unsigned (so
 numba emits no negative-index wraparound check).
 
+Index arithmetic. Geometry arrives as Python ints below 2**62 (validation's
+INDEX_LIMIT), so numba types every argument int64 on every call (a larger
+int would change the signature or overflow); the widest value formed is a sum
+of two such quantities (``shift + sw - 1``, ``W - 1 + shift``), below 2**63.
+The unsigned offsets below are differences known to be non-negative.
+
 Threading layer. Numba's default ``workqueue`` layer aborts the process when
 two Python threads launch parallel kernels at once (joblib's threading
 backend, a Dask threaded worker). Unless the user chose a layer with
