@@ -8,11 +8,19 @@ from typing import Any
 
 import numpy as np
 
-from . import _buffers
+from . import _buffers, _nonfinite
 from ._instrument import kernel_section
 from ._registry import select
 from ._spec import ConvSpec
-from ._validation import PreparedCall, as_real_array, check_memory, prepare_backward, prepare_forward
+from ._validation import (
+    PreparedCall,
+    as_real_array,
+    check_memory,
+    convert_operands,
+    prepare_backward,
+    prepare_forward,
+    reserve_memory,
+)
 
 __all__ = ["conv1d", "conv2d", "conv1d_backward", "conv2d_backward", "explain", "Explanation"]
 
@@ -66,25 +74,32 @@ def _allocate(backend, shapes, dtype):
 
 def _forward(op, ndim, x, w, bias, stride, padding, dilation, groups, backend, algorithm):
     _check_algorithm_type(algorithm)
-    call = prepare_forward(op, ndim, x, w, bias, stride, padding, dilation, groups)
+    call = prepare_forward(op, ndim, x, w, bias, stride, padding, dilation, groups, convert=False)
     chosen = select(call.spec, backend, algorithm, "forward")
+    reserve_memory(call, chosen.backend, chosen.algorithm, "forward")  # before any copy
+    call = convert_operands(call)
     xb, wb, bb = _to_backend_device(call, chosen.backend.device, call.x, call.w, call.bias)
     (out,) = _allocate(chosen.backend, [call.spec.y_shape], call.spec.dtype)
     with kernel_section(chosen.backend.device):
         chosen.backend.forward(call.spec, xb, wb, bb, out, chosen.algorithm)
+    _nonfinite.fix_forward(call.spec, wb, out, _backend_xp(chosen.backend.device))
     return _to_caller(call, call.to_user(out))
 
 
 def _backward(op, ndim, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm):
     _check_algorithm_type(algorithm)
-    call, grad_y = prepare_backward(op, ndim, grad_y, x, w, stride, padding, dilation, groups)
+    call, grad_y = prepare_backward(op, ndim, grad_y, x, w, stride, padding, dilation, groups, convert=False)
     spec = call.spec
     chosen = select(spec, backend, algorithm, "backward")
+    reserve_memory(call, chosen.backend, chosen.algorithm, "backward", grad_y)  # before any copy
+    call = convert_operands(call)
+    grad_y = call.xp.ascontiguousarray(grad_y, dtype=spec.dtype)
     gyb, xb, wb = _to_backend_device(call, chosen.backend.device, grad_y, call.x, call.w)
     shapes = [spec.x_shape, spec.w_shape, (spec.out_channels,)]
     grad_x, grad_w, grad_b = _allocate(chosen.backend, shapes, spec.dtype)
     with kernel_section(chosen.backend.device):
         chosen.backend.backward(spec, gyb, xb, wb, grad_x, grad_w, grad_b, chosen.algorithm)
+    _nonfinite.fix_backward(spec, gyb, grad_w, grad_b, _backend_xp(chosen.backend.device))
     # grad_x takes the caller's layout of x; a plain-signal weight gets back (K,).
     grad_w_user = grad_w.reshape(spec.kernel_size) if call.layout == "signal" else grad_w
     return tuple(_to_caller(call, g) for g in (call.to_user(grad_x), grad_w_user, grad_b))
@@ -100,6 +115,9 @@ _FORWARD_DOC = """{ndim}-D convolution (deep-learning cross-correlation, as in P
     x : array_like
         Input ``(B, C, {sp})``; also ``(C, {sp})`` without a batch axis, or a
         plain {plain} ``({sp})`` together with a plain kernel ``w ({ks})``.
+        Array-likes: NumPy and CuPy arrays, objects with ``__array__`` or
+        (CPU) ``__dlpack__``, nested lists. Masked arrays and tensors that
+        require grad are refused (TypeError); byte order does not matter.
     w : array_like
         Weights ``(M, C/groups, {ks})`` (or ``({ks})`` for the plain form).
     bias : array_like, optional
@@ -134,7 +152,14 @@ _FORWARD_DOC = """{ndim}-D convolution (deep-learning cross-correlation, as in P
     BackendUnavailableError, UnsupportedCaseError
         An explicitly requested backend is missing or cannot run the case.
     MemoryError
-        The output would not fit in this machine's memory (nothing allocated).
+        The output, operand copies and the backend's workspace would not fit
+        in the memory available now (nothing allocated).
+
+    Notes
+    -----
+    Non-finite values follow IEEE arithmetic on the zero-padded input, as in
+    PyTorch, on every backend: a NaN or infinite weight meeting a padding
+    zero gives NaN (``inf * 0``), also in the weight gradient of backward.
     """
 
 

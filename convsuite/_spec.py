@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-__all__ = ["ConvSpec", "same_padding", "full_padding", "output_length"]
+__all__ = ["ConvSpec", "same_padding", "full_padding", "output_length", "tap_output_ranges"]
 
 
 def same_padding(length: int, kernel: int, stride: int, dilation: int) -> tuple[int, int]:
@@ -158,3 +158,20 @@ class ConvSpec:
             padding=((0, 0), *self.padding),
             out_size=(1, *self.out_size),
         )
+
+
+def tap_output_ranges(spec: ConvSpec, axis: int) -> tuple[list[int], list[int]]:
+    """For each tap ``p`` along ``axis`` of the 2-D view: the outputs that read real input.
+
+    Tap ``p`` at output ``o`` reads input ``o*stride + p*dilation - before``;
+    that is inside the input exactly for ``lo[p] <= o < hi[p]`` (both clipped
+    to ``[0, out_size]``; ``lo >= hi`` means the tap only ever reads padding).
+    Exact Python integers, for any validated geometry.
+    """
+    s = spec.as_2d()
+    n, k = s.in_size[axis], s.kernel_size[axis]
+    stride, dilation = s.stride[axis], s.dilation[axis]
+    before, out = s.padding[axis][0], s.out_size[axis]
+    lo = [min(max(-(-(before - p * dilation) // stride), 0), out) for p in range(k)]
+    hi = [min(max(-(-(n + before - p * dilation) // stride), 0), out) for p in range(k)]
+    return lo, hi

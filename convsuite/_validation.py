@@ -11,18 +11,21 @@ from __future__ import annotations
 import math
 import numbers
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from ._arrays import is_cupy_array, total_host_memory
+from ._arrays import available_host_memory, is_cupy_array, total_host_memory
 from ._spec import ConvSpec, full_padding, output_length, same_padding
 
 __all__ = [
+    "INDEX_LIMIT",
     "PreparedCall",
     "as_int_tuple",
     "check_memory",
+    "convert_operands",
+    "reserve_memory",
     "parse_padding",
     "positive_int",
     "prepare_backward",
@@ -30,11 +33,21 @@ __all__ = [
 ]
 
 PADDING_MODES = ("valid", "same", "full")
+
+#: Every stride, dilation, padding and kernel extent, and every offset derived
+#: from them (padded length, dilated kernel span), must stay below this bound.
+#: Compiled kernels index with signed 64-bit integers (Cython ``Py_ssize_t``,
+#: numba ``int64``); the widest intermediate they form is the sum of two such
+#: values (e.g. ``pad_left + stride - 1``, ``W - 1 + pad_left``), which stays
+#: below ``2**63`` under this bound. See docs of :func:`check_index_bounds`.
+INDEX_LIMIT = 2**62
 _DIM_NAMES = {1: ("W",), 2: ("H", "W")}
 
 
 def _show(value: Any) -> str:
     """A short echo of what the user passed, for error messages."""
+    if isinstance(value, (np.generic, np.ndarray)) and value.ndim == 0:
+        return f"{value.item()!r} ({value.dtype})"  # a NumPy scalar: echo its value
     if hasattr(value, "shape") and hasattr(value, "dtype"):
         return f"{type(value).__name__} of shape {tuple(value.shape)} and dtype {value.dtype}"
     text = repr(value)
@@ -51,7 +64,7 @@ def positive_int(value: Any, name: str) -> int:
     if not _is_int(value):
         raise TypeError(f"`{name}` must be a positive int; got {_show(value)}")
     if value < 1:
-        raise ValueError(f"`{name}` must be a positive int (>= 1); got {value}")
+        raise ValueError(f"`{name}` must be a positive int (>= 1); got {_show(value)}")
     return int(value)
 
 
@@ -66,6 +79,11 @@ def as_int_tuple(value: Any, ndim: int, name: str, minimum: int = 1) -> tuple[in
         raise TypeError(f"`{name}` must be {accepted}; got {_show(value)}")
     if any(v < minimum for v in items):
         raise ValueError(f"`{name}` must be >= {minimum} in every dimension; got {_show(value)}")
+    if any(v >= INDEX_LIMIT for v in items):
+        raise ValueError(
+            f"`{name}` must be below 2**62 in every dimension (kernels index with 64-bit "
+            f"integers); got {_show(value)}"
+        )
     return tuple(int(v) for v in items)
 
 
@@ -101,6 +119,11 @@ def parse_padding(value: Any, ndim: int) -> str | tuple[tuple[int, int], ...]:
             raise TypeError(f"`padding` must be {accepted}; got {_show(value)}")
         if pair[0] < 0 or pair[1] < 0:
             raise ValueError(f"`padding` must be non-negative in every dimension; got {_show(value)}")
+        if pair[0] >= INDEX_LIMIT or pair[1] >= INDEX_LIMIT:
+            raise ValueError(
+                f"`padding` must be below 2**62 on every side (kernels index with 64-bit "
+                f"integers); got {_show(value)}"
+            )
         pairs.append((int(pair[0]), int(pair[1])))
     return tuple(pairs)
 
@@ -112,22 +135,52 @@ def _xp(value: Any):
     return np
 
 
+def _from_foreign(value: Any, name: str):
+    """A NumPy array from an object that is not one: ``__array__``, DLPack, lists."""
+    if isinstance(value, np.ma.MaskedArray):
+        # np.asarray would drop the mask and let masked values (often 1e20 or
+        # garbage) into the result: refuse rather than change the meaning.
+        raise TypeError(
+            f"`{name}` is a masked array; convsuite does not know what masked elements "
+            f"should contribute: pass `{name}.filled(0)` (masked elements as zeros) or "
+            f"`{name}.data` (the raw values)"
+        )
+    if getattr(value, "requires_grad", False) is True:
+        # A torch tensor in an autograd graph: torch refuses .numpy() on it, and
+        # convsuite's result would not be part of that graph anyway.
+        raise TypeError(
+            f"`{name}` is a {type(value).__name__} that requires grad; convsuite does not "
+            f"record autograd graphs: pass `{name}.detach()` and compute gradients with "
+            f"convsuite.conv1d_backward/conv2d_backward"
+        )
+    try:
+        if not hasattr(value, "__array__") and hasattr(value, "__dlpack__"):
+            return np.from_dlpack(value)
+        return np.asarray(value)
+    except (ValueError, TypeError, RuntimeError, BufferError) as exc:
+        # ragged lists, unconvertible objects, tensors on another device
+        raise TypeError(
+            f"`{name}` must be an array of real numbers (a NumPy or CuPy array, an object "
+            f"with __array__ or __dlpack__ on the CPU, or nested lists of numbers); got "
+            f"{_show(value)} ({exc})"
+        ) from None
+
+
 def as_real_array(value: Any, name: str):
     """Turn ``value`` into a NumPy/CuPy array of real numbers, or raise.
 
-    Accepts anything ``numpy.asarray`` turns into an integer or floating array;
-    rejects bool, complex, object, string and empty arrays. The dtype is not
+    Accepts NumPy and CuPy arrays, objects with ``__array__`` (e.g. CPU torch
+    tensors that do not require grad), objects that only speak DLPack
+    (``__dlpack__``, CPU only), and nested lists. Refuses masked arrays (their
+    mask would be lost), tensors that require grad, and bool, complex, object,
+    string and empty arrays, each with a message naming ``name``. Byte order is
+    not a meaning: a big-endian ``'>f4'`` array is float32. The dtype is not
     changed here: :func:`compute_dtype` decides it for all operands together.
     """
-    if is_cupy_array(value):
-        array = value
+    if type(value) is np.ndarray or is_cupy_array(value):
+        array = value  # the common case: no conversion, no further checks
     else:
-        try:
-            array = np.asarray(value)
-        except (ValueError, TypeError) as exc:  # ragged lists, unconvertible objects
-            raise TypeError(
-                f"`{name}` must be an array of real numbers; got {_show(value)} ({exc})"
-            ) from None
+        array = _from_foreign(value, name)
     kind = array.dtype.kind
     if kind == "O" and array.ndim == 0:
         raise TypeError(
@@ -160,9 +213,36 @@ def compute_dtype(*arrays) -> np.dtype:
     Integer and other real inputs are read as float64 (NumPy's promotion), so a
     float32 input meeting a float64 or integer one computes in float64.
     """
-    if all(a.dtype == np.float32 for a in arrays if a is not None):
+    # kind and size, not dtype equality: a big-endian '>f4' array is float32 too.
+    if all(a.dtype.kind == "f" and a.dtype.itemsize == 4 for a in arrays if a is not None):
         return np.dtype(np.float32)
     return np.dtype(np.float64)
+
+
+def check_index_bounds(ndim, in_size, kernel, stride, dilation, pads) -> None:
+    """Refuse geometry whose derived offsets reach :data:`INDEX_LIMIT`.
+
+    Stride, dilation and each side of the padding were bounded when parsed;
+    here the derived extents are: the dilated kernel span ``d*(k-1)+1`` and
+    the padded length ``n + before + after``. Under these bounds every index
+    a kernel forms (``oh*sh + p*dh - pad``, ``pad_left - q*dw``,
+    ``shift + sw - 1``, ``W - 1 + shift``) lies in ``(-2**63, 2**63)``.
+    """
+    for axis, (n, k, s, d, (before, after)) in enumerate(zip(in_size, kernel, stride, dilation, pads)):
+        dim = _DIM_NAMES[ndim][axis]
+        span = d * (k - 1) + 1
+        if span >= INDEX_LIMIT:
+            raise ValueError(
+                f"`dilation` too large along {dim}: the dilated kernel spans "
+                f"{d} * ({k} - 1) + 1 = {span} samples, which must be below 2**62 "
+                f"(kernels index with 64-bit integers)"
+            )
+        padded = n + before + after
+        if padded >= INDEX_LIMIT:
+            raise ValueError(
+                f"`padding` too large along {dim}: input {n} + padding {before} + {after} "
+                f"= {padded} must be below 2**62 (kernels index with 64-bit integers)"
+            )
 
 
 def check_memory(nbytes: int, what: str, device: str = "cpu", limit: int | None = None) -> None:
@@ -303,6 +383,7 @@ def prepare_forward(
         pads = tuple(map(full_padding, kernel, dilation_t))
     else:
         pads = padding_p
+    check_index_bounds(ndim, in_size, kernel, stride_t, dilation_t, pads)
     out_size = []
     for axis, (n, p, k, s, d) in enumerate(zip(in_size, pads, kernel, stride_t, dilation_t)):
         n_out = output_length(n, p, k, s, d)
@@ -334,15 +415,8 @@ def prepare_forward(
     device = "gpu" if xp is not np else "cpu"
     if device == "cpu":
         check_memory(math.prod(spec.y_shape) * spec.itemsize, f"the output of shape {spec.y_shape}")
-    if not convert:
-        return PreparedCall(spec, xc, wc, bias, layout, xp)
-    # Non-contiguous and read-only inputs are fine: the copy (only when needed)
-    # is owned by convsuite, and inputs are never written.
-    xc = xp.ascontiguousarray(xc, dtype=dtype)
-    wc = xp.ascontiguousarray(wc, dtype=dtype)
-    if bias is not None:
-        bias = xp.ascontiguousarray(bias, dtype=dtype)
-    return PreparedCall(spec, xc, wc, bias, layout, xp)
+    call = PreparedCall(spec, xc, wc, bias, layout, xp)
+    return convert_operands(call) if convert else call
 
 
 def prepare_backward(
@@ -355,11 +429,16 @@ def prepare_backward(
     padding: Any,
     dilation: Any,
     groups: Any,
+    convert: bool = True,
 ):
-    """Validate a backward call; returns the forward's PreparedCall and grad_y."""
+    """Validate a backward call; returns the forward's PreparedCall and grad_y.
+
+    With ``convert=False`` grad_y comes back reshaped to ``spec.y_shape`` but
+    not copied (see :func:`convert_operands`).
+    """
     grad_y = as_real_array(grad_y, "grad_y")
     call = prepare_forward(
-        op, ndim, x, w, None, stride, padding, dilation, groups, extra=(grad_y,)
+        op, ndim, x, w, None, stride, padding, dilation, groups, extra=(grad_y,), convert=False
     )
     spec = call.spec
     expected = call.user_shape(spec.y_shape)
@@ -370,5 +449,84 @@ def prepare_backward(
         )
     if is_cupy_array(grad_y) != (call.xp is not np):
         raise TypeError("`grad_y` must live where `x` lives (both NumPy or both CuPy)")
-    grad_y = call.xp.ascontiguousarray(grad_y.reshape(spec.y_shape), dtype=spec.dtype)
-    return call, grad_y
+    grad_y = grad_y.reshape(spec.y_shape)
+    if not convert:
+        return call, grad_y
+    return convert_operands(call), _contiguous(call.xp, grad_y, spec.dtype)
+
+
+def _contiguous(xp, array, dtype):
+    """``array`` as a C-contiguous array of native ``dtype`` (a copy only when needed)."""
+    return None if array is None else xp.ascontiguousarray(array, dtype=dtype)
+
+
+def convert_operands(call: PreparedCall) -> PreparedCall:
+    """The call with x, w and bias contiguous, native-endian and of the spec's dtype.
+
+    Non-contiguous and read-only inputs are fine: the copy (only when needed)
+    is owned by convsuite, and inputs are never written.
+    """
+    xp, dtype = call.xp, call.spec.dtype
+    return replace(
+        call,
+        x=_contiguous(xp, call.x, dtype),
+        w=_contiguous(xp, call.w, dtype),
+        bias=_contiguous(xp, call.bias, dtype),
+    )
+
+
+def copy_bytes(array: Any, dtype: Any) -> int:
+    """Host bytes :func:`convert_operands` allocates for ``array`` (0: no copy).
+
+    A broadcast view (``np.broadcast_to``) costs its full size here: the copy
+    is contiguous. Device arrays are the device's business (0).
+    """
+    if array is None or not isinstance(array, np.ndarray):
+        return 0
+    if array.dtype == dtype and array.flags.c_contiguous:
+        return 0
+    return array.size * np.dtype(dtype).itemsize
+
+
+#: Below this many bytes a call skips reading /proc/meminfo: a machine that
+#: cannot find this much is already failing, and the read costs per call.
+SMALL_CALL_BYTES = 16 * 2**20
+
+
+def reserve_memory(
+    call: PreparedCall, backend: Any, algorithm: str, direction: str, grad_y: Any = None
+) -> None:
+    """Refuse, before anything is allocated, a call whose buffers do not fit in memory.
+
+    Counts every host buffer the call allocates: copies of the operands
+    (dtype, byte order, contiguity; a broadcast view copies in full), the
+    outputs and the backend's declared workspace
+    (``backend.workspace_bytes(spec, algorithm, direction)``), against the
+    memory available now (:func:`~convsuite._arrays.available_host_memory`).
+    Outputs and workspace of a GPU backend are checked on its device instead.
+    """
+    spec = call.spec
+    parts = {
+        "operand copies": sum(
+            copy_bytes(a, spec.dtype) for a in (call.x, call.w, call.bias, grad_y)
+        )
+    }
+    if getattr(backend, "device", "cpu") == "cpu":
+        if direction == "forward":
+            outputs = math.prod(spec.y_shape)
+        else:
+            outputs = math.prod(spec.x_shape) + math.prod(spec.w_shape) + spec.out_channels
+        parts["outputs"] = outputs * spec.itemsize
+        workspace = getattr(backend, "workspace_bytes", None)
+        parts["workspace"] = 0 if workspace is None else int(workspace(spec, algorithm, direction))
+    total = sum(parts.values())
+    if total <= SMALL_CALL_BYTES:
+        return
+    limit = available_host_memory()
+    if limit is not None and total > limit:
+        detail = ", ".join(f"{k} {v / 2**30:.3g} GiB" for k, v in parts.items() if v)
+        raise MemoryError(
+            f"this {direction} call would allocate {total / 2**30:.3g} GiB ({detail}) but "
+            f"only {limit / 2**30:.3g} GiB of memory is available now; reduce the batch, "
+            f"the input size or the padding, or pass contiguous arrays of the compute dtype"
+        )

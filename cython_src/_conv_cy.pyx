@@ -19,9 +19,17 @@ read contiguously, the weights are loop-invariant scalars, and gcc -O3
 vectorises the loop into packed FMAs. The tiles stay in L1 across all
 C/g * KH * KW taps, so even a 1e7-sample signal with a 31-tap mask streams
 through memory once instead of once per tap. Halo (padding) taps are skipped,
-never multiplied. (Measured alternatives, see docs/measurements: a 4x16
+never multiplied (the front end restores IEEE NaN * 0 where it matters, see
+convsuite/_nonfinite.py). (Measured alternatives, see docs/measurements: a 4x16
 register block that gcc would not keep in registers, and a "flat" stride-1
 variant with rows of H*W, were no faster.)
+
+Index arithmetic is Py_ssize_t (64-bit) throughout, and that is sufficient:
+validation (convsuite/_validation.py, INDEX_LIMIT) refuses any stride,
+dilation, padding side, dilated span or padded length of 2**62 or more, and
+the widest value formed here is a sum of two such quantities (shift + sw - 1,
+W - 1 + shift, r*sh + p*dh <= padded length), below 2**63. Geometry arrives
+as Python ints; one past int64 would raise OverflowError at the call, never wrap.
 """
 
 from libc.string cimport memset

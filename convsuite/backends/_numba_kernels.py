@@ -19,12 +19,29 @@ accumulator is a private array allocated once per chunk of items (so it
 provably aliases neither x nor out), and inner-loop offsets are unsigned (so
 numba emits no negative-index wraparound check).
 
+Index arithmetic. Geometry arrives as Python ints below 2**62 (validation's
+INDEX_LIMIT), so numba types every argument int64 on every call (a larger
+int would change the signature or overflow); the widest value formed is a sum
+of two such quantities (``shift + sw - 1``, ``W - 1 + shift``), below 2**63.
+The unsigned offsets below are differences known to be non-negative.
+
 Threading layer. Numba's default ``workqueue`` layer aborts the process when
 two Python threads launch parallel kernels at once (joblib's threading
 backend, a Dask threaded worker). Unless the user chose a layer with
 ``NUMBA_THREADING_LAYER``, we ask for ``threadsafe`` (OpenMP or TBB). If only
 ``workqueue`` can be had, calls are serialised by a lock instead: slower under
 concurrency, never a crash.
+
+Fork safety. GNU OpenMP cannot be used in a child forked from a process
+that already started its thread pool: numba's ``omp`` layer then terminates
+the child ("fork() called from a process already using GNU OpenMP"), and a
+``multiprocessing`` pool waiting for it hangs. Importing this module starts
+the layer, so any fork after the numba backend was loaded is concerned. An
+``os.register_at_fork`` handler marks such children, and in them the
+kernels run as serial builds of the same functions (``parallel=False``
+turns ``prange`` into ``range``), compiled or loaded from cache on first use:
+one core per child, which is what a process pool wants anyway. TBB and
+workqueue are fork-safe and keep their parallel kernels.
 """
 
 from __future__ import annotations
@@ -32,6 +49,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import types
 
 import numba
 import numpy as np
@@ -44,6 +62,9 @@ TILE_W = 256  # output columns per iteration (default; long rows use wider tiles
 
 _kernel_lock = threading.Lock()
 _serialise = False
+#: True in a child forked after GNU OpenMP started: parallel kernels would kill it.
+_serial_only = False
+_serial_kernels: dict = {}
 
 
 def _choose_threading_layer() -> None:
@@ -68,13 +89,53 @@ def _probe(a):
 
 def threading_layer() -> str:
     """The numba threading layer in use, and whether calls are serialised."""
+    if _serial_only:
+        return f"{numba.threading_layer()} unusable after fork: serial kernels in this child"
     layer = numba.threading_layer()
     return f"{layer} (calls serialised by a lock)" if _serialise else layer
 
 
+def _fork_unsafe_layer() -> bool:
+    """Whether the running layer is GNU OpenMP, which a forked child cannot use."""
+    try:
+        layer = numba.threading_layer()
+    except ValueError:  # no layer started yet: the child will start its own
+        return False
+    if layer != "omp":
+        return False
+    from numba.np.ufunc import omppool
+
+    return getattr(omppool, "openmp_vendor", "GNU") == "GNU"
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child: use serial kernels when the inherited layer cannot run."""
+    global _serial_only
+    if _fork_unsafe_layer():
+        _serial_only = True
+
+
+def _serial(kernel):
+    """A ``parallel=False`` build of ``kernel`` (same source, its own cache entry)."""
+    serial = _serial_kernels.get(kernel)
+    if serial is None:
+        source = kernel.py_func
+        name = f"{source.__name__}_serial"
+        clone = types.FunctionType(source.__code__, source.__globals__, name, source.__defaults__, source.__closure__)
+        clone.__qualname__ = name  # numba's on-disk cache is keyed by qualified name
+        clone.__doc__ = source.__doc__
+        serial = _serial_kernels[kernel] = njit(**{**_FLAGS, "parallel": False})(clone)
+    return serial
+
+
 def run_serialised(kernel, *args) -> None:
-    """Call ``kernel``, under the lock when the layer is not thread-safe."""
-    if _serialise:
+    """Call ``kernel``, under the lock when the layer is not thread-safe.
+
+    In a child forked after GNU OpenMP started, the serial build runs instead.
+    """
+    if _serial_only:
+        _serial(kernel)(*args)
+    elif _serialise:
         with _kernel_lock:
             kernel(*args)
     else:
@@ -253,3 +314,4 @@ def warm_up(dtype) -> float:
 
 
 _choose_threading_layer()
+os.register_at_fork(after_in_child=_after_fork_in_child)

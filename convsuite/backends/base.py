@@ -236,6 +236,14 @@ class Backend(abc.ABC):
         """A fresh timer whose ``start()``/``stop()`` bracket device work."""
         return WallTimer()
 
+    def workspace_bytes(self, spec: ConvSpec, algorithm: str, direction: str) -> int:
+        """Host bytes of scratch memory one call allocates beyond its outputs.
+
+        The front end counts it with the outputs and operand copies against
+        available memory before anything is allocated. Default: none.
+        """
+        return 0
+
     def memory_limit(self) -> int | None:
         """Bytes this device can hold for outputs, or None to use host memory checks."""
         return None

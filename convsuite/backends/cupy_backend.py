@@ -111,6 +111,14 @@ def _zeros(n: int, dtype):
     return array
 
 
+def _int32_geometry(spec: ConvSpec) -> int:
+    """The largest geometry value or derived offset the kernels form in int arithmetic."""
+    values = [*spec.stride, *spec.dilation]
+    for n, k, d, (before, after) in zip(spec.in_size, spec.kernel_size, spec.dilation, spec.padding):
+        values += [before, after, n + before + after, d * (k - 1) + 1]
+    return max(values)
+
+
 def _i32(*values) -> tuple:
     return tuple(np.int32(v) for v in values)
 
@@ -263,6 +271,13 @@ class CupyBackend(Backend):
             return "the backward pass runs as 'im2col_gemm' (pin that algorithm, or use 'auto')"
         if max(spec.x_shape + spec.w_shape + spec.y_shape) >= 2**31:
             return "a single dimension of 2^31 or more does not fit the kernels' int dimensions"
+        # The kernels take geometry as 32-bit ints (_i32) and add two such values
+        # (e.g. pad + stride), so each must stay below 2^30.
+        if _int32_geometry(spec) >= 2**30:
+            return (
+                "stride, dilation, padding or a padded/dilated extent of 2^30 or more overflows "
+                "the kernels' 32-bit int geometry; the 'cython' and 'numba' backends index with 64 bits"
+            )
         if algorithm in ONE_D_ALGORITHMS:
             return self._can_run_1d(spec, algorithm)
         s = spec.as_2d()

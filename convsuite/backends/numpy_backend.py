@@ -8,6 +8,12 @@ ride in the batch dimension of ``matmul``, so depthwise layers need no Python
 loop over channels. The im2col copy is tiled over batch, output rows and, for
 very long 1-D signals, output columns, so the workspace stays near
 :data:`WORKSPACE_BYTES` whatever the problem size.
+
+Where the padded copy itself would be too large (a huge dilation with
+``padding="same"``, a huge explicit padding: more zeros than input, and over
+:data:`PADDING_ALLOWANCE_BYTES`), the backend computes tap by tap on slices
+of the unpadded input instead (:mod:`._numpy_taps`), so no geometry that
+validation accepts makes it allocate more than an input-sized slab.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from .._spec import ConvSpec
+from . import _numpy_taps
 from .base import Backend
 
 __all__ = ["NumpyBackend", "WORKSPACE_BYTES"]
@@ -25,6 +32,11 @@ __all__ = ["NumpyBackend", "WORKSPACE_BYTES"]
 #: Target size of one im2col tile: large enough for BLAS to run at speed,
 #: small enough to stay out of the way of the rest of memory.
 WORKSPACE_BYTES = 32 * 2**20
+
+#: Zero padding im2col may materialise beyond the size of the input itself:
+#: above it (huge dilation with "same"/"full", huge explicit padding) the
+#: backend computes tap by tap instead (``_numpy_taps``), with no padded copy.
+PADDING_ALLOWANCE_BYTES = 256 * 2**20
 
 
 def _read_extent(s: ConvSpec, axis: int) -> int:
@@ -48,6 +60,23 @@ def _padded_source(x4: np.ndarray, s: ConvSpec) -> np.ndarray:
     cols = max(0, min(W, Wn - left))
     source[:, :, top : top + rows, left : left + cols] = x4[:, :, :rows, :cols]
     return source
+
+
+def _source_elements(s: ConvSpec) -> int:
+    """Elements of the padded source :func:`_padded_source` allocates (0 for a view)."""
+    (top, _), (left, _) = s.padding
+    Hn, Wn = _read_extent(s, 0), _read_extent(s, 1)
+    H, W = s.in_size
+    if top == 0 and left == 0 and Hn <= H and Wn <= W:
+        return 0
+    return s.batch * s.in_channels * Hn * Wn
+
+
+def _tile_bytes(s: ConvSpec) -> int:
+    """Bytes of one im2col tile plus its matmul product (as :func:`_tiles` sizes them)."""
+    per_output = s.in_channels * s.kernel_size[0] * s.kernel_size[1] * s.itemsize
+    positions = min(max(WORKSPACE_BYTES // per_output, 1), s.batch * s.out_size[0] * s.out_size[1])
+    return positions * (per_output + s.out_channels * s.itemsize)
 
 
 def _windows(source: np.ndarray, s: ConvSpec) -> np.ndarray:
@@ -98,8 +127,35 @@ class NumpyBackend(Backend):
     algorithms = ("im2col",)
     description = "NumPy im2col (sliding_window_view) + batched BLAS matmul"
 
+    @staticmethod
+    def _padding_too_large(s: ConvSpec) -> bool:
+        """Whether im2col would materialise more zero padding than the allowance."""
+        input_bytes = s.batch * s.in_channels * s.in_size[0] * s.in_size[1] * s.itemsize
+        padding_bytes = _source_elements(s) * s.itemsize - input_bytes
+        return padding_bytes > max(PADDING_ALLOWANCE_BYTES, input_bytes)
+
+    def workspace_bytes(self, spec: ConvSpec, algorithm: str, direction: str) -> int:
+        """Padded source (twice in backward: its gradient), one im2col tile and its product."""
+        s = spec.as_2d()
+        if self._padding_too_large(s):
+            return _numpy_taps.workspace_bytes(s, direction)
+        source = _source_elements(s) * s.itemsize
+        if direction == "forward":
+            return source + _tile_bytes(s)
+        # backward: grad_source like the source (a full one even when the source
+        # is a view), the transposed weights and grad_w accumulator, two tiles.
+        full_source = max(_source_elements(s), s.batch * s.in_channels * s.in_size[0] * s.in_size[1])
+        weights = 2 * s.out_channels * s.channels_per_group * s.kernel_size[0] * s.kernel_size[1]
+        return source + full_source * s.itemsize + weights * s.itemsize + 2 * _tile_bytes(s)
+
+    # Non-finite operands follow IEEE arithmetic (NaN * 0 = NaN, as on every
+    # backend); NumPy's "invalid value" warnings would only say that happened.
+    @np.errstate(invalid="ignore", over="ignore")
     def forward(self, spec, x, w, bias, out, algorithm):
         s = spec.as_2d()
+        if self._padding_too_large(s):  # tap by tap, no padded copy
+            _numpy_taps.forward(s, x.reshape(s.x_shape), w.reshape(s.w_shape), bias, out.reshape(s.y_shape))
+            return
         G, Mg = s.groups, s.out_channels_per_group
         windows = _windows(_padded_source(x.reshape(s.x_shape), s), s)
         w_mat = w.reshape(G, Mg, -1)
@@ -112,8 +168,14 @@ class NumpyBackend(Backend):
             Bt = tile.shape[0]
             out4[bs, :, rs, cs] = tile.reshape(Bt, s.out_channels, rs.stop - rs.start, cs.stop - cs.start)
 
+    @np.errstate(invalid="ignore", over="ignore")
     def backward(self, spec, grad_y, x, w, grad_x, grad_w, grad_b, algorithm):
         s = spec.as_2d()
+        if self._padding_too_large(s):  # tap by tap, no padded copy
+            shapes = (s.y_shape, s.x_shape, s.w_shape, s.x_shape, s.w_shape)
+            arrays = (grad_y, x, w, grad_x, grad_w)
+            _numpy_taps.backward(s, *(a.reshape(shape) for a, shape in zip(arrays, shapes)), grad_b)
+            return
         G, Cg, Mg = s.groups, s.channels_per_group, s.out_channels_per_group
         KH, KW = s.kernel_size
         (sh, sw), (dh, dw) = s.stride, s.dilation
