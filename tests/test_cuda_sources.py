@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from convsuite.backends._cuda_sources import KERNELS, name_expressions, source_dir
+from convsuite.backends._cuda_sources import DEFINES, KERNELS, compile_options, name_expressions, source_dir
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,7 +34,7 @@ def test_sources_compile_to_ptx(filename, tmp_path):
     wrapper.write_text("\n".join(lines) + "\n")
     ptx = tmp_path / "out.ptx"
     result = subprocess.run(
-        ["nvcc", "-std=c++17", "-arch=sm_90", "-ptx", f"-I{source_dir()}", str(wrapper), "-o", str(ptx)],
+        ["nvcc", "-std=c++17", "-arch=sm_90", "-ptx", *compile_options(), f"-I{source_dir()}", str(wrapper), "-o", str(ptx)],
         capture_output=True,
         text=True,
     )
@@ -42,6 +42,27 @@ def test_sources_compile_to_ptx(filename, tmp_path):
     text = ptx.read_text()
     for kernel in KERNELS[filename]:
         assert kernel.partition("|")[0].partition("@")[0] in text, f"{kernel} missing from the PTX"
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found: CUDA sources not compiled")
+def test_sources_refuse_to_compile_without_the_shared_constants(tmp_path):
+    """The constants come from DEFINES only: a source compiled without them stops with an error."""
+    wrapper = tmp_path / "no_defines.cu"
+    wrapper.write_text(f'#include "{source_dir() / "conv2d.cu"}"\n')
+    result = subprocess.run(
+        ["nvcc", "-std=c++17", "-arch=sm_90", "-ptx", f"-I{source_dir()}", str(wrapper), "-o", str(tmp_path / "x.ptx")],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode != 0 and "compile_options" in result.stderr
+
+
+def test_shared_constants_are_not_redefined_in_the_sources():
+    """No .cu or .cuh file defines a constant that DEFINES provides."""
+    for path in [*(REPO / "cuda_src").glob("*.cu"), REPO / "cuda_src" / "common.cuh"]:
+        text = path.read_text()
+        for name in DEFINES:
+            assert f"#define {name}" not in text, f"{path.name} redefines {name}"
 
 
 def test_a_built_wheel_ships_every_source(tmp_path):
