@@ -126,8 +126,8 @@ def _check(t: Target, spec, x, w, b, gy, got) -> tuple[float, bool]:
         n = 10**6
         xs, ys = x[:n].get(), got[: n - 2 * w.size].get()
         sub = cs.explain(xs, w.get(), **t.kw).spec
-        ref = reference_forward(sub, xs, w.get())[: ys.size]
-        tol = forward_tolerance(sub, xs, w.get())[: ys.size]
+        ref = reference_forward(sub, xs, w.get()).reshape(-1)[: ys.size]
+        tol = forward_tolerance(sub, xs, w.get()).reshape(-1)[: ys.size]
         pairs = [(ys, ref, tol)]
     elif t.direction == "forward":
         xs, wh, bh = x[:2].get(), w.get(), None if b is None else b.get()
@@ -143,7 +143,8 @@ def _check(t: Target, spec, x, w, b, gy, got) -> tuple[float, bool]:
         pairs = [(g.get(), r, tl) for g, r, tl in zip(got, refs, tols)]
     worst, ok = 0.0, True
     for g, r, tol in pairs:
-        err = np.abs(g.astype(np.float64).reshape(r.shape) - r)
+        r, tol = np.reshape(r, -1), np.reshape(tol, -1)
+        err = np.abs(g.astype(np.float64).reshape(-1) - r)
         worst = max(worst, float(err.max() / max(np.abs(r).max(), 1e-30)))
         ok = ok and bool(np.all(err <= tol))
     return worst, ok
