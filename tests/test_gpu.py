@@ -155,22 +155,49 @@ def test_pointwise_forward_and_backward(x_shape, w_shape, kw, dtype):
     _check_backward(x, w, "pointwise_gemm", kw)
 
 
-@pytest.mark.parametrize("algorithm", ["fused_gemm", "im2col_gemm"])
+@pytest.mark.parametrize("algorithm", ["fused_gemm", "igemm_big", "im2col_gemm"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("x_shape, w_shape, kw", GENERAL_BACKWARD_CASES)
 def test_general_backward(x_shape, w_shape, kw, dtype, algorithm):
     rng = np.random.default_rng(sum(x_shape))
     x, w = rng.standard_normal(x_shape).astype(dtype), rng.standard_normal(w_shape).astype(dtype)
+    spec = cs.explain(x, w, **kw).spec
+    if algorithm == "igemm_big" and dtype == np.float64:
+        assert "float32 only" in _can_run(spec, algorithm, "backward")
+        return
     _check_backward(x, w, algorithm, kw)
 
 
-@pytest.mark.parametrize("algorithm", ["fused_gemm", "depthwise", "pointwise_gemm"])
+# Several block tiles in every direction, partial tiles at the edges, both
+# tile heights (64 rows for <= 64 output channels per group, else 128).
+BIG_TILE_CASES = [
+    ((8, 16, 48, 48), (40, 16, 3, 3), dict(padding=1)),
+    ((4, 8, 33, 35), (130, 8, 3, 3), dict(padding=(2, 1), dilation=(2, 1))),
+    ((3, 24, 20, 21), (20, 12, 5, 5), dict(padding="same", groups=2)),
+    ((4, 20, 30, 30), (70, 20, 3, 3), dict(stride=2, padding=1)),
+]
+
+
+@pytest.mark.parametrize("x_shape, w_shape, kw", BIG_TILE_CASES)
+def test_big_tile_gemm_forward_and_backward(x_shape, w_shape, kw):
+    rng = np.random.default_rng(sum(x_shape))
+    x, w = rng.standard_normal(x_shape).astype(np.float32), rng.standard_normal(w_shape).astype(np.float32)
+    bias = rng.standard_normal(w_shape[0]).astype(np.float32)
+    spec = cs.explain(x, w, bias, **kw).spec
+    with cs.testing.poisoned_outputs():
+        y = cs.conv2d(x, w, bias, backend="cupy", algorithm="igemm_big", **kw)
+    assert_within(y, reference_forward(spec, x, w, bias), forward_tolerance(spec, x, w, bias), "igemm_big")
+    _check_backward(x, w, "igemm_big", kw)
+
+
+@pytest.mark.parametrize("algorithm", ["fused_gemm", "igemm_big", "depthwise", "pointwise_gemm"])
 def test_weight_gradients_are_reproducible(algorithm):
     """No atomics: the same inputs give bit-identical gradients (split-K and per-channel reductions)."""
     cp = _cupy()
     rs = cp.random.RandomState(7)
     shapes = {
         "fused_gemm": ((16, 32, 28, 28), (48, 32, 3, 3), dict(padding=1)),
+        "igemm_big": ((16, 32, 28, 28), (48, 32, 3, 3), dict(padding=1)),
         "depthwise": ((16, 32, 28, 28), (32, 1, 3, 3), dict(padding=1, groups=32)),
         "pointwise_gemm": ((16, 32, 28, 28), (48, 32, 1, 1), {}),
     }
@@ -348,6 +375,8 @@ def test_auto_rule_is_explained():
         ((np.ones((2, 12, 22, 22), np.float32), np.ones((24, 12, 3, 3), np.float32)), {}, "register_tiled"),
         ((np.ones((2, 12, 22, 22), np.float32), np.ones((32, 12, 3, 3), np.float32)), {}, "fused_gemm"),
         ((np.ones((2, 96, 14, 14), np.float32), np.ones((24, 96, 1, 1), np.float32)), {}, "pointwise_gemm"),
+        ((np.ones((64, 64, 56, 56), np.float32), np.ones((64, 64, 3, 3), np.float32)), dict(padding=1), "igemm_big"),
+        ((np.ones((64, 64, 56, 56)), np.ones((64, 64, 3, 3))), dict(padding=1), "fused_gemm"),
     ]
     for args, kw, expected in cases_:
         explanation = cs.explain(*args, backend="cupy", **kw)
@@ -356,6 +385,7 @@ def test_auto_rule_is_explained():
     backend = cs._registry.get_backend("cupy")
     for x_shape, w_shape, kw, expected in [
         ((2, 64, 20, 20), (64, 64, 3, 3), dict(padding=1), "fused_gemm"),
+        ((64, 64, 56, 56), (64, 64, 3, 3), dict(padding=1), "igemm_big"),
         ((2, 16, 20, 20), (16, 1, 3, 3), dict(groups=16, stride=2), "depthwise"),
         ((2, 64, 20, 20), (128, 64, 1, 1), {}, "pointwise_gemm"),
     ]:

@@ -26,6 +26,7 @@ CASES = [
     ((1, 4, 15, 12), (4, 1, 5, 5), dict(padding=2, groups=4)),  # depthwise, compiled-in 5x5 s1
     ((2, 8, 9, 7), (6, 4, 1, 1), dict(groups=2)),  # pointwise
     ((1, 70, 9, 9), (66, 70, 3, 3), dict(stride=2, padding=1)),  # implicit GEMM, partial tiles
+    ((2, 8, 19, 21), (130, 8, 3, 3), dict(padding=1, dilation=(1, 2))),  # big tiles: 128 rows, dX as a conv
 ]
 for dtype in (np.float32, np.float64):
     for x_shape, w_shape, kw in CASES:

@@ -79,6 +79,7 @@ KERNELS = {
     ],
     "im2col.cu": ["im2col|I", "col2im"],
     "implicit_gemm.cu": ["conv2d_implicit_gemm", "conv2d_dgrad_implicit_gemm", "conv2d_wgrad_implicit_gemm"],
+    "implicit_gemm_big.cu": [f"conv2d_igemm_{kind}@{bm}" for kind in ("fwd", "wgrad") for bm in (64, 128)],
 }
 
 _CTYPES = {"float32": "float", "float64": "double"}

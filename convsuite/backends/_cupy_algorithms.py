@@ -301,41 +301,126 @@ def _check_gemm(spec: ConvSpec, direction: str) -> Verdict:
     return True
 
 
-def _wgrad_splits(s: ConvSpec) -> int:
-    """Split-K factor of the weight gradient: enough blocks to fill the device,
-    at least 1024 products per split, and a partial-sum buffer within the workspace."""
+BIG_BN = 128  # columns of the big-tile kernels' block tile (implicit_gemm_big.cu)
+
+
+def _wgrad_splits(s: ConvSpec, rows: int, cols: int, blocks_per_sm: int) -> int:
+    """Split-K factor of the weight gradient for ``rows x cols`` block tiles: enough
+    blocks to fill the device, at least 256 products per split, and a partial-sum
+    buffer within the workspace."""
     kd = s.channels_per_group * math.prod(s.kernel_size)
-    tiles = math.ceil(kd / GEMM_BN) * math.ceil(s.out_channels_per_group / GEMM_BM) * s.groups
+    tiles = math.ceil(kd / cols) * math.ceil(s.out_channels_per_group / rows) * s.groups
     n = s.batch * math.prod(s.out_size)
     by_memory = WORKSPACE_BYTES // max(1, s.out_channels * kd * s.itemsize)
-    return max(1, min(math.ceil(4 * rt.sm_count() / tiles), math.ceil(n / 1024), GRID_YZ_MAX // s.groups, by_memory))
+    wanted = math.ceil(blocks_per_sm * rt.sm_count() / tiles)
+    return max(1, min(wanted, math.ceil(n / 256), GRID_YZ_MAX // s.groups, by_memory))
 
 
-def _plan_fused_gemm(spec: ConvSpec, direction: str) -> Launch:
+def _big_rows(out_per_group: int) -> int:
+    """Block-tile rows of the big-tile kernels: 64 where a 128-row tile would be half idle."""
+    return 64 if out_per_group <= 64 else 128
+
+
+def _check_big(spec: ConvSpec, direction: str) -> Verdict:
+    s = spec.as_2d()
+    if s.dtype != "float32":
+        return "igemm_big is float32 only (an 8x8 float64 register tile needs ~230 registers); use fused_gemm"
+    limit = 2**31
+    if s.channels_per_group * math.prod(s.in_size) >= limit or s.out_channels_per_group * math.prod(s.out_size) >= limit:
+        return "one group's input or output gradient exceeds the filter-offset table's 32-bit offsets"
+    return _check_gemm(spec, direction)
+
+
+def _filter_offsets(channels: int, plane: tuple[int, int], kernel: tuple[int, int], dilation: tuple[int, int]):
+    """koff[k] = (c*H*W + p*dh*W + q*dw, p*dh, q*dw, 0) for k = (c, p, q), on the device."""
+    import numpy as np
+
+    (H, W), (KH, KW), (dh, dw) = plane, kernel, dilation
+    c, p, q = np.meshgrid(np.arange(channels), np.arange(KH), np.arange(KW), indexing="ij")
+    table = np.stack([c * H * W + p * dh * W + q * dw, p * dh, q * dw, np.zeros_like(c)], axis=-1)
+    return rt.cupy().asarray(table.reshape(-1, 4).astype(np.int32))
+
+
+def _plan_gemm(big: bool):
+    return lambda spec, direction: _plan_implicit_gemm(spec, direction, big)
+
+
+def _plan_implicit_gemm(spec: ConvSpec, direction: str, big: bool) -> Launch:
+    """fused_gemm (64x64 tiles, both dtypes) or igemm_big (float32, BM x 128 tiles, pipelined)."""
     s = spec.as_2d()
     p = _params(s)
     G, Mg, Cg = s.groups, s.out_channels_per_group, s.channels_per_group
+    (H, W), (Ho, Wo), (KH, KW) = s.in_size, s.out_size, s.kernel_size
+    n = s.batch * Ho * Wo
+    bm = _big_rows(Mg) if big else None
     if direction == "forward":
-        n = s.batch * math.prod(s.out_size)
+        if bm is not None:
+            koff = _filter_offsets(Cg, (H, W), (KH, KW), s.dilation)
+            grid = (math.ceil(n / BIG_BN), math.ceil(Mg / bm), G)
+            fn = rt.kernel("implicit_gemm_big.cu", f"conv2d_igemm_fwd@{bm}", s.dtype)
+            return _with_bias(s, lambda x, w, bias, out: fn(grid, (256,), (x, w, bias, out, koff, *p)))
         grid = (math.ceil(n / GEMM_BN), math.ceil(Mg / GEMM_BM), G)
         fn = rt.kernel("implicit_gemm.cu", "conv2d_implicit_gemm", s.dtype)
         return _with_bias(s, lambda x, w, bias, out: fn(grid, (256,), (x, w, bias, out, *p)))
     cp = rt.cupy()
-    kd = Cg * math.prod(s.kernel_size)
-    dgrad = rt.kernel("implicit_gemm.cu", "conv2d_dgrad_implicit_gemm", s.dtype)
-    dgrid = (math.ceil(s.batch * math.prod(s.in_size) / GEMM_BN), math.ceil(Cg / GEMM_BM), G)
-    wgrad = rt.kernel("implicit_gemm.cu", "conv2d_wgrad_implicit_gemm", s.dtype)
-    splits = _wgrad_splits(s)
-    wgrid = (math.ceil(kd / GEMM_BN), math.ceil(Mg / GEMM_BM), splits * G)
+    kd = Cg * KH * KW
+    dgrad = _plan_input_gradient(s, big)
+    if bm is not None:
+        koff = _filter_offsets(Cg, (H, W), (KH, KW), s.dilation)
+        splits = _wgrad_splits(s, bm, BIG_BN, 2)
+        wgrad = rt.kernel("implicit_gemm_big.cu", f"conv2d_igemm_wgrad@{bm}", s.dtype)
+        wgrid = (math.ceil(kd / BIG_BN), math.ceil(Mg / bm), splits * G)
+        wargs = (koff, *rt.i32(splits), *p)
+    else:
+        splits = _wgrad_splits(s, GEMM_BM, GEMM_BN, 4)
+        wgrad = rt.kernel("implicit_gemm.cu", "conv2d_wgrad_implicit_gemm", s.dtype)
+        wgrid = (math.ceil(kd / GEMM_BN), math.ceil(Mg / GEMM_BM), splits * G)
+        wargs = (*rt.i32(splits), *p)
 
     def backward(grad_y, x, w, grad_x, grad_w, grad_b):
-        dgrad(dgrid, (256,), (grad_y, w, grad_x, *p))
+        dgrad(grad_y, w, grad_x)
         partial = cp.empty((splits, s.out_channels, kd), dtype=x.dtype)
-        wgrad(wgrid, (256,), (grad_y, x, partial, *rt.i32(splits), *p))
+        wgrad(wgrid, (256,), (grad_y, x, partial, *wargs))
         partial.sum(axis=0, out=grad_w.reshape(s.out_channels, kd))
         _grad_bias(s, grad_y, grad_b)
 
     return backward
+
+
+def _plan_input_gradient(s: ConvSpec, big: bool) -> Callable:
+    """``dgrad(grad_y, w, grad_x)`` for an implicit-GEMM backward pass.
+
+    With stride 1 (float32) the input gradient is itself a convolution: of
+    grad_y with the filters flipped in space and transposed per group
+    (``w'[g*Cg + c, m] = w[g*Mg + m, c, ::-1, ::-1]``) and padding
+    ``d*(k-1) - pad`` (negative is fine: the gather checks bounds), so it runs
+    on the big-tile forward kernel. Otherwise a dedicated gather kernel
+    handles the stride gaps.
+    """
+    G, Mg, Cg = s.groups, s.out_channels_per_group, s.channels_per_group
+    (H, W), (Ho, Wo), (KH, KW), (dh, dw) = s.in_size, s.out_size, s.kernel_size, s.dilation
+    n_in = s.batch * H * W
+    if big and s.stride == (1, 1):
+        bm = _big_rows(Cg)
+        cp = rt.cupy()
+        p = rt.i32(
+            s.batch, s.out_channels, Ho, Wo, s.in_channels, Mg, KH, KW, H, W, 1, 1, dh, dw,
+            dh * (KH - 1) - s.padding[0][0], dw * (KW - 1) - s.padding[1][0],
+        )
+        koff = _filter_offsets(Mg, (Ho, Wo), (KH, KW), s.dilation)
+        grid = (math.ceil(n_in / BIG_BN), math.ceil(Cg / bm), G)
+        fn = rt.kernel("implicit_gemm_big.cu", f"conv2d_igemm_fwd@{bm}", s.dtype)
+        zeros = rt.zeros(s.in_channels, s.dtype)
+
+        def dgrad_as_conv(grad_y, w, grad_x):
+            flipped = cp.ascontiguousarray(w.reshape(G, Mg, Cg, KH, KW).transpose(0, 2, 1, 3, 4)[..., ::-1, ::-1])
+            fn(grid, (256,), (grad_y, flipped, zeros, grad_x, koff, *p))
+
+        return dgrad_as_conv
+    fn = rt.kernel("implicit_gemm.cu", "conv2d_dgrad_implicit_gemm", s.dtype)
+    grid = (math.ceil(n_in / GEMM_BN), math.ceil(Cg / GEMM_BM), G)
+    p = _params(s)
+    return lambda grad_y, w, grad_x: fn(grid, (256,), (grad_y, w, grad_x, *p))
 
 
 # --- pointwise (1x1) as GEMM ----------------------------------------------------
@@ -450,7 +535,13 @@ RECORDS: dict[str, Algorithm] = {
         ),
         Algorithm(
             "fused_gemm", "implicit GEMM, 64x64 tiles (backward: implicit-GEMM input gradient, split-K weight gradient)",
-            _plan_fused_gemm, directions=_BOTH, check=_check_gemm,
+            _plan_gemm(False), directions=_BOTH, check=_check_gemm,
+        ),
+        Algorithm(
+            "igemm_big",
+            "float32 implicit GEMM, 128(64)x128 tiles, 8x8 per thread, prefetch pipeline, filter-offset table; "
+            "backward: dX as a conv of grad_y (stride 1), split-K dW",
+            _plan_gemm(True), directions=_BOTH, check=_check_big,
         ),
         Algorithm(
             "register_tiled", "shared patch + MT channels x 4 pixels of accumulators per thread",

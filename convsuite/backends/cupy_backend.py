@@ -15,12 +15,15 @@ forward
     2. 1x1, stride 1, no padding: ``pointwise_gemm`` (a plain batched GEMM).
     3. depthwise (one input channel per group, groups > 1): ``depthwise``.
     4. at most 24 output channels per group (ECE408 conv1 and conv2): ``register_tiled``.
-    5. otherwise: ``fused_gemm`` (implicit GEMM).
+    5. float32 with at least 128 big block tiles of work: ``igemm_big`` (pipelined
+       128x128 / 64x128 implicit GEMM).
+    6. otherwise: ``fused_gemm`` (64x64 implicit GEMM, any dtype).
 
 backward
     1. 1x1, stride 1, no padding: ``pointwise_gemm``.
     2. depthwise with kernels up to 7x7: ``depthwise``.
-    3. otherwise: ``fused_gemm`` (implicit-GEMM input gradient, split-K
+    3. float32 with at least 128 big block tiles of work: ``igemm_big``.
+    4. otherwise: ``fused_gemm`` (implicit-GEMM input gradient, split-K
        weight gradient; no im2col buffer). ``im2col_gemm`` stays pinnable for
        the ablation.
 """
@@ -39,6 +42,14 @@ from .base import Backend, Launch, Verdict
 __all__ = ["CupyBackend", "ALGORITHMS", "ONE_D_ALGORITHMS", "TWO_D_ALGORITHMS"]
 
 _PLAN_CACHE_SIZE = 256
+_BIG_ENOUGH = 128  # big block tiles (about one per multiprocessor) before igemm_big beats the 64x64 kernel
+
+
+def _big_tiles(s: ConvSpec) -> int:
+    """Block tiles of igemm_big over the forward output (B*Ho*Wo columns, M/g rows per group)."""
+    rows = 64 if s.out_channels_per_group <= 64 else 128
+    n = s.batch * s.out_size[0] * s.out_size[1]
+    return -(-n // 128) * -(-s.out_channels_per_group // rows) * s.groups
 
 
 class CupyBackend(Backend):
@@ -120,6 +131,9 @@ class CupyBackend(Backend):
             rules.append(("depthwise", "one input channel per group: bandwidth-bound kernel reading each input once"))
         if direction == "forward" and s.out_channels_per_group <= 24:
             rules.append(("register_tiled", f"{s.out_channels_per_group} output channels per group fit one register tile"))
+        tiles = _big_tiles(s)
+        if tiles >= _BIG_ENOUGH:
+            rules.append(("igemm_big", f"{tiles} big block tiles of work: the pipelined 8x8-per-thread implicit GEMM"))
         rules.append(("fused_gemm", f"implicit GEMM over a reduction of {spec.reduction_length}, no im2col buffer"))
         rules.append(("im2col_gemm", "fallback: im2col + cuBLAS"))
         for name, why in rules:

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One device run: install, GPU tests, compute-sanitizer (memcheck + racecheck), GPU targets.
+# Usage on the GPU machine, from the repository root:  bash tools/gpu_check.sh [--full]
+# Logs go to $OUT (or ./gpu-check-logs); the target table is printed last.
+set -u
+LOGS=${OUT:-gpu-check-logs}
+mkdir -p "$LOGS"
+export PYTHONUNBUFFERED=1
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } | tee "$LOGS/device.txt"
+python3 -m pip install -q --no-build-isolation --no-deps -e . > "$LOGS/install.log" 2>&1 || { tail -20 "$LOGS/install.log"; exit 1; }
+timeout ${TEST_TIMEOUT:-240} python3 -m pytest -q -m gpu tests/test_gpu.py -x -p no:cacheprovider > "$LOGS/pytest-gpu.log" 2>&1
+echo "pytest tests/test_gpu.py: rc=$? $(tail -1 "$LOGS/pytest-gpu.log")"
+grep -E "^(FAILED|ERROR)|Error|assert" "$LOGS/pytest-gpu.log" | head -30
+timeout 150 compute-sanitizer --tool memcheck python3 tools/gpu_smoke.py > "$LOGS/memcheck.log" 2>&1
+echo "memcheck: rc=$? $(grep -E 'ERROR SUMMARY|NOT RUN|WRONG|every algorithm' "$LOGS/memcheck.log" | tr '\n' ' ')"
+timeout 150 compute-sanitizer --tool racecheck python3 tools/gpu_smoke.py > "$LOGS/racecheck.log" 2>&1
+echo "racecheck: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|NOT RUN|WRONG' "$LOGS/racecheck.log" | tr '\n' ' ')"
+if [ "${1:-}" = "--full" ]; then
+  timeout ${TARGET_TIMEOUT:-300} python3 -m convsuite.bench.gpu_targets --out "$LOGS" --repeat ${REPEAT:-15} > "$LOGS/targets.log" 2>&1
+else
+  timeout ${TARGET_TIMEOUT:-200} python3 -m convsuite.bench.gpu_targets --quick --out "$LOGS" --repeat ${REPEAT:-5} > "$LOGS/targets.log" 2>&1
+fi
+echo "gpu_targets: rc=$?"
+grep -E "WRONG|Error|error" "$LOGS/targets.log" | head -10
+sed -n '/^## Targets/,$p' "$LOGS/targets.log" | head -24
