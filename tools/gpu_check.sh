@@ -8,8 +8,8 @@ mkdir -p "$LOGS"
 export PYTHONUNBUFFERED=1
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } | tee "$LOGS/device.txt"
 python3 -m pip install -q --no-build-isolation --no-deps -e . > "$LOGS/install.log" 2>&1 || { tail -20 "$LOGS/install.log"; exit 1; }
-timeout ${TEST_TIMEOUT:-240} python3 -m pytest -q -m gpu tests/test_gpu.py -x -p no:cacheprovider > "$LOGS/pytest-gpu.log" 2>&1
-echo "pytest tests/test_gpu.py: rc=$? $(tail -1 "$LOGS/pytest-gpu.log")"
+timeout ${TEST_TIMEOUT:-240} python3 -m pytest -q ${PYTEST_ARGS:-tests/test_gpu.py} -p no:cacheprovider > "$LOGS/pytest-gpu.log" 2>&1
+echo "pytest ${PYTEST_ARGS:-tests/test_gpu.py}: rc=$? $(tail -1 "$LOGS/pytest-gpu.log")"
 grep -E "^(FAILED|ERROR)|Error|assert" "$LOGS/pytest-gpu.log" | head -30
 timeout 150 compute-sanitizer --tool memcheck python3 tools/gpu_smoke.py > "$LOGS/memcheck.log" 2>&1
 echo "memcheck: rc=$? $(grep -E 'ERROR SUMMARY|NOT RUN|WRONG|every algorithm' "$LOGS/memcheck.log" | tr '\n' ' ')"
