@@ -16,7 +16,7 @@ typedef long long i64;
 // Constants shared with the launch code arrive as -D options from one table
 // (convsuite/backends/_cuda_sources.py, DEFINES); never define them here.
 #if !defined(CS_THREADS) || !defined(CS_CONST_BYTES) || !defined(CS_BLOCKED_V) || !defined(CS_RT_PX) || \
-    !defined(CS_GEMM_BM) || !defined(CS_GEMM_BN) || !defined(CS_GEMM_BK) || !defined(CS_DW_PX) || !defined(CS_DW_PY)
+    !defined(CS_GEMM_BM) || !defined(CS_GEMM_BN) || !defined(CS_GEMM_BK) || !defined(CS_DW_PX) || !defined(CS_DW_PY) || !defined(CS_PW_PX)
 #error "compile with the -D options of convsuite.backends._cuda_sources.compile_options()"
 #endif
 

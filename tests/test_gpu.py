@@ -115,12 +115,17 @@ POINTWISE_CASES = [
     ((3, 8, 6, 5), (6, 4, 1, 1), dict(groups=2)),
     ((2, 6, 31), (8, 3, 1), dict(groups=2)),
     ((1, 96, 14, 14), (24, 96, 1, 1), dict(padding="same")),
+    ((2, 70, 33, 32), (40, 70, 1, 1), {}),  # two channel blocks, chunks of 32 input channels, float4 rows
+    ((3, 40, 1025), (33, 40, 1), {}),  # 1-D, pixels past one block, an odd row length (no float4)
 ]
 GENERAL_BACKWARD_CASES = [
     ((2, 5, 11, 10), (7, 5, 3, 3), dict(padding=1)),
     ((2, 6, 13, 12), (4, 3, 3, 2), dict(stride=2, padding="same", dilation=(2, 1), groups=2)),
     ((1, 70, 9, 9), (66, 70, 3, 3), dict(stride=(1, 3), padding=((2, 0), (1, 1)))),
     ((3, 3, 40), (5, 3, 4), dict(stride=3, padding="full")),
+    ((2, 5, 8, 9), (6, 5, 3, 3), dict(padding=3)),  # padding beyond the kernel's reach: dX as a conv pads negatively
+    ((2, 30, 9, 8), (20, 30, 3, 3), dict(padding=(3, 1))),  # > 24 input channels: dX on the GEMM kernel
+    ((2, 40, 10, 11), (30, 40, 3, 3), dict(padding=2, dilation=(1, 2))),
 ]
 
 
@@ -147,11 +152,12 @@ def test_pointwise_forward_and_backward(x_shape, w_shape, kw, dtype):
     bias = rng.standard_normal(w_shape[0]).astype(dtype)
     fn = cs.conv1d if x.ndim == 3 else cs.conv2d
     spec = cs.explain(x, w, bias, **kw).spec
-    with cs.testing.poisoned_outputs():
-        y = fn(x, w, bias, backend="cupy", algorithm="pointwise_gemm", **kw)
-        y_nobias = fn(x, w, backend="cupy", algorithm="pointwise_gemm", **kw)
-    assert_within(y, reference_forward(spec, x, w, bias), forward_tolerance(spec, x, w, bias), "pointwise_gemm")
-    assert_within(y_nobias, reference_forward(spec, x, w), forward_tolerance(spec, x, w), "pointwise_gemm")
+    for algorithm in ("pointwise", "pointwise_gemm"):
+        with cs.testing.poisoned_outputs():
+            y = fn(x, w, bias, backend="cupy", algorithm=algorithm, **kw)
+            y_nobias = fn(x, w, backend="cupy", algorithm=algorithm, **kw)
+        assert_within(y, reference_forward(spec, x, w, bias), forward_tolerance(spec, x, w, bias), algorithm)
+        assert_within(y_nobias, reference_forward(spec, x, w), forward_tolerance(spec, x, w), algorithm)
     _check_backward(x, w, "pointwise_gemm", kw)
 
 
@@ -175,6 +181,8 @@ BIG_TILE_CASES = [
     ((4, 8, 33, 35), (130, 8, 3, 3), dict(padding=(2, 1), dilation=(2, 1))),
     ((3, 24, 20, 21), (20, 12, 5, 5), dict(padding="same", groups=2)),
     ((4, 20, 30, 30), (70, 20, 3, 3), dict(stride=2, padding=1)),
+    ((4, 48, 30, 30), (40, 48, 3, 3), dict(padding=1)),  # dX on the big-tile kernel itself
+    ((2, 64, 20, 21), (150, 32, 3, 3), dict(padding=((2, 0), (1, 1)), groups=2)),
 ]
 
 
@@ -374,7 +382,8 @@ def test_auto_rule_is_explained():
         ((np.ones((2, 4, 40, 40), np.float32), np.ones((16, 4, 7, 7), np.float32)), {}, "register_tiled"),
         ((np.ones((2, 12, 22, 22), np.float32), np.ones((24, 12, 3, 3), np.float32)), {}, "register_tiled"),
         ((np.ones((2, 12, 22, 22), np.float32), np.ones((32, 12, 3, 3), np.float32)), {}, "fused_gemm"),
-        ((np.ones((2, 96, 14, 14), np.float32), np.ones((24, 96, 1, 1), np.float32)), {}, "pointwise_gemm"),
+        ((np.ones((2, 96, 14, 14), np.float32), np.ones((24, 96, 1, 1), np.float32)), {}, "pointwise"),
+        ((np.ones((2, 24, 14, 14), np.float32), np.ones((144, 24, 1, 1), np.float32)), {}, "pointwise_gemm"),
         ((np.ones((64, 64, 56, 56), np.float32), np.ones((64, 64, 3, 3), np.float32)), dict(padding=1), "igemm_big"),
         ((np.ones((64, 64, 56, 56)), np.ones((64, 64, 3, 3))), dict(padding=1), "fused_gemm"),
     ]

@@ -27,6 +27,8 @@ CASES = [
     ((2, 8, 9, 7), (6, 4, 1, 1), dict(groups=2)),  # pointwise
     ((1, 70, 9, 9), (66, 70, 3, 3), dict(stride=2, padding=1)),  # implicit GEMM, partial tiles
     ((2, 8, 19, 21), (130, 8, 3, 3), dict(padding=1, dilation=(1, 2))),  # big tiles: 128 rows, dX as a conv
+    ((2, 40, 9, 10), (30, 40, 3, 3), dict(padding=2)),  # dX as a conv on the GEMM kernels (> 24 channels)
+    ((2, 40, 17, 16), (36, 40, 1, 1), {}),  # pointwise: two channel blocks, float4 rows
 ]
 for dtype in (np.float32, np.float64):
     for x_shape, w_shape, kw in CASES:

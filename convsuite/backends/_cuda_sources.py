@@ -20,6 +20,7 @@ __all__ = [
     "DEPTHWISE_FIXED",
     "DEPTHWISE_WGRAD_KMAX",
     "KERNELS",
+    "POINTWISE_TILES",
     "REGISTER_TILES",
     "compile_options",
     "name_expression",
@@ -39,6 +40,7 @@ DEFINES = {
     "CS_GEMM_BK": 16,  # implicit-GEMM reduction slice per shared-memory stage
     "CS_DW_PX": 4,  # depthwise outputs per thread along W
     "CS_DW_PY": 2,  # depthwise outputs per thread along H
+    "CS_PW_PX": 4,  # pointwise pixels per thread (one float4)
 }
 
 #: Mask widths conv1d_blocked is compiled for (0: any width, read at run time).
@@ -50,6 +52,9 @@ REGISTER_TILES = (4, 8, 12, 16, 24)
 #: (kernel size, stride) pairs the depthwise kernels are compiled for with both
 #: fixed at compile time (square kernel, dilation 1); (0, 0) reads them at run time.
 DEPTHWISE_FIXED = ((3, 1), (3, 2), (5, 1), (5, 2), (7, 1), (7, 2), (0, 0))
+
+#: Output channels per thread of conv2d_pointwise (template argument MT).
+POINTWISE_TILES = (8, 16, 24, 32)
 
 #: Largest kernel extents the depthwise weight gradient keeps in registers.
 DEPTHWISE_WGRAD_KMAX = (3, 5, 7)
@@ -78,6 +83,7 @@ KERNELS = {
         *[f"depthwise_grad_weight@{k}" for k in DEPTHWISE_WGRAD_KMAX],
     ],
     "im2col.cu": ["im2col|I", "col2im"],
+    "pointwise.cu": [f"conv2d_pointwise@{mt}" for mt in POINTWISE_TILES],
     "implicit_gemm.cu": ["conv2d_implicit_gemm", "conv2d_dgrad_implicit_gemm", "conv2d_wgrad_implicit_gemm"],
     "implicit_gemm_big.cu": [f"conv2d_igemm_{kind}@{bm}" for kind in ("fwd", "wgrad") for bm in (64, 128)],
 }

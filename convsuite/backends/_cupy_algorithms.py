@@ -11,11 +11,19 @@ call. Constants shared with the kernels come from ``_cuda_sources.DEFINES``.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Callable
 
 from .._spec import ConvSpec
 from . import _cupy_runtime as rt
-from ._cuda_sources import BLOCKED_WIDTHS, DEFINES, DEPTHWISE_FIXED, DEPTHWISE_WGRAD_KMAX, REGISTER_TILES
+from ._cuda_sources import (
+    BLOCKED_WIDTHS,
+    DEFINES,
+    DEPTHWISE_FIXED,
+    DEPTHWISE_WGRAD_KMAX,
+    POINTWISE_TILES,
+    REGISTER_TILES,
+)
 from .base import Algorithm, Launch, Verdict
 
 __all__ = ["RECORDS", "ONE_D_ALGORITHMS", "TWO_D_ALGORITHMS", "ALGORITHMS"]
@@ -28,6 +36,7 @@ BLOCKED_V = DEFINES["CS_BLOCKED_V"]
 REGISTER_PX = DEFINES["CS_RT_PX"]
 GEMM_BM, GEMM_BN, GEMM_BK = DEFINES["CS_GEMM_BM"], DEFINES["CS_GEMM_BN"], DEFINES["CS_GEMM_BK"]
 DW_PX, DW_PY = DEFINES["CS_DW_PX"], DEFINES["CS_DW_PY"]
+PW_PX = DEFINES["CS_PW_PX"]
 WORKSPACE_BYTES = 512 * 2**20  # im2col columns per chunk; split-K partial sums
 
 
@@ -387,38 +396,51 @@ def _plan_implicit_gemm(spec: ConvSpec, direction: str, big: bool) -> Launch:
     return backward
 
 
+def _input_gradient_as_forward(s: ConvSpec) -> ConvSpec:
+    """The input gradient of a stride-1 convolution, as a forward problem on grad_y.
+
+    ``grad_x = conv(grad_y, w')`` with ``w'[g*Cg + c, m] = w[g*Mg + m, c, ::-1, ::-1]``
+    (flipped in space, transposed per group), stride 1, the same dilation and
+    padding ``d*(k-1) - pad`` on each side (negative where the forward padding
+    exceeds the kernel's reach: every kernel checks bounds, so it just skips).
+    """
+    (KH, KW), (dh, dw), ((pt, pb), (pl, pr)) = s.kernel_size, s.dilation, s.padding
+    reach_h, reach_w = dh * (KH - 1), dw * (KW - 1)
+    return replace(
+        s, in_channels=s.out_channels, out_channels=s.in_channels, in_size=s.out_size, out_size=s.in_size,
+        padding=((reach_h - pt, reach_h - pb), (reach_w - pl, reach_w - pr)), has_bias=False,
+    )
+
+
 def _plan_input_gradient(s: ConvSpec, big: bool) -> Callable:
     """``dgrad(grad_y, w, grad_x)`` for an implicit-GEMM backward pass.
 
-    With stride 1 (float32) the input gradient is itself a convolution: of
-    grad_y with the filters flipped in space and transposed per group
-    (``w'[g*Cg + c, m] = w[g*Mg + m, c, ::-1, ::-1]``) and padding
-    ``d*(k-1) - pad`` (negative is fine: the gather checks bounds), so it runs
-    on the big-tile forward kernel. Otherwise a dedicated gather kernel
-    handles the stride gaps.
+    With stride 1 the input gradient is itself a convolution
+    (:func:`_input_gradient_as_forward`), run by the forward kernel that suits
+    its shape: ``register_tiled`` when it has at most 24 output channels per
+    group (the input channels of the layer: ECE408-style layers), else the
+    algorithm's own implicit GEMM. The filters are flipped and transposed per
+    call (a copy of the weights, small). Other strides use a dedicated gather
+    kernel that skips the stride gaps.
     """
     G, Mg, Cg = s.groups, s.out_channels_per_group, s.channels_per_group
-    (H, W), (Ho, Wo), (KH, KW), (dh, dw) = s.in_size, s.out_size, s.kernel_size, s.dilation
-    n_in = s.batch * H * W
-    if big and s.stride == (1, 1):
-        bm = _big_rows(Cg)
+    KH, KW = s.kernel_size
+    if s.stride == (1, 1):
         cp = rt.cupy()
-        p = rt.i32(
-            s.batch, s.out_channels, Ho, Wo, s.in_channels, Mg, KH, KW, H, W, 1, 1, dh, dw,
-            dh * (KH - 1) - s.padding[0][0], dw * (KW - 1) - s.padding[1][0],
-        )
-        koff = _filter_offsets(Mg, (Ho, Wo), (KH, KW), s.dilation)
-        grid = (math.ceil(n_in / BIG_BN), math.ceil(Cg / bm), G)
-        fn = rt.kernel("implicit_gemm_big.cu", f"conv2d_igemm_fwd@{bm}", s.dtype)
-        zeros = rt.zeros(s.in_channels, s.dtype)
+        t = _input_gradient_as_forward(s)
+        if Cg <= REGISTER_TILES[-1] and _check_tiled(t, "register_tiled") is True:
+            name = "register_tiled"
+        else:
+            name = "igemm_big" if big else "fused_gemm"
+        conv = RECORDS[name].plan(t, "forward")
 
         def dgrad_as_conv(grad_y, w, grad_x):
             flipped = cp.ascontiguousarray(w.reshape(G, Mg, Cg, KH, KW).transpose(0, 2, 1, 3, 4)[..., ::-1, ::-1])
-            fn(grid, (256,), (grad_y, flipped, zeros, grad_x, koff, *p))
+            conv(grad_y, flipped.reshape(t.w_shape), None, grad_x)
 
         return dgrad_as_conv
     fn = rt.kernel("implicit_gemm.cu", "conv2d_dgrad_implicit_gemm", s.dtype)
-    grid = (math.ceil(n_in / GEMM_BN), math.ceil(Cg / GEMM_BM), G)
+    grid = (math.ceil(s.batch * math.prod(s.in_size) / GEMM_BN), math.ceil(Cg / GEMM_BM), G)
     p = _params(s)
     return lambda grad_y, w, grad_x: fn(grid, (256,), (grad_y, w, grad_x, *p))
 
@@ -434,6 +456,33 @@ def _check_pointwise(spec: ConvSpec, direction: str) -> Verdict:
     if any(lo or hi for lo, hi in spec.padding):
         return f"pointwise_gemm needs no padding; got {spec.padding}"
     return True
+
+
+def _pointwise_tile(spec: ConvSpec) -> int:
+    """MT of conv2d_pointwise: the smallest instantiation covering M/g (float64 stops at 16: more spills)."""
+    tiles = POINTWISE_TILES if spec.dtype == "float32" else tuple(t for t in POINTWISE_TILES if t <= 16)
+    return next((mt for mt in tiles if mt >= spec.out_channels_per_group), tiles[-1])
+
+
+def _check_pointwise_kernel(spec: ConvSpec, direction: str) -> Verdict:
+    verdict = _check_pointwise(spec, direction)
+    if verdict is not True:
+        return verdict.replace("pointwise_gemm", "pointwise")
+    passes = math.ceil(spec.out_channels_per_group / _pointwise_tile(spec))
+    blocks = math.ceil(math.prod(spec.in_size) / (THREADS * PW_PX)) * spec.batch * spec.groups
+    if blocks > 2**31 - 1 or passes > GRID_YZ_MAX:
+        return f"{blocks} pixel blocks or {passes} channel blocks exceed the grid"
+    return True
+
+
+def _plan_pointwise_kernel(spec: ConvSpec, direction: str) -> Launch:
+    """conv2d_pointwise: pixels x MT output channels per thread, weights broadcast from shared memory."""
+    mt = _pointwise_tile(spec)
+    L = math.prod(spec.in_size)
+    grid = (math.ceil(L / (THREADS * PW_PX)) * spec.batch * spec.groups, math.ceil(spec.out_channels_per_group / mt))
+    fn = rt.kernel("pointwise.cu", f"conv2d_pointwise@{mt}", spec.dtype)
+    p = rt.i32(spec.in_channels, L, spec.out_channels, spec.channels_per_group)
+    return _with_bias(spec, lambda x, w, bias, out: fn(grid, (THREADS,), (x, w, bias, out, *p)))
 
 
 def _plan_pointwise(spec: ConvSpec, direction: str) -> Launch:
@@ -534,13 +583,15 @@ RECORDS: dict[str, Algorithm] = {
             _plan_im2col, directions=_BOTH,
         ),
         Algorithm(
-            "fused_gemm", "implicit GEMM, 64x64 tiles (backward: implicit-GEMM input gradient, split-K weight gradient)",
+            "fused_gemm",
+            "implicit GEMM, 64x64 tiles (backward: dX as a conv of grad_y for stride 1, else a gather implicit GEMM; "
+            "split-K dW)",
             _plan_gemm(False), directions=_BOTH, check=_check_gemm,
         ),
         Algorithm(
             "igemm_big",
             "float32 implicit GEMM, 128(64)x128 tiles, 8x8 per thread, prefetch pipeline, filter-offset table; "
-            "backward: dX as a conv of grad_y (stride 1), split-K dW",
+            "backward: dX as a conv of grad_y (stride 1; register_tiled for <= 24 channels), split-K dW",
             _plan_gemm(True), directions=_BOTH, check=_check_big,
         ),
         Algorithm(
@@ -554,6 +605,10 @@ RECORDS: dict[str, Algorithm] = {
         Algorithm(
             "pointwise_gemm", "1x1 stride 1 as strided-batched cuBLAS GEMM on views (no im2col), forward and backward",
             _plan_pointwise, directions=_BOTH, check=_check_pointwise,
+        ),
+        Algorithm(
+            "pointwise", "1x1 stride 1: 4 pixels x up to 32 output channels per thread, float4 rows, weights broadcast",
+            _plan_pointwise_kernel, check=_check_pointwise_kernel,
         ),
         Algorithm("naive", "1-D: one thread per output", _plan_per_output_1d("naive"), ndims=(1,)),
         Algorithm("const_mask", "1-D: mask in constant memory", _plan_per_output_1d("const_mask"), ndims=(1,), check=_check_const),

@@ -12,7 +12,8 @@ only when the backend is first used.
 
 forward
     1. 1-D with stride 1: ``blocked`` (register-blocked, bound by bandwidth).
-    2. 1x1, stride 1, no padding: ``pointwise_gemm`` (a plain batched GEMM).
+    2. 1x1, stride 1, no padding: ``pointwise`` (bandwidth-bound kernel) with
+       at most 32 output channels per group, else ``pointwise_gemm`` (cuBLAS).
     3. depthwise (one input channel per group, groups > 1): ``depthwise``.
     4. at most 24 output channels per group (ECE408 conv1 and conv2): ``register_tiled``.
     5. float32 with at least 128 big block tiles of work: ``igemm_big`` (pipelined
@@ -126,6 +127,8 @@ class CupyBackend(Backend):
         rules = []
         if direction == "forward" and spec.ndim == 1 and spec.stride == (1,):
             rules.append(("blocked", "1-D, stride 1: register-blocked kernel, bound by memory bandwidth"))
+        if direction == "forward" and s.out_channels_per_group <= 32:
+            rules.append(("pointwise", "1x1, stride 1, few output channels: one pass over x, all outputs per pixel"))
         rules.append(("pointwise_gemm", "1x1, stride 1, no padding: one batched cuBLAS GEMM, no im2col"))
         if spec.is_depthwise:
             rules.append(("depthwise", "one input channel per group: bandwidth-bound kernel reading each input once"))

@@ -61,6 +61,7 @@ TARGETS = [
     Target("ECE408 fa21 conv2 B=10000", (10000, 4, 40, 40), (16, 4, 7, 7), goal=1.2),
     Target("ECE408 fa19 conv1 B=10000", (10000, 1, 48, 48), (12, 1, 5, 5)),
     Target("1x1 C=96->24 56x56 B=64", (64, 96, 56, 56), (24, 96, 1, 1), goal=1.0),
+    Target("1x1 C=24->144 56x56 B=64", (64, 24, 56, 56), (144, 24, 1, 1)),
     Target("depthwise 3x3 s2 C=144 56x56 B=64", (64, 144, 56, 56), (144, 1, 3, 3), dict(stride=2, padding=1, groups=144), goal=1.5),
     Target("depthwise 3x3 s1 C=384 14x14 B=64", (64, 384, 14, 14), (384, 1, 3, 3), dict(padding=1, groups=384)),
     Target("backward 3x3 C=M=64 56x56 B=64", (64, 64, 56, 56), (64, 64, 3, 3), dict(padding=1), "backward", 0.8),
