@@ -1,10 +1,12 @@
-// fused_gemm for large layers: implicit GEMM with BM x 128 block tiles, BM = 128
-// or 64 (layers with at most 64 output channels per group would leave half
-// of a 128-row tile idle).
+// igemm_big: float32 implicit GEMM with BM x 128 block tiles, BM = 128 or 64
+// (layers with at most 64 output channels per group would leave half of a
+// 128-row tile idle).
 //
-// 256 threads, each owning a (BM/16) x 8 register tile made of 4 x 4 quarters
-// 64 rows/columns apart (so a warp's shared-memory reads are 16-byte vectors,
-// conflict-free or broadcast); a reduction slice of BK = 8 per stage; two
+// 2*BM threads (256 or 128), each owning an 8 x 8 register tile made of four
+// 4 x 4 quarters BM/2 rows and 64 columns apart, so a warp's shared-memory
+// reads are 16-byte vectors, conflict-free or broadcast, and every slice
+// costs 4 vector loads per 64 FMAs (the multiply is bound by FMA issue, not
+// by shared memory); a reduction slice of BK = 8 per stage; two
 // shared-memory stages with the next slice's global loads issued into
 // registers before the current slice is multiplied (software pipelining: one
 // barrier per slice). The im2col gather uses a per-plan table of filter
@@ -27,51 +29,50 @@
 #define BIG_BK 8
 #define BIG_PAD 4   // row padding of the A tile: the w-grad loader stores columns
 
-// The (BM/16) x 8 outer products of one shared-memory stage.
+// The 8 x 8 outer products of one shared-memory stage (thread (ty, tx), ty < BM/8, tx < 16).
 template <typename T, int BM>
-__device__ __forceinline__ void big_tile_multiply(const T (*As)[BM + BIG_PAD], const T (*Bs)[BIG_BN], T acc[BM / 16][8],
+__device__ __forceinline__ void big_tile_multiply(const T (*As)[BM + BIG_PAD], const T (*Bs)[BIG_BN], T acc[8][8],
                                                   int ty, int tx) {
-    constexpr int RM = BM / 16;
 #pragma unroll
     for (int kk = 0; kk < BIG_BK; ++kk) {
-        T a[RM], b[8];
+        T a[8], b[8];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             a[i] = As[kk][ty * 4 + i];
-            if (RM == 8) a[4 + i] = As[kk][64 + ty * 4 + i];
+            a[4 + i] = As[kk][BM / 2 + ty * 4 + i];
             b[i] = Bs[kk][tx * 4 + i];
             b[4 + i] = Bs[kk][64 + tx * 4 + i];
         }
 #pragma unroll
-        for (int i = 0; i < RM; ++i)
+        for (int i = 0; i < 8; ++i)
 #pragma unroll
             for (int j = 0; j < 8; ++j) acc[i][j] += a[i] * b[j];
     }
 }
 
-// Row (or column) of the 128-wide tile that register index i (0..7) of thread t (0..15) holds.
-__device__ __forceinline__ int big_lane(int t, int i) { return t * 4 + (i & 3) + (i >> 2) * 64; }
+// Tile row (half = BM/2) or column (half = 64) that register index i (0..7) of thread t holds.
+__device__ __forceinline__ int big_lane(int t, int i, int half) { return t * 4 + (i & 3) + (i >> 2) * half; }
 
 template <typename T, int BM>
-__global__ void __launch_bounds__(256, sizeof(T) == 4 ? 2 : 1) conv2d_igemm_fwd(const T* __restrict__ x, const T* __restrict__ w,
-                                                       const T* __restrict__ bias, T* __restrict__ y,
-                                                       const int4* __restrict__ koff, CONV_PARAMS) {
+__global__ void __launch_bounds__(2 * BM, sizeof(T) == 4 ? 256 / BM : 1)
+    conv2d_igemm_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias, T* __restrict__ y,
+                     const int4* __restrict__ koff, CONV_PARAMS) {
+    constexpr int NT = 2 * BM, A_PER = BM * BIG_BK / NT, B_PER = BIG_BN * BIG_BK / NT;   // 4 and 4 or 8
     __shared__ __align__(16) T As[2][BIG_BK][BM + BIG_PAD];   // weights, As[k][m]
-    __shared__ __align__(16) T Bs[2][BIG_BK][BIG_BN];             // unrolled input, Bs[k][n]
+    __shared__ __align__(16) T Bs[2][BIG_BK][BIG_BN];         // unrolled input, Bs[k][n]
     const int G = C / Cg, Mg = M / G, g = blockIdx.z;
     const int Kd = Cg * KH * KW;
     const i64 HoWo = (i64)Ho * Wo, N = (i64)B * HoWo;
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
     const int m0 = blockIdx.y * BM;
-    constexpr int RM = BM / 16, A_PER = BM * BIG_BK / 256;
     const i64 n0 = (i64)blockIdx.x * BIG_BN;
 
     // Weight loads: row am of the tile, A_PER consecutive k.
     const int am = tid % BM, ak = (tid / BM) * A_PER;
     const bool a_ok = m0 + am < Mg;
     const T* wrow = w + ((i64)g * Mg + (a_ok ? m0 + am : 0)) * Kd;
-    // Input loads: output column bn of the tile (decoded once), four consecutive k.
-    const int bn = tid % BIG_BN, bk = (tid / BIG_BN) * 4;
+    // Input loads: output column bn of the tile (decoded once), B_PER consecutive k.
+    const int bn = tid % BIG_BN, bk = (tid / BIG_BN) * B_PER;
     const i64 n_load = n0 + bn;
     const bool n_ok = n_load < N;
     const i64 b_load = n_ok ? n_load / HoWo : 0;
@@ -80,7 +81,7 @@ __global__ void __launch_bounds__(256, sizeof(T) == 4 ? 2 : 1) conv2d_igemm_fwd(
     const T* xb = x + (b_load * C + (i64)g * Cg) * H * W;
     const i64 xb_off = (i64)ih0 * W + iw0;
 
-    T ra[A_PER], rb[4];
+    T ra[A_PER], rb[B_PER];
     auto load = [&](int k0) {
 #pragma unroll
         for (int r = 0; r < A_PER; ++r) {
@@ -88,7 +89,7 @@ __global__ void __launch_bounds__(256, sizeof(T) == 4 ? 2 : 1) conv2d_igemm_fwd(
             ra[r] = (a_ok && k < Kd) ? wrow[k] : T(0);
         }
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
+        for (int r = 0; r < B_PER; ++r) {
             const int k = k0 + bk + r;
             T v = T(0);
             if (n_ok && k < Kd) {
@@ -103,12 +104,12 @@ __global__ void __launch_bounds__(256, sizeof(T) == 4 ? 2 : 1) conv2d_igemm_fwd(
 #pragma unroll
         for (int r = 0; r < A_PER; ++r) As[s][ak + r][am] = ra[r];
 #pragma unroll
-        for (int r = 0; r < 4; ++r) Bs[s][bk + r][bn] = rb[r];
+        for (int r = 0; r < B_PER; ++r) Bs[s][bk + r][bn] = rb[r];
     };
 
-    T acc[RM][8];
+    T acc[8][8];
 #pragma unroll
-    for (int i = 0; i < RM; ++i)
+    for (int i = 0; i < 8; ++i)
 #pragma unroll
         for (int j = 0; j < 8; ++j) acc[i][j] = T(0);
 
@@ -126,12 +127,12 @@ __global__ void __launch_bounds__(256, sizeof(T) == 4 ? 2 : 1) conv2d_igemm_fwd(
     }
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-        const i64 n = n0 + big_lane(tx, j);
+        const i64 n = n0 + big_lane(tx, j, 64);
         if (n >= N) continue;
         const i64 b = n / HoWo, r = n % HoWo;
 #pragma unroll
-        for (int i = 0; i < RM; ++i) {
-            const int m = m0 + big_lane(ty, i);
+        for (int i = 0; i < 8; ++i) {
+            const int m = m0 + big_lane(ty, i, BM / 2);
             if (m < Mg) {
                 const int mo = g * Mg + m;
                 y[(b * M + mo) * HoWo + r] = acc[i][j] + bias[mo];
@@ -141,11 +142,12 @@ __global__ void __launch_bounds__(256, sizeof(T) == 4 ? 2 : 1) conv2d_igemm_fwd(
 }
 
 template <typename T, int BM>
-__global__ void __launch_bounds__(256, sizeof(T) == 4 ? 2 : 1) conv2d_igemm_wgrad(const T* __restrict__ gy, const T* __restrict__ x,
-                                                         T* __restrict__ partial, const int4* __restrict__ koff,
-                                                         int splits, CONV_PARAMS) {
+__global__ void __launch_bounds__(2 * BM, sizeof(T) == 4 ? 256 / BM : 1)
+    conv2d_igemm_wgrad(const T* __restrict__ gy, const T* __restrict__ x, T* __restrict__ partial,
+                       const int4* __restrict__ koff, int splits, CONV_PARAMS) {
+    constexpr int NT = 2 * BM, A_STEP = NT / BIG_BK, A_PER = BM / A_STEP, B_PER = BIG_BN * BIG_BK / NT;
     __shared__ __align__(16) T As[2][BIG_BK][BM + BIG_PAD];   // output gradient, As[n][m]
-    __shared__ __align__(16) T Bs[2][BIG_BK][BIG_BN];             // unrolled input, Bs[n][k]
+    __shared__ __align__(16) T Bs[2][BIG_BK][BIG_BN];         // unrolled input, Bs[n][k]
     const int G = C / Cg, Mg = M / G;
     const int g = blockIdx.z % G, split = blockIdx.z / G;
     const int Kd = Cg * KH * KW;
@@ -155,20 +157,19 @@ __global__ void __launch_bounds__(256, sizeof(T) == 4 ? 2 : 1) conv2d_igemm_wgra
     const i64 n_end = min(N, steps * (split + 1) / splits * BIG_BK);
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
     const int m0 = blockIdx.y * BM;
-    constexpr int RM = BM / 16, A_PER = BM * BIG_BK / 256;
     const int kc0 = blockIdx.x * BIG_BN;
 
     // grad_y loads: one n per thread per slice (eight consecutive threads read
-    // eight consecutive pixels), rows am + 32 t of the tile.
-    const int an = tid % BIG_BK, am = tid / BIG_BK;   // am in 0..31
+    // eight consecutive pixels), rows am + A_STEP * t of the tile.
+    const int an = tid % BIG_BK, am = tid / BIG_BK;
     const T* gyg = gy + (i64)g * Mg * HoWo;
-    // Input loads: tap column bk of the tile (its table entry read once), four consecutive n.
-    const int bk = tid % BIG_BN, bn = (tid / BIG_BN) * 4;
+    // Input loads: tap column bk of the tile (its table entry read once), B_PER consecutive n.
+    const int bk = tid % BIG_BN, bn = (tid / BIG_BN) * B_PER;
     const bool k_ok = kc0 + bk < Kd;
     const int4 o = k_ok ? koff[kc0 + bk] : make_int4(0, 0, 0, 0);
     const T* xg = x + (i64)g * Cg * H * W + o.x;
 
-    T ra[BM / 32], rb[4];
+    T ra[A_PER], rb[B_PER];
     auto load = [&](i64 nb) {
         {
             const i64 n = nb + an;
@@ -177,8 +178,8 @@ __global__ void __launch_bounds__(256, sizeof(T) == 4 ? 2 : 1) conv2d_igemm_wgra
             const i64 r = ok ? n - b * HoWo : 0;
             const T* p = gyg + b * M * HoWo + r;
 #pragma unroll
-            for (int t = 0; t < BM / 32; ++t) {
-                const int m = m0 + am + 32 * t;
+            for (int t = 0; t < A_PER; ++t) {
+                const int m = m0 + am + A_STEP * t;
                 ra[t] = (ok && m < Mg) ? p[(i64)m * HoWo] : T(0);
             }
         }
@@ -187,7 +188,7 @@ __global__ void __launch_bounds__(256, sizeof(T) == 4 ? 2 : 1) conv2d_igemm_wgra
         int r = (int)(n - b * HoWo);
         int oh = r / Wo, ow = r % Wo;
 #pragma unroll
-        for (int t = 0; t < 4; ++t) {
+        for (int t = 0; t < B_PER; ++t) {
             T v = T(0);
             if (k_ok && n < n_end) {
                 const int ih = oh * sh - ph + o.y, iw = ow * sw - pw + o.z;
@@ -201,14 +202,14 @@ __global__ void __launch_bounds__(256, sizeof(T) == 4 ? 2 : 1) conv2d_igemm_wgra
     };
     auto store = [&](int s) {
 #pragma unroll
-        for (int t = 0; t < BM / 32; ++t) As[s][an][am + 32 * t] = ra[t];
+        for (int t = 0; t < A_PER; ++t) As[s][an][am + A_STEP * t] = ra[t];
 #pragma unroll
-        for (int t = 0; t < 4; ++t) Bs[s][bn + t][bk] = rb[t];
+        for (int t = 0; t < B_PER; ++t) Bs[s][bn + t][bk] = rb[t];
     };
 
-    T acc[RM][8];
+    T acc[8][8];
 #pragma unroll
-    for (int i = 0; i < RM; ++i)
+    for (int i = 0; i < 8; ++i)
 #pragma unroll
         for (int j = 0; j < 8; ++j) acc[i][j] = T(0);
 
@@ -227,13 +228,13 @@ __global__ void __launch_bounds__(256, sizeof(T) == 4 ? 2 : 1) conv2d_igemm_wgra
         s ^= 1;
     }
 #pragma unroll
-    for (int i = 0; i < RM; ++i) {
-        const int m = m0 + big_lane(ty, i);
+    for (int i = 0; i < 8; ++i) {
+        const int m = m0 + big_lane(ty, i, BM / 2);
         if (m >= Mg) continue;
         T* out = partial + ((i64)split * M + (i64)g * Mg + m) * Kd;
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-            const int k = kc0 + big_lane(tx, j);
+            const int k = kc0 + big_lane(tx, j, 64);
             if (k < Kd) out[k] = acc[i][j];
         }
     }

@@ -310,7 +310,7 @@ def _check_gemm(spec: ConvSpec, direction: str) -> Verdict:
     return True
 
 
-BIG_BN = 128  # columns of the big-tile kernels' block tile (implicit_gemm_big.cu)
+BIG_BN = 128  # columns of the big-tile kernels' block tile (implicit_gemm_big.cu); 2*BM threads a block
 
 
 def _wgrad_splits(s: ConvSpec, rows: int, cols: int, blocks_per_sm: int) -> int:
@@ -367,7 +367,7 @@ def _plan_implicit_gemm(spec: ConvSpec, direction: str, big: bool) -> Launch:
             koff = _filter_offsets(Cg, (H, W), (KH, KW), s.dilation)
             grid = (math.ceil(n / BIG_BN), math.ceil(Mg / bm), G)
             fn = rt.kernel("implicit_gemm_big.cu", f"conv2d_igemm_fwd@{bm}", s.dtype)
-            return _with_bias(s, lambda x, w, bias, out: fn(grid, (256,), (x, w, bias, out, koff, *p)))
+            return _with_bias(s, lambda x, w, bias, out: fn(grid, (2 * bm,), (x, w, bias, out, koff, *p)))
         grid = (math.ceil(n / GEMM_BN), math.ceil(Mg / GEMM_BM), G)
         fn = rt.kernel("implicit_gemm.cu", "conv2d_implicit_gemm", s.dtype)
         return _with_bias(s, lambda x, w, bias, out: fn(grid, (256,), (x, w, bias, out, *p)))
@@ -376,8 +376,9 @@ def _plan_implicit_gemm(spec: ConvSpec, direction: str, big: bool) -> Launch:
     dgrad = _plan_input_gradient(s, big)
     if bm is not None:
         koff = _filter_offsets(Cg, (H, W), (KH, KW), s.dilation)
-        splits = _wgrad_splits(s, bm, BIG_BN, 2)
+        splits = _wgrad_splits(s, bm, BIG_BN, 256 // bm)
         wgrad = rt.kernel("implicit_gemm_big.cu", f"conv2d_igemm_wgrad@{bm}", s.dtype)
+        wblock = (2 * bm,)
         wgrid = (math.ceil(kd / BIG_BN), math.ceil(Mg / bm), splits * G)
         wargs = (koff, *rt.i32(splits), *p)
     else:
@@ -385,11 +386,12 @@ def _plan_implicit_gemm(spec: ConvSpec, direction: str, big: bool) -> Launch:
         wgrad = rt.kernel("implicit_gemm.cu", "conv2d_wgrad_implicit_gemm", s.dtype)
         wgrid = (math.ceil(kd / GEMM_BN), math.ceil(Mg / GEMM_BM), splits * G)
         wargs = (*rt.i32(splits), *p)
+        wblock = (256,)
 
     def backward(grad_y, x, w, grad_x, grad_w, grad_b):
         dgrad(grad_y, w, grad_x)
         partial = cp.empty((splits, s.out_channels, kd), dtype=x.dtype)
-        wgrad(wgrid, (256,), (grad_y, x, partial, *wargs))
+        wgrad(wgrid, wblock, (grad_y, x, partial, *wargs))
         partial.sum(axis=0, out=grad_w.reshape(s.out_channels, kd))
         _grad_bias(s, grad_y, grad_b)
 
@@ -590,7 +592,7 @@ RECORDS: dict[str, Algorithm] = {
         ),
         Algorithm(
             "igemm_big",
-            "float32 implicit GEMM, 128(64)x128 tiles, 8x8 per thread, prefetch pipeline, filter-offset table; "
+            "float32 implicit GEMM, 128x128 (64x128) tiles, 8x8 per thread, prefetch pipeline, filter-offset table; "
             "backward: dX as a conv of grad_y (stride 1; register_tiled for <= 24 channels), split-K dW",
             _plan_gemm(True), directions=_BOTH, check=_check_big,
         ),
