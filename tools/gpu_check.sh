@@ -23,3 +23,19 @@ fi
 echo "gpu_targets: rc=$?"
 grep -E "WRONG|Error|error" "$LOGS/targets.log" | head -10
 sed -n '/^## Targets/,$p' "$LOGS/targets.log" | head -24
+if [ "${PROFILE:-0}" = "1" ] && command -v ncu > /dev/null; then
+  M=gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread
+  timeout ${PROFILE_TIMEOUT:-120} ncu --clock-control none --csv --metrics $M -k regex:'igemm|register_tiled|blocked|dgrad|wgrad' python3 tools/gpu_profile.py > "$LOGS/ncu.csv" 2> "$LOGS/ncu.err"
+  echo "ncu: rc=$? $(grep -c igemm "$LOGS/ncu.csv") igemm rows"
+  python3 - "$LOGS/ncu.csv" <<'PY' || true
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+head, body = rows[0], rows[1:]
+k, m, v = head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value")
+table = collections.OrderedDict()
+for r in body:
+    table.setdefault((r[0], r[k][:40]), {})[r[m].split("__")[1][:22]] = r[v]
+for (i, name), vals in table.items():
+    print(i, name, " ".join(f"{a}={b}" for a, b in vals.items()))
+PY
+fi
