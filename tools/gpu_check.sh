@@ -7,7 +7,7 @@ LOGS=${OUT:-gpu-check-logs}
 mkdir -p "$LOGS"
 export PYTHONUNBUFFERED=1
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } | tee "$LOGS/device.txt"
-python3 -m pip install -q --no-build-isolation --no-deps -e . > "$LOGS/install.log" 2>&1 || { tail -20 "$LOGS/install.log"; exit 1; }
+python3 -m pip install -q --no-build-isolation --no-deps -e . > /tmp/gpu-check-install.log 2>&1 || { tail -20 /tmp/gpu-check-install.log; exit 1; }
 timeout ${TEST_TIMEOUT:-240} python3 -m pytest -q ${PYTEST_ARGS:-tests/test_gpu.py} -p no:cacheprovider > "$LOGS/pytest-gpu.log" 2>&1
 echo "pytest ${PYTEST_ARGS:-tests/test_gpu.py}: rc=$? $(tail -1 "$LOGS/pytest-gpu.log")"
 grep -E "^(FAILED|ERROR)|Error|assert" "$LOGS/pytest-gpu.log" | head -30
@@ -25,7 +25,7 @@ grep -E "WRONG|Error|error" "$LOGS/targets.log" | head -10
 sed -n '/^## Targets/,$p' "$LOGS/targets.log" | head -24
 if [ "${PROFILE:-0}" = "1" ] && command -v ncu > /dev/null; then
   M=gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread
-  timeout ${PROFILE_TIMEOUT:-120} ncu --clock-control none --csv --metrics $M -k regex:'igemm|register_tiled|blocked|dgrad|wgrad' python3 tools/gpu_profile.py > "$LOGS/ncu.csv" 2> "$LOGS/ncu.err"
+  timeout ${PROFILE_TIMEOUT:-120} ncu --clock-control none --csv --metrics $M -k regex:'igemm|register_tiled|blocked|dgrad|wgrad' python3 tools/gpu_profile.py > "$LOGS/ncu.csv" 2> /tmp/gpu-check-ncu.err
   echo "ncu: rc=$? $(grep -c igemm "$LOGS/ncu.csv") igemm rows"
   python3 - "$LOGS/ncu.csv" <<'PY' || true
 import csv, sys, collections
