@@ -373,35 +373,6 @@ def test_one_huge_dimension_is_refused_with_a_reason():
     assert explanation_error and "2^31" in explanation_error
 
 
-def test_auto_rule_is_explained():
-    cases_ = [
-        ((np.ones(10_000, np.float32), np.ones(7, np.float32)), dict(padding="same"), "blocked"),
-        ((np.ones((2, 16, 20, 20), np.float32), np.ones((16, 1, 3, 3), np.float32)), dict(groups=16), "depthwise"),
-        ((np.ones((2, 1, 48, 48), np.float32), np.ones((12, 1, 5, 5), np.float32)), {}, "register_tiled"),
-        ((np.ones((2, 64, 20, 20), np.float32), np.ones((64, 64, 3, 3), np.float32)), dict(padding=1), "fused_gemm"),
-        ((np.ones((2, 4, 40, 40), np.float32), np.ones((16, 4, 7, 7), np.float32)), {}, "register_tiled"),
-        ((np.ones((2, 12, 22, 22), np.float32), np.ones((24, 12, 3, 3), np.float32)), {}, "register_tiled"),
-        ((np.ones((2, 12, 22, 22), np.float32), np.ones((32, 12, 3, 3), np.float32)), {}, "fused_gemm"),
-        ((np.ones((2, 96, 14, 14), np.float32), np.ones((24, 96, 1, 1), np.float32)), {}, "pointwise"),
-        ((np.ones((2, 24, 14, 14), np.float32), np.ones((144, 24, 1, 1), np.float32)), {}, "pointwise_gemm"),
-        ((np.ones((64, 64, 56, 56), np.float32), np.ones((64, 64, 3, 3), np.float32)), dict(padding=1), "igemm_big"),
-        ((np.ones((64, 64, 56, 56)), np.ones((64, 64, 3, 3))), dict(padding=1), "fused_gemm"),
-    ]
-    for args, kw, expected in cases_:
-        explanation = cs.explain(*args, backend="cupy", **kw)
-        assert explanation.algorithm == expected, str(explanation)
-        assert explanation.reason
-    backend = cs._registry.get_backend("cupy")
-    for x_shape, w_shape, kw, expected in [
-        ((2, 64, 20, 20), (64, 64, 3, 3), dict(padding=1), "fused_gemm"),
-        ((64, 64, 56, 56), (64, 64, 3, 3), dict(padding=1), "igemm_big"),
-        ((2, 16, 20, 20), (16, 1, 3, 3), dict(groups=16, stride=2), "depthwise"),
-        ((2, 64, 20, 20), (128, 64, 1, 1), {}, "pointwise_gemm"),
-    ]:
-        spec = cs.explain(np.ones(x_shape, np.float32), np.ones(w_shape, np.float32), **kw).spec
-        assert backend.choose_algorithm(spec, "backward")[0] == expected
-
-
 def test_gpu_comparison_taxonomy(tmp_path):
     """compare on the GPU: transfers and CUDA-event kernel time apart from end to end."""
     from convsuite.bench.compare import run_comparison
