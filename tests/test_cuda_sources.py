@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 import convsuite as cs
-
 from convsuite.backends._cuda_sources import DEFINES, KERNELS, compile_options, name_expressions, source_dir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,7 +36,17 @@ def test_sources_compile_to_ptx(filename, tmp_path):
     wrapper.write_text("\n".join(lines) + "\n")
     ptx = tmp_path / "out.ptx"
     result = subprocess.run(
-        ["nvcc", "-std=c++17", "-arch=sm_90", "-ptx", *compile_options(), f"-I{source_dir()}", str(wrapper), "-o", str(ptx)],
+        [
+            "nvcc",
+            "-std=c++17",
+            "-arch=sm_90",
+            "-ptx",
+            *compile_options(),
+            f"-I{source_dir()}",
+            str(wrapper),
+            "-o",
+            str(ptx),
+        ],
         capture_output=True,
         text=True,
     )
@@ -73,7 +82,18 @@ def test_a_built_wheel_ships_every_source(tmp_path):
     # Only the shipped files matter here: build without requiring the extension.
     env_flags = {"CONVSUITE_PORTABLE_BUILD": "1", "CONVSUITE_REQUIRE_EXTENSION": "0"}
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(REPO)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(REPO),
+        ],
         capture_output=True,
         text=True,
         env={**os.environ, **env_flags},
@@ -85,7 +105,9 @@ def test_a_built_wheel_ships_every_source(tmp_path):
         assert f"convsuite/cuda_src/{filename}" in names
     assert "convsuite/bench/workloads.json" in names
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)], check=True
+    )
     code = (
         "import convsuite.backends._cuda_sources as s, sys;"
         "assert str(s.source_dir()).startswith(sys.argv[1]), s.source_dir();"

@@ -14,7 +14,13 @@ from hypothesis import HealthCheck, assume, given, settings
 
 import convsuite as cs
 from convsuite.backends.cupy_backend import ALGORITHMS, ONE_D_ALGORITHMS
-from convsuite.testing import assert_within, backward_tolerances, forward_tolerance, reference_backward, reference_forward
+from convsuite.testing import (
+    assert_within,
+    backward_tolerances,
+    forward_tolerance,
+    reference_backward,
+    reference_forward,
+)
 
 from .cases import cases
 from .test_agreement import _spec
@@ -37,7 +43,9 @@ def _can_run(spec, algorithm, direction="forward"):
 
 
 BACKWARD_ALGORITHMS = tuple(
-    name for name, record in cs._registry.get_backend("cupy").algorithm_table().items() if "backward" in record.directions
+    name
+    for name, record in cs._registry.get_backend("cupy").algorithm_table().items()
+    if "backward" in record.directions
 )
 
 
@@ -71,7 +79,9 @@ def test_every_algorithm_matches_reference(algorithm):
         with cs.testing.poisoned_outputs():
             y = fn(x, w, b, backend="cupy", algorithm=algorithm, **case.keywords)
         assert isinstance(y, np.ndarray) and y.dtype == case.dtype
-        assert_within(np.reshape(y, spec.y_shape), reference_forward(spec, x, w, b), forward_tolerance(spec, x, w, b), algorithm)
+        assert_within(
+            np.reshape(y, spec.y_shape), reference_forward(spec, x, w, b), forward_tolerance(spec, x, w, b), algorithm
+        )
         ran.append(1)
 
     run()
@@ -234,7 +244,7 @@ def test_declines_say_why():
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_seed_like_layers(algorithm, dtype):
     rng = np.random.default_rng(0)
-    for (B, C, M, H, K, stride, padding, groups) in [
+    for B, C, M, H, K, stride, padding, groups in [
         (3, 1, 12, 48, 5, 1, 0, 1),
         (2, 4, 16, 40, 7, 1, 0, 1),
         (2, 12, 24, 22, 5, 1, "same", 1),
@@ -315,7 +325,9 @@ def test_backward_matches_reference(dtype):
         gy = rng.standard_normal(y.shape).astype(dtype)
         spec = cs.explain(x, w, **kw).spec
         got = bwd(gy, x, w, backend="cupy", **kw)
-        for name, g, ref, tol in zip("xwb", got, reference_backward(spec, gy, x, w), backward_tolerances(spec, gy, x, w)):
+        for name, g, ref, tol in zip(
+            "xwb", got, reference_backward(spec, gy, x, w), backward_tolerances(spec, gy, x, w)
+        ):
             assert_within(np.reshape(g, ref.shape), ref, tol, f"grad_{name}")
 
 
@@ -360,14 +372,19 @@ def test_out_of_memory_is_a_clear_error():
     batch = 40_000
     pad = total // 4 // batch // 2 + 10  # an output larger than the device's memory
     with pytest.raises(MemoryError, match="this gpu has"):
-        cs.conv1d(cp.ones((batch, 1, 1000), cp.float32), cp.ones((1, 1, 3), cp.float32), padding=int(pad), backend="cupy")
+        cs.conv1d(
+            cp.ones((batch, 1, 1000), cp.float32), cp.ones((1, 1, 3), cp.float32), padding=int(pad), backend="cupy"
+        )
 
 
 def test_one_huge_dimension_is_refused_with_a_reason():
     explanation_error = None
     try:
-        cs.explain(np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), (2**31 + 8,), (0,)), np.ones(3, np.float32),
-                   backend="cupy")
+        cs.explain(
+            np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), (2**31 + 8,), (0,)),
+            np.ones(3, np.float32),
+            backend="cupy",
+        )
     except cs.UnsupportedCaseError as exc:
         explanation_error = str(exc)
     assert explanation_error and "2^31" in explanation_error

@@ -26,8 +26,9 @@ for label, xs, ws, kw, direction, algorithm in CASES:
     if direction == "forward":
         fwd(x, w, backend="cupy", algorithm=algorithm, **kw)
     else:
-        gy = rng.standard_normal(fwd(x, w, backend="cupy", algorithm="fused_gemm" if len(xs) == 4 else "naive", **kw).shape,
-                                 dtype=cp.float32)
+        gy = rng.standard_normal(
+            fwd(x, w, backend="cupy", algorithm="fused_gemm" if len(xs) == 4 else "naive", **kw).shape, dtype=cp.float32
+        )
         bwd(gy, x, w, backend="cupy", algorithm=algorithm, **kw)
     cp.cuda.get_current_stream().synchronize()
     print("profiled:", label, algorithm, flush=True)

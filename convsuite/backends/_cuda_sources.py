@@ -98,7 +98,8 @@ def compile_options() -> tuple[str, ...]:
 
 def name_expression(kernel: str, dtype: str, wide: bool = False) -> str:
     """``"conv2d_register_tiled@8"`` + float32 -> ``"conv2d_register_tiled<float, 8>"``;
-    ``"conv2d_direct|I"`` + float32 -> ``"conv2d_direct<float, int>"`` (``long long`` if wide)."""
+    ``"conv2d_direct|I"`` + float32 -> ``"conv2d_direct<float, int>"`` (``long long`` if wide).
+    """
     kernel, indexed, _ = kernel.partition("|")
     base, _, extra = kernel.partition("@")
     args = [_CTYPES[dtype], *(extra.split(",") if extra else [])]

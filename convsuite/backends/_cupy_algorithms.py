@@ -50,16 +50,38 @@ def _params(s: ConvSpec) -> tuple:
     Ho, Wo = s.out_size
     (sh, sw), (dh, dw) = s.stride, s.dilation
     return rt.i32(
-        s.batch, s.in_channels, H, W, s.out_channels, s.channels_per_group, KH, KW, Ho, Wo,
-        sh, sw, dh, dw, s.padding[0][0], s.padding[1][0],
+        s.batch,
+        s.in_channels,
+        H,
+        W,
+        s.out_channels,
+        s.channels_per_group,
+        KH,
+        KW,
+        Ho,
+        Wo,
+        sh,
+        sw,
+        dh,
+        dw,
+        s.padding[0][0],
+        s.padding[1][0],
     )
 
 
 def _params_1d(s: ConvSpec) -> tuple:
     """The CONV1D_PARAMS of a 1-D spec."""
     return rt.i32(
-        s.batch, s.in_channels, s.in_size[0], s.out_channels, s.channels_per_group, s.kernel_size[0],
-        s.out_size[0], s.stride[0], s.dilation[0], s.padding[0][0],
+        s.batch,
+        s.in_channels,
+        s.in_size[0],
+        s.out_channels,
+        s.channels_per_group,
+        s.kernel_size[0],
+        s.out_size[0],
+        s.stride[0],
+        s.dilation[0],
+        s.padding[0][0],
     )
 
 
@@ -111,6 +133,7 @@ def _check_tiled(s: ConvSpec, algorithm: str) -> Verdict:
 
 def _with_bias(spec: ConvSpec, launch: Callable) -> Launch:
     """A forward launch that passes a cached zero vector when there is no bias."""
+
     def run(x, w, bias, out):
         launch(x, w, rt.zeros(spec.out_channels, x.dtype) if bias is None else bias, out)
 
@@ -127,7 +150,11 @@ def _grad_bias(s: ConvSpec, grad_y, grad_b) -> None:
 
 def _check_rows(s: ConvSpec) -> Verdict:
     rows = s.batch * s.out_channels
-    return True if rows <= GRID_YZ_MAX else f"{rows} rows (batch x output channels) exceed the grid's y limit ({GRID_YZ_MAX})"
+    return (
+        True
+        if rows <= GRID_YZ_MAX
+        else f"{rows} rows (batch x output channels) exceed the grid's y limit ({GRID_YZ_MAX})"
+    )
 
 
 def _plan_per_output_1d(algorithm: str):
@@ -316,7 +343,8 @@ BIG_BN = 128  # columns of the big-tile kernels' block tile (implicit_gemm_big.c
 def _wgrad_splits(s: ConvSpec, rows: int, cols: int, blocks_per_sm: int) -> int:
     """Split-K factor of the weight gradient for ``rows x cols`` block tiles: enough
     blocks to fill the device, at least 256 products per split, and a partial-sum
-    buffer within the workspace."""
+    buffer within the workspace.
+    """
     kd = s.channels_per_group * math.prod(s.kernel_size)
     tiles = math.ceil(kd / cols) * math.ceil(s.out_channels_per_group / rows) * s.groups
     n = s.batch * math.prod(s.out_size)
@@ -335,7 +363,10 @@ def _check_big(spec: ConvSpec, direction: str) -> Verdict:
     if s.dtype != "float32":
         return "igemm_big is float32 only (an 8x8 float64 register tile needs ~230 registers); use fused_gemm"
     limit = 2**31
-    if s.channels_per_group * math.prod(s.in_size) >= limit or s.out_channels_per_group * math.prod(s.out_size) >= limit:
+    if (
+        s.channels_per_group * math.prod(s.in_size) >= limit
+        or s.out_channels_per_group * math.prod(s.out_size) >= limit
+    ):
         return "one group's input or output gradient exceeds the filter-offset table's 32-bit offsets"
     return _check_gemm(spec, direction)
 
@@ -409,8 +440,13 @@ def _input_gradient_as_forward(s: ConvSpec) -> ConvSpec:
     (KH, KW), (dh, dw), ((pt, pb), (pl, pr)) = s.kernel_size, s.dilation, s.padding
     reach_h, reach_w = dh * (KH - 1), dw * (KW - 1)
     return replace(
-        s, in_channels=s.out_channels, out_channels=s.in_channels, in_size=s.out_size, out_size=s.in_size,
-        padding=((reach_h - pt, reach_h - pb), (reach_w - pl, reach_w - pr)), has_bias=False,
+        s,
+        in_channels=s.out_channels,
+        out_channels=s.in_channels,
+        in_size=s.out_size,
+        out_size=s.in_size,
+        padding=((reach_h - pt, reach_h - pb), (reach_w - pl, reach_w - pr)),
+        has_bias=False,
     )
 
 
@@ -573,58 +609,93 @@ RECORDS: dict[str, Algorithm] = {
     for record in (
         Algorithm("direct", "one thread per output, everything from global memory", _plan_per_output_2d("direct")),
         Algorithm(
-            "const_weights", "one thread per output, weights in constant memory",
-            _plan_per_output_2d("const_weights"), check=_check_const,
+            "const_weights",
+            "one thread per output, weights in constant memory",
+            _plan_per_output_2d("const_weights"),
+            check=_check_const,
         ),
         Algorithm(
-            "tiled_shared", "input patch (tile plus halo) in shared memory per channel",
-            _plan_tiled_2d("tiled_shared"), check=_check_tiled_2d("tiled_shared"),
+            "tiled_shared",
+            "input patch (tile plus halo) in shared memory per channel",
+            _plan_tiled_2d("tiled_shared"),
+            check=_check_tiled_2d("tiled_shared"),
         ),
         Algorithm(
-            "im2col_gemm", "im2col buffer + cuBLAS GEMM (backward: two GEMMs and a gather col2im)",
-            _plan_im2col, directions=_BOTH,
+            "im2col_gemm",
+            "im2col buffer + cuBLAS GEMM (backward: two GEMMs and a gather col2im)",
+            _plan_im2col,
+            directions=_BOTH,
         ),
         Algorithm(
             "fused_gemm",
             "implicit GEMM, 64x64 tiles (backward: dX as a conv of grad_y for stride 1, else a gather implicit GEMM; "
             "split-K dW)",
-            _plan_gemm(False), directions=_BOTH, check=_check_gemm,
+            _plan_gemm(False),
+            directions=_BOTH,
+            check=_check_gemm,
         ),
         Algorithm(
             "igemm_big",
             "float32 implicit GEMM, 128x128 (64x128) tiles, 8x8 per thread, prefetch pipeline, filter-offset table; "
             "backward: dX as a conv of grad_y (stride 1; register_tiled for <= 24 channels), split-K dW",
-            _plan_gemm(True), directions=_BOTH, check=_check_big,
+            _plan_gemm(True),
+            directions=_BOTH,
+            check=_check_big,
         ),
         Algorithm(
-            "register_tiled", "shared patch + MT channels x 4 pixels of accumulators per thread",
-            _plan_tiled_2d("register_tiled"), check=_check_tiled_2d("register_tiled"),
+            "register_tiled",
+            "shared patch + MT channels x 4 pixels of accumulators per thread",
+            _plan_tiled_2d("register_tiled"),
+            check=_check_tiled_2d("register_tiled"),
         ),
         Algorithm(
-            "depthwise", "one channel per group: 2x4 outputs per thread from register rows; backward gather dX, per-channel dW",
-            _plan_depthwise, directions=_BOTH, check=_check_depthwise,
+            "depthwise",
+            "one channel per group: 2x4 outputs per thread from register rows; backward gather dX, per-channel dW",
+            _plan_depthwise,
+            directions=_BOTH,
+            check=_check_depthwise,
         ),
         Algorithm(
-            "pointwise_gemm", "1x1 stride 1 as strided-batched cuBLAS GEMM on views (no im2col), forward and backward",
-            _plan_pointwise, directions=_BOTH, check=_check_pointwise,
+            "pointwise_gemm",
+            "1x1 stride 1 as strided-batched cuBLAS GEMM on views (no im2col), forward and backward",
+            _plan_pointwise,
+            directions=_BOTH,
+            check=_check_pointwise,
         ),
         Algorithm(
-            "pointwise", "1x1 stride 1: 4 pixels x up to 32 output channels per thread, float4 rows, weights broadcast",
-            _plan_pointwise_kernel, check=_check_pointwise_kernel,
+            "pointwise",
+            "1x1 stride 1: 4 pixels x up to 32 output channels per thread, float4 rows, weights broadcast",
+            _plan_pointwise_kernel,
+            check=_check_pointwise_kernel,
         ),
         Algorithm("naive", "1-D: one thread per output", _plan_per_output_1d("naive"), ndims=(1,)),
-        Algorithm("const_mask", "1-D: mask in constant memory", _plan_per_output_1d("const_mask"), ndims=(1,), check=_check_const),
         Algorithm(
-            "tiled_halo", "1-D: tile plus halo in shared memory", _plan_tiled_1d("tiled_halo"), ndims=(1,),
+            "const_mask",
+            "1-D: mask in constant memory",
+            _plan_per_output_1d("const_mask"),
+            ndims=(1,),
+            check=_check_const,
+        ),
+        Algorithm(
+            "tiled_halo",
+            "1-D: tile plus halo in shared memory",
+            _plan_tiled_1d("tiled_halo"),
+            ndims=(1,),
             check=_check_tiled_1d("tiled_halo"),
         ),
         Algorithm(
-            "tiled_cached_halo", "1-D: tile in shared memory, halo through the cache", _plan_tiled_1d("tiled_cached_halo"),
-            ndims=(1,), check=_check_tiled_1d("tiled_cached_halo"),
+            "tiled_cached_halo",
+            "1-D: tile in shared memory, halo through the cache",
+            _plan_tiled_1d("tiled_cached_halo"),
+            ndims=(1,),
+            check=_check_tiled_1d("tiled_cached_halo"),
         ),
         Algorithm(
-            "blocked", "1-D stride 1: 9 outputs per thread, sliding register window, float4 rows",
-            _plan_tiled_1d("blocked"), ndims=(1,), check=_check_tiled_1d("blocked"),
+            "blocked",
+            "1-D stride 1: 9 outputs per thread, sliding register window, float4 rows",
+            _plan_tiled_1d("blocked"),
+            ndims=(1,),
+            check=_check_tiled_1d("blocked"),
         ),
     )
 }

@@ -15,7 +15,18 @@ import numpy as np
 
 from ._cuda_sources import DEFINES, KERNELS, compile_options, name_expression, name_expressions, source_dir, source_text
 
-__all__ = ["THREADS", "EventTimer", "cupy", "device_id", "grid_stride_blocks", "i32", "kernel", "module", "sm_count", "zeros"]
+__all__ = [
+    "THREADS",
+    "EventTimer",
+    "cupy",
+    "device_id",
+    "grid_stride_blocks",
+    "i32",
+    "kernel",
+    "module",
+    "sm_count",
+    "zeros",
+]
 
 THREADS = DEFINES["CS_THREADS"]
 

@@ -73,9 +73,11 @@ class CupyBackend(Backend):
         self._plans_lock = threading.Lock()
 
     def algorithm_table(self):
+        """The cupy algorithm records (:data:`._cupy_algorithms.RECORDS`)."""
         return RECORDS
 
     def available(self) -> Verdict:
+        """True when cupy imports and a CUDA device answers, else why not."""
         try:
             cp = rt.cupy()
         except ImportError as exc:
@@ -91,21 +93,27 @@ class CupyBackend(Backend):
     # --- device protocol ---------------------------------------------------
 
     def array_module(self):
+        """The cupy module."""
         return rt.cupy()
 
     def owns(self, array) -> bool:
+        """Whether ``array`` is a cupy array."""
         return isinstance(array, rt.cupy().ndarray)
 
     def to_device(self, array):
+        """``array`` copied to the current device."""
         return rt.cupy().asarray(array)
 
     def to_host(self, array):
+        """``array`` copied to a NumPy array."""
         return rt.cupy().asnumpy(array)
 
     def synchronize(self) -> None:
+        """Wait for the current stream."""
         rt.cupy().cuda.get_current_stream().synchronize()
 
     def timer(self) -> rt.EventTimer:
+        """A CUDA-event timer on the current stream."""
         return rt.EventTimer()
 
     def memory_limit(self) -> int | None:
@@ -121,11 +129,13 @@ class CupyBackend(Backend):
     # --- which algorithm can run what ------------------------------------
 
     def can_run(self, spec: ConvSpec, algorithm: str, direction: str) -> Verdict:
+        """The record's verdict, after the limit every kernel shares (int dimensions)."""
         if max(spec.x_shape + spec.w_shape + spec.y_shape) >= 2**31:
             return "a single dimension of 2^31 or more does not fit the kernels' int dimensions"
         return super().can_run(spec, algorithm, direction)
 
     def choose_algorithm(self, spec: ConvSpec, direction: str) -> tuple[str, str]:
+        """The first rule of the module docstring that applies and can run, with its reason."""
         s = spec.as_2d()
         rules = []
         if direction == "forward" and spec.ndim == 1 and spec.stride == (1,):
@@ -136,7 +146,9 @@ class CupyBackend(Backend):
         if spec.is_depthwise:
             rules.append(("depthwise", "one input channel per group: bandwidth-bound kernel reading each input once"))
         if direction == "forward" and s.out_channels_per_group <= 24:
-            rules.append(("register_tiled", f"{s.out_channels_per_group} output channels per group fit one register tile"))
+            rules.append(
+                ("register_tiled", f"{s.out_channels_per_group} output channels per group fit one register tile")
+            )
         tiles = _big_tiles(s)
         if tiles >= _BIG_ENOUGH:
             rules.append(("igemm_big", f"{tiles} big block tiles of work: the pipelined 8x8-per-thread implicit GEMM"))
@@ -165,6 +177,7 @@ class CupyBackend(Backend):
         return launch
 
     def forward(self, spec, x, w, bias, out, algorithm):
+        """Run the plan of ``algorithm``; running out of device memory is a ``MemoryError``."""
         cp = rt.cupy()
         try:
             self.plan(spec, algorithm, "forward")(x, w, bias, out)
@@ -172,6 +185,7 @@ class CupyBackend(Backend):
             raise MemoryError(f"GPU out of memory running {algorithm!r}: {exc}") from exc
 
     def backward(self, spec, grad_y, x, w, grad_x, grad_w, grad_b, algorithm):
+        """Run the backward plan of ``algorithm``; running out of device memory is a ``MemoryError``."""
         cp = rt.cupy()
         try:
             self.plan(spec, algorithm, "backward")(grad_y, x, w, grad_x, grad_w, grad_b)

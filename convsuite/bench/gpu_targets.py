@@ -62,11 +62,24 @@ TARGETS = [
     Target("ECE408 fa19 conv1 B=10000", (10000, 1, 48, 48), (12, 1, 5, 5)),
     Target("1x1 C=96->24 56x56 B=64", (64, 96, 56, 56), (24, 96, 1, 1), goal=1.0),
     Target("1x1 C=24->144 56x56 B=64", (64, 24, 56, 56), (144, 24, 1, 1)),
-    Target("depthwise 3x3 s2 C=144 56x56 B=64", (64, 144, 56, 56), (144, 1, 3, 3), dict(stride=2, padding=1, groups=144), goal=1.5),
+    Target(
+        "depthwise 3x3 s2 C=144 56x56 B=64",
+        (64, 144, 56, 56),
+        (144, 1, 3, 3),
+        dict(stride=2, padding=1, groups=144),
+        goal=1.5,
+    ),
     Target("depthwise 3x3 s1 C=384 14x14 B=64", (64, 384, 14, 14), (384, 1, 3, 3), dict(padding=1, groups=384)),
     Target("backward 3x3 C=M=64 56x56 B=64", (64, 64, 56, 56), (64, 64, 3, 3), dict(padding=1), "backward", 0.8),
     Target("backward ECE408 fa21 conv2 B=1000", (1000, 4, 40, 40), (16, 4, 7, 7), {}, "backward", 1.0),
-    Target("backward depthwise 3x3 s2 C=144 B=64", (64, 144, 56, 56), (144, 1, 3, 3), dict(stride=2, padding=1, groups=144), "backward", 1.0),
+    Target(
+        "backward depthwise 3x3 s2 C=144 B=64",
+        (64, 144, 56, 56),
+        (144, 1, 3, 3),
+        dict(stride=2, padding=1, groups=144),
+        "backward",
+        1.0,
+    ),
     Target("backward 1x1 C=128->256 28x28 B=64", (64, 128, 28, 28), (256, 128, 1, 1), {}, "backward"),
 ]
 
@@ -93,7 +106,7 @@ def _interleaved(contenders: dict, repeat: int, warmup: int = 2) -> dict:
 
 
 def _torch_call(t: Target, x, w, b, gy):
-    """cuDNN (or torch's depthwise kernel) on the same device buffers."""
+    """CuDNN (or torch's depthwise kernel) on the same device buffers."""
     import torch
 
     spec = cs.explain(x[:1] if not t.one_d else x[:8], w, **t.kw).spec
@@ -106,14 +119,27 @@ def _torch_call(t: Target, x, w, b, gy):
     conv = torch.nn.functional.conv1d if spec.ndim == 1 else torch.nn.functional.conv2d
     if t.direction == "forward":
         if symmetric:
-            return lambda: conv(tx, tw, tb, stride=spec.stride, padding=padding, dilation=spec.dilation, groups=spec.groups)
+            return lambda: conv(
+                tx, tw, tb, stride=spec.stride, padding=padding, dilation=spec.dilation, groups=spec.groups
+            )
         flat = [p for pair in reversed(pads) for p in pair]
-        return lambda: conv(torch.nn.functional.pad(tx, flat), tw, tb, stride=spec.stride, dilation=spec.dilation, groups=spec.groups)
+        return lambda: conv(
+            torch.nn.functional.pad(tx, flat), tw, tb, stride=spec.stride, dilation=spec.dilation, groups=spec.groups
+        )
     assert symmetric, "the backward targets use symmetric padding"
     tgy = torch.from_dlpack(gy)
     M = spec.out_channels
     return lambda: torch.ops.aten.convolution_backward(
-        tgy, tx, tw, [M], list(spec.stride), list(padding), list(spec.dilation), False, [0] * spec.ndim, spec.groups,
+        tgy,
+        tx,
+        tw,
+        [M],
+        list(spec.stride),
+        list(padding),
+        list(spec.dilation),
+        False,
+        [0] * spec.ndim,
+        spec.groups,
         [True, True, True],
     )
 
@@ -136,8 +162,17 @@ def _torch_float64_backward(spec, gy, x, w):
         return [
             r.cpu().numpy()
             for r in torch.ops.aten.convolution_backward(
-                t[0], t[1], t[2].reshape(spec.w_shape), [spec.out_channels], list(spec.stride),
-                [lo for lo, _ in spec.padding], list(spec.dilation), False, [0] * spec.ndim, spec.groups, [True, True, True],
+                t[0],
+                t[1],
+                t[2].reshape(spec.w_shape),
+                [spec.out_channels],
+                list(spec.stride),
+                [lo for lo, _ in spec.padding],
+                list(spec.dilation),
+                False,
+                [0] * spec.ndim,
+                spec.groups,
+                [True, True, True],
             )
         ]
 
@@ -192,7 +227,7 @@ def _run_target(t: Target, backend, repeat: int, quick: bool) -> list[dict]:
     contenders = {"cudnn": _torch_call(t, x, w, b, gy)}
     auto = backend.choose_algorithm(spec, t.direction)[0]
     errors = {}
-    for name, record in backend.algorithm_table().items():
+    for name in backend.algorithm_table():
         if backend.can_run(spec, name, t.direction) is not True:
             continue
         if name in SLOW and spec.flops > 4e11:
@@ -216,23 +251,33 @@ def _run_target(t: Target, backend, repeat: int, quick: bool) -> list[dict]:
         kernel_s, api_s = med[name], med[name + " API"]
         rows.append(
             dict(
-                target=t.label, direction=t.direction, algorithm=name, auto=name == auto,
-                kernel_ms=kernel_s * 1e3, api_ms=api_s * 1e3, cudnn_ms=med["cudnn"] * 1e3,
+                target=t.label,
+                direction=t.direction,
+                algorithm=name,
+                auto=name == auto,
+                kernel_ms=kernel_s * 1e3,
+                api_ms=api_s * 1e3,
+                cudnn_ms=med["cudnn"] * 1e3,
                 spread=max(samples[name]) / min(samples[name]),
-                vs_cudnn_kernel=med["cudnn"] / kernel_s, vs_cudnn_api=med["cudnn"] / api_s,
+                vs_cudnn_kernel=med["cudnn"] / kernel_s,
+                vs_cudnn_api=med["cudnn"] / api_s,
                 tflops=(spec.flops * (2 if t.direction == "backward" else 1)) / kernel_s / 1e12,
-                gbs=spec.compulsory_bytes / kernel_s / 1e9, gbs_api=spec.compulsory_bytes / api_s / 1e9,
-                rel_err=err, correct=ok,
+                gbs=spec.compulsory_bytes / kernel_s / 1e9,
+                gbs_api=spec.compulsory_bytes / api_s / 1e9,
+                rel_err=err,
+                correct=ok,
             )
         )
-        print(f"{t.label:40s} {name:18s} kernel {kernel_s * 1e3:8.3f} ms  API {api_s * 1e3:8.3f} ms  "
-              f"cuDNN {med['cudnn'] * 1e3:8.3f} ms  x{med['cudnn'] / api_s:5.2f}{'' if ok else '  WRONG'}", flush=True)
-    del x, w, b, gy, contenders
-    cp.get_default_memory_pool().free_all_blocks()
+        print(
+            f"{t.label:40s} {name:18s} kernel {kernel_s * 1e3:8.3f} ms  API {api_s * 1e3:8.3f} ms  "
+            f"cuDNN {med['cudnn'] * 1e3:8.3f} ms  x{med['cudnn'] / api_s:5.2f}{'' if ok else '  WRONG'}",
+            flush=True,
+        )
     return rows
 
 
 def main(argv=None) -> int:
+    """Measure every target and the ablation; write the tables to ``--out``; print the targets."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="docs/measurements")
     parser.add_argument("--quick", action="store_true", help="batches of at most 64, N=1e7 (smoke run)")
@@ -256,12 +301,20 @@ def main(argv=None) -> int:
     rows, targets = [], TARGETS
     if args.quick:
         targets = [
-            Target(t.label + " (quick)", (10**7,) if t.one_d else (min(t.x_shape[0], 64), *t.x_shape[1:]), t.w_shape, t.kw,
-                   t.direction, t.goal, t.bias)
+            Target(
+                t.label + " (quick)",
+                (10**7,) if t.one_d else (min(t.x_shape[0], 64), *t.x_shape[1:]),
+                t.w_shape,
+                t.kw,
+                t.direction,
+                t.goal,
+                t.bias,
+            )
             for t in TARGETS
         ]
     for t in targets:
         rows += _run_target(t, backend, args.repeat, args.quick)
+        cp.get_default_memory_pool().free_all_blocks()  # this case's buffers, before the next allocates
 
     summary = []
     for t in targets:
@@ -279,16 +332,25 @@ def main(argv=None) -> int:
     date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    meta = dict(date=date, device=device, driver=driver, ceilings=ceilings, cupy=cp.__version__, torch=torch.__version__,
-                quick=args.quick, repeat=args.repeat)
+    meta = dict(
+        date=date,
+        device=device,
+        driver=driver,
+        ceilings=ceilings,
+        cupy=cp.__version__,
+        torch=torch.__version__,
+        quick=args.quick,
+        repeat=args.repeat,
+    )
     stem = "gpu-targets" + ("-quick" if args.quick else "")
     (out / f"{stem}.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=2))
     lines = [
         f"# GPU targets (issue 11) and ablation, {date}",
         "",
-        f"Device: {device}, CUDA driver {driver}; cupy {cp.__version__}, torch {torch.__version__}. Ceilings measured in this "
-        f"run: copy {ceilings['copy_gbs']:.0f} GB/s (read + write), cuBLAS SGEMM {ceilings['sgemm_tflops']:.1f} TFLOP/s "
-        f"(strict FP32). float32, device-resident data; medians of {args.repeat} interleaved rounds, CUDA events; cuDNN "
+        f"Device: {device}, CUDA driver {driver}; cupy {cp.__version__}, torch {torch.__version__}. "
+        f"Ceilings measured in this run: copy {ceilings['copy_gbs']:.0f} GB/s (read + write), "
+        f"cuBLAS SGEMM {ceilings['sgemm_tflops']:.1f} TFLOP/s (strict FP32). float32, device-resident data; "
+        f"medians of {args.repeat} interleaved rounds, CUDA events; cuDNN "
         "through torch with TF32 off and cudnn.benchmark. Ratio > 1: convsuite faster. 'API' is the whole public "
         "call (validation, allocation, launch); 'kernel' is the algorithm's launch alone.",
         "",
@@ -312,13 +374,15 @@ def main(argv=None) -> int:
         "",
         "## Ablation: every algorithm on every target case",
         "",
-        "| case | algorithm | auto | kernel ms | API ms | spread | TFLOP/s | GB/s | x cuDNN (kernel) | x cuDNN (API) | cuDNN ms | rel. error |",
+        "| case | algorithm | auto | kernel ms | API ms | spread | TFLOP/s | GB/s | x cuDNN (kernel) | x cuDNN (API) "
+        "| cuDNN ms | rel. error |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['target']} | {r['algorithm']} | {'*' if r['auto'] else ''} | {r['kernel_ms']:.3f} | {r['api_ms']:.3f} | "
-            f"{r['spread']:.2f} | {r['tflops']:.2f} | {r['gbs']:.0f} | {r['vs_cudnn_kernel']:.2f} | {r['vs_cudnn_api']:.2f} | "
+            f"| {r['target']} | {r['algorithm']} | {'*' if r['auto'] else ''} | {r['kernel_ms']:.3f} | "
+            f"{r['api_ms']:.3f} | {r['spread']:.2f} | {r['tflops']:.2f} | {r['gbs']:.0f} | "
+            f"{r['vs_cudnn_kernel']:.2f} | {r['vs_cudnn_api']:.2f} | "
             f"{r['cudnn_ms']:.3f} | {r['rel_err']:.1e}{'' if r['correct'] else ' WRONG'} |"
         )
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
