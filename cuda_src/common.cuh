@@ -13,9 +13,16 @@
 
 typedef long long i64;
 
-// Constant memory for the *_const algorithms: 64 KiB, the hardware limit,
-// reinterpreted as float or double by the kernel template.
-__constant__ unsigned char c_weights[65536];
+// Constants shared with the launch code arrive as -D options from one table
+// (convsuite/backends/_cuda_sources.py, DEFINES); never define them here.
+#if !defined(CS_THREADS) || !defined(CS_CONST_BYTES) || !defined(CS_BLOCKED_V) || !defined(CS_RT_PX) || \
+    !defined(CS_GEMM_BM) || !defined(CS_GEMM_BN) || !defined(CS_GEMM_BK) || !defined(CS_DW_PX) || !defined(CS_DW_PY) || !defined(CS_PW_PX)
+#error "compile with the -D options of convsuite.backends._cuda_sources.compile_options()"
+#endif
+
+// Constant memory for the *_const algorithms (CS_CONST_BYTES, the hardware
+// limit), reinterpreted as float or double by the kernel template.
+__constant__ unsigned char c_weights[CS_CONST_BYTES];
 
 template <typename T>
 __device__ __forceinline__ const T* const_weights() {

@@ -129,13 +129,12 @@ __global__ void conv1d_tiled_cached_halo(const T* __restrict__ x, const T* __res
 // KT > 0 fixes the mask width at compile time (the common widths are
 // instantiated): the tap loop then unrolls fully and the sliding window
 // becomes register renaming instead of moves. KT = 0 takes K at run time.
-#define BLOCKED_V 9
 template <typename T, int KT>
 __global__ void conv1d_blocked(const T* __restrict__ x, const T* __restrict__ w,
                                const T* __restrict__ bias, T* __restrict__ y, CONV1D_PARAMS) {
     if (KT > 0) K = KT;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    const int tile_out = blockDim.x * BLOCKED_V;
+    const int tile_out = blockDim.x * CS_BLOCKED_V;
     const int span = tile_out + (K - 1) * d;
     T* tile = reinterpret_cast<T*>(smem_raw);
     // The float4 loads fill whole vectors up to the shifted window's end, at
@@ -147,10 +146,10 @@ __global__ void conv1d_blocked(const T* __restrict__ x, const T* __restrict__ w,
     const int c0 = (m / (M / (C / Cg))) * Cg;
     const i64 o0 = (i64)blockIdx.x * tile_out;
     const i64 base = o0 - p;                          // input index of the window's first element
-    T acc[BLOCKED_V];
+    T acc[CS_BLOCKED_V];
 #pragma unroll
-    for (int j = 0; j < BLOCKED_V; ++j) acc[j] = bias[m];
-    const int t0 = threadIdx.x * BLOCKED_V;
+    for (int j = 0; j < CS_BLOCKED_V; ++j) acc[j] = bias[m];
+    const int t0 = threadIdx.x * CS_BLOCKED_V;
     for (int c = 0; c < Cg; ++c) {
         const T* xr = x + (b * C + c0 + c) * (i64)W;
         int delta = 0;
@@ -189,23 +188,23 @@ __global__ void conv1d_blocked(const T* __restrict__ x, const T* __restrict__ w,
         __syncthreads();
         const T* win0 = tile + delta + t0;
         if (d == 1) {
-            T win[BLOCKED_V];
+            T win[CS_BLOCKED_V];
 #pragma unroll
-            for (int j = 0; j < BLOCKED_V; ++j) win[j] = win0[j];
+            for (int j = 0; j < CS_BLOCKED_V; ++j) win[j] = win0[j];
 #pragma unroll
             for (int k = 0; k < (KT > 0 ? KT : K); ++k) {
                 const T wk = mask[k];
 #pragma unroll
-                for (int j = 0; j < BLOCKED_V; ++j) acc[j] += wk * win[j];
+                for (int j = 0; j < CS_BLOCKED_V; ++j) acc[j] += wk * win[j];
 #pragma unroll
-                for (int j = 0; j < BLOCKED_V - 1; ++j) win[j] = win[j + 1];
-                if (k + 1 < (KT > 0 ? KT : K)) win[BLOCKED_V - 1] = win0[BLOCKED_V + k];  // index < span
+                for (int j = 0; j < CS_BLOCKED_V - 1; ++j) win[j] = win[j + 1];
+                if (k + 1 < (KT > 0 ? KT : K)) win[CS_BLOCKED_V - 1] = win0[CS_BLOCKED_V + k];  // index < span
             }
         } else {
             for (int k = 0; k < K; ++k) {
                 const T wk = mask[k];
 #pragma unroll
-                for (int j = 0; j < BLOCKED_V; ++j) acc[j] += wk * win0[j + k * d];
+                for (int j = 0; j < CS_BLOCKED_V; ++j) acc[j] += wk * win0[j + k * d];
             }
         }
         __syncthreads();
@@ -213,7 +212,7 @@ __global__ void conv1d_blocked(const T* __restrict__ x, const T* __restrict__ w,
     // Stage the outputs in shared memory (lane stride V is odd: no bank
     // conflicts), then store them coalesced, four at a time where aligned.
 #pragma unroll
-    for (int j = 0; j < BLOCKED_V; ++j) tile[t0 + j] = acc[j];
+    for (int j = 0; j < CS_BLOCKED_V; ++j) tile[t0 + j] = acc[j];
     __syncthreads();
     T* yr = y + row * (i64)Wo + o0;
     const int n_out = (int)min((i64)tile_out, (i64)Wo - o0);

@@ -1,5 +1,5 @@
 // 2-D convolution kernels of the direct family (1-D problems run as H = 1):
-// direct, const_weights, tiled_shared, depthwise, register_tiled.
+// direct, const_weights, tiled_shared, register_tiled (depthwise: depthwise.cu).
 #include "common.cuh"
 
 // One thread per output, grid-stride over all B*M*Ho*Wo outputs; the weights
@@ -95,39 +95,6 @@ __global__ void conv2d_tiled_shared(const T* __restrict__ x, const T* __restrict
     if (oh < Ho && ow < Wo) y[plane * Ho * Wo + (i64)oh * Wo + ow] = acc;
 }
 
-// depthwise: groups == C (one input channel per group), any channel
-// multiplier Mg = M / C. A block loads one input plane's patch once and
-// computes all Mg output channels that read it: every input byte is fetched
-// from memory once, which is what this memory-bound layer needs.
-// grid.x = b * C + c, grid.y = tile index within the output plane.
-template <typename T>
-__global__ void conv2d_depthwise(const T* __restrict__ x, const T* __restrict__ w,
-                                 const T* __restrict__ bias, T* __restrict__ y, CONV_PARAMS) {
-    extern __shared__ unsigned char smem_raw[];
-    T* patch = reinterpret_cast<T*>(smem_raw);
-    const i64 plane = blockIdx.x;
-    const int c = (int)(plane % C);
-    const i64 b = plane / C;
-    const int Mg = M / C;
-    const int tiles_w = (Wo + blockDim.x - 1) / blockDim.x;
-    const int oh0 = (blockIdx.y / tiles_w) * blockDim.y, ow0 = (blockIdx.y % tiles_w) * blockDim.x;
-    const int oh = oh0 + threadIdx.y, ow = ow0 + threadIdx.x;
-    const int span_h = (blockDim.y - 1) * sh + (KH - 1) * dh + 1;
-    const int span_w = (blockDim.x - 1) * sw + (KW - 1) * dw + 1;
-    load_patch(patch, x + plane * (i64)H * W, H, W, oh0 * sh - ph, ow0 * sw - pw, span_h, span_w);
-    __syncthreads();
-    if (oh >= Ho || ow >= Wo) return;
-    const T* win = patch + (threadIdx.y * sh) * span_w + threadIdx.x * sw;
-    for (int j = 0; j < Mg; ++j) {
-        const int m = c * Mg + j;
-        const T* wm = w + (i64)m * KH * KW;
-        T acc = bias[m];
-        for (int p = 0; p < KH; ++p)
-            for (int q = 0; q < KW; ++q) acc += win[p * dh * span_w + q * dw] * wm[p * KW + q];
-        y[((b * M + m) * Ho + oh) * (i64)Wo + ow] = acc;
-    }
-}
-
 // register_tiled: joint shared-memory and register tiling for layers with
 // few output channels per group (ECE408 conv1 and conv2). A block owns a
 // spatial tile of one (b, group) and MT output channels; the input patch and
@@ -136,13 +103,12 @@ __global__ void conv2d_depthwise(const T* __restrict__ x, const T* __restrict__ 
 // outputs, so every weight it loads (a broadcast) feeds PX FMAs and every
 // input value MT FMAs. The block is blockDim.x * PX outputs wide (chosen from
 // Wo in Python). grid.x = b * groups + g, grid.y = tile, grid.z = channel block.
-#define RT_PX 4
 template <typename T, int MT>
 __global__ void conv2d_register_tiled(const T* __restrict__ x, const T* __restrict__ w,
                                       const T* __restrict__ bias, T* __restrict__ y, CONV_PARAMS) {
     extern __shared__ unsigned char smem_raw[];
     const int G = C / Cg, Mg = M / G;
-    const int tile_w = blockDim.x * RT_PX;
+    const int tile_w = blockDim.x * CS_RT_PX;
     const int span_h = (blockDim.y - 1) * sh + (KH - 1) * dh + 1;
     const int span_w = (tile_w - 1) * sw + (KW - 1) * dw + 1;
     const int KK = KH * KW;
@@ -155,13 +121,13 @@ __global__ void conv2d_register_tiled(const T* __restrict__ x, const T* __restri
     const int nm = min(MT, g * Mg + Mg - m0);
     const int tiles_w = (Wo + tile_w - 1) / tile_w;
     const int oh0 = (blockIdx.y / tiles_w) * blockDim.y, ow0 = (blockIdx.y % tiles_w) * tile_w;
-    const int oh = oh0 + threadIdx.y, owt = ow0 + threadIdx.x * RT_PX;   // this thread's first column
+    const int oh = oh0 + threadIdx.y, owt = ow0 + threadIdx.x * CS_RT_PX;   // this thread's first column
     const int tid = threadIdx.y * blockDim.x + threadIdx.x, nthreads = blockDim.x * blockDim.y;
-    T acc[MT][RT_PX];
+    T acc[MT][CS_RT_PX];
 #pragma unroll
     for (int j = 0; j < MT; ++j)
 #pragma unroll
-        for (int u = 0; u < RT_PX; ++u) acc[j][u] = (j < nm) ? bias[m0 + j] : T(0);
+        for (int u = 0; u < CS_RT_PX; ++u) acc[j][u] = (j < nm) ? bias[m0 + j] : T(0);
     for (int c = 0; c < Cg; ++c) {
         for (int j = tid; j < MT * KK; j += nthreads) {
             const int mj = j / KK;
@@ -169,19 +135,19 @@ __global__ void conv2d_register_tiled(const T* __restrict__ x, const T* __restri
         }
         load_patch(patch, x + (b * C + g * Cg + c) * (i64)H * W, H, W, oh0 * sh - ph, ow0 * sw - pw, span_h, span_w);
         __syncthreads();
-        const T* win = patch + (threadIdx.y * sh) * span_w + threadIdx.x * RT_PX * sw;
+        const T* win = patch + (threadIdx.y * sh) * span_w + threadIdx.x * CS_RT_PX * sw;
         for (int p = 0; p < KH; ++p) {
             const T* wrow = win + p * dh * span_w;
             for (int q = 0; q < KW; ++q) {
-                T v[RT_PX];
+                T v[CS_RT_PX];
 #pragma unroll
-                for (int u = 0; u < RT_PX; ++u) v[u] = wrow[u * sw + q * dw];
+                for (int u = 0; u < CS_RT_PX; ++u) v[u] = wrow[u * sw + q * dw];
                 const T* wp = wsh + p * KW + q;
 #pragma unroll
                 for (int j = 0; j < MT; ++j) {
                     const T wj = wp[j * KK];   // same address for the whole warp: a broadcast
 #pragma unroll
-                    for (int u = 0; u < RT_PX; ++u) acc[j][u] += v[u] * wj;
+                    for (int u = 0; u < CS_RT_PX; ++u) acc[j][u] += v[u] * wj;
                 }
             }
         }
@@ -193,7 +159,7 @@ __global__ void conv2d_register_tiled(const T* __restrict__ x, const T* __restri
         if (j >= nm) break;
         T* yrow = y + ((b * M + m0 + j) * Ho + oh) * (i64)Wo;
 #pragma unroll
-        for (int u = 0; u < RT_PX; ++u)
+        for (int u = 0; u < CS_RT_PX; ++u)
             if (owt + u < Wo) yrow[owt + u] = acc[j][u];
     }
 }

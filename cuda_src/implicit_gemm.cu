@@ -6,9 +6,12 @@
 // (joint shared-memory and register tiling). grid = (ceil(N/BN), ceil(Mg/BM), groups).
 #include "common.cuh"
 
-#define GEMM_BM 64
-#define GEMM_BN 64
-#define GEMM_BK 16
+#define GEMM_BM CS_GEMM_BM
+#define GEMM_BN CS_GEMM_BN
+#define GEMM_BK CS_GEMM_BK
+#if GEMM_BM != 64 || GEMM_BN != 64 || GEMM_BK != 16
+#error "the implicit-GEMM loaders assume 64 x 64 tiles, 16 deep, 256 threads"
+#endif
 
 template <typename T>
 __global__ void __launch_bounds__(256) conv2d_implicit_gemm(const T* __restrict__ x, const T* __restrict__ w,
@@ -87,6 +90,186 @@ __global__ void __launch_bounds__(256) conv2d_implicit_gemm(const T* __restrict_
                 const int mo = g * Mg + m;
                 y[(b * M + mo) * HoWo + r] = acc[i][j] + bias[mo];
             }
+        }
+    }
+}
+
+// Input gradient as an implicit GEMM (a "transposed" convolution, no col2im
+// buffer). Per group g: gX_g (Cg x N') = W'_g (Cg x Kd') G_g (Kd' x N'), with
+// N' = B*H*W input pixels, Kd' = Mg*KH*KW, W'_g[c][(m,p,q)] = w[g*Mg+m, c, p, q]
+// and G_g[(m,p,q)][n'] = gy[b, g*Mg+m, oh, ow] for the output (oh, ow) whose
+// tap (p, q) read pixel n' (zero when no output did: stride gaps, borders).
+// Same tiling as the forward kernel. grid = (ceil(N'/BN), ceil(Cg/BM), groups).
+template <typename T>
+__global__ void __launch_bounds__(256) conv2d_dgrad_implicit_gemm(const T* __restrict__ gy, const T* __restrict__ w,
+                                                                 T* __restrict__ gx, CONV_PARAMS) {
+    __shared__ T As[GEMM_BK][GEMM_BM];   // weights: As[k][c]
+    __shared__ T Bs[GEMM_BK][GEMM_BN];   // gathered output gradient: Bs[k][n']
+    const int G = C / Cg, Mg = M / G, g = blockIdx.z;
+    const int KK = KH * KW, Kd = Mg * KK;
+    const i64 HW = (i64)H * W, N = (i64)B * HW;
+    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    const int c0 = blockIdx.y * GEMM_BM;
+    const i64 n0 = (i64)blockIdx.x * GEMM_BN;
+
+    const int ln = tid % GEMM_BN, lk = tid / GEMM_BN;   // lk in 0..3
+    const i64 n_load = n0 + ln;
+    const bool n_ok = n_load < N;
+    const i64 b_load = n_ok ? n_load / HW : 0;
+    const int r_load = n_ok ? (int)(n_load % HW) : 0;
+    const int hs0 = r_load / W + ph, ws0 = r_load % W + pw;   // ih + ph, iw + pw
+    const T* gyb = gy + (b_load * M + (i64)g * Mg) * Ho * Wo;
+
+    T acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = T(0);
+
+    for (int k0 = 0; k0 < Kd; k0 += GEMM_BK) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int idx = tid + r * 256, cc = idx / GEMM_BK, kk = idx % GEMM_BK;
+            const int c = c0 + cc, k = k0 + kk;
+            T v = T(0);
+            if (c < Cg && k < Kd) {
+                const int m = k / KK, pq = k % KK;
+                v = w[(((i64)g * Mg + m) * Cg + c) * KK + pq];
+            }
+            As[kk][cc] = v;
+        }
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int kk = lk + 4 * r, k = k0 + kk;
+            T v = T(0);
+            if (n_ok && k < Kd) {
+                const int m = k / KK, pq = k % KK;
+                const int hs = hs0 - (pq / KW) * dh, ws = ws0 - (pq % KW) * dw;
+                if (hs >= 0 && ws >= 0 && hs % sh == 0 && ws % sw == 0) {
+                    const int oh = hs / sh, ow = ws / sw;
+                    if (oh < Ho && ow < Wo) v = gyb[((i64)m * Ho + oh) * Wo + ow];
+                }
+            }
+            Bs[kk][ln] = v;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < GEMM_BK; ++kk) {
+            T a[4], bv[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) a[i] = As[kk][ty * 4 + i];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) bv[j] = Bs[kk][tx * 4 + j];
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * bv[j];
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const i64 n = n0 + tx * 4 + j;
+        if (n >= N) continue;
+        const i64 b = n / HW, r = n % HW;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int c = c0 + ty * 4 + i;
+            if (c < Cg) gx[(b * C + (i64)g * Cg + c) * HW + r] = acc[i][j];
+        }
+    }
+}
+
+// Weight gradient as an implicit GEMM with split-K. Per group g: gW_g (Mg x Kd)
+// = gY_g (Mg x N) X_g^T (N x Kd), N = B*Ho*Wo, Kd = Cg*KH*KW, X_g the
+// (never stored) unrolled input of the forward kernel. The reduction over N
+// is long and the output small, so it is split: blockIdx.z = split * groups + g
+// sums the N range of its split and writes partial[split, g*Mg + m, k]; the
+// splits are then summed in a fixed order (deterministic, no atomics).
+// grid = (ceil(Kd/BN), ceil(Mg/BM), splits * groups).
+template <typename T>
+__global__ void __launch_bounds__(256) conv2d_wgrad_implicit_gemm(const T* __restrict__ gy, const T* __restrict__ x,
+                                                                 T* __restrict__ partial, int splits, CONV_PARAMS) {
+    __shared__ T As[GEMM_BK][GEMM_BM + 4];   // output gradient: As[n][m] (padded: column stores)
+    __shared__ T Bs[GEMM_BK][GEMM_BN];       // unrolled input: Bs[n][k]
+    const int G = C / Cg, Mg = M / G;
+    const int g = blockIdx.z % G, split = blockIdx.z / G;
+    const int KK = KH * KW, Kd = Cg * KK;
+    const i64 HoWo = (i64)Ho * Wo, N = (i64)B * HoWo;
+    const i64 steps = (N + GEMM_BK - 1) / GEMM_BK;
+    const i64 n_begin = steps * split / splits * GEMM_BK, n_end = min(N, steps * (split + 1) / splits * GEMM_BK);
+    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    const int m0 = blockIdx.y * GEMM_BM;
+    const int k_base = blockIdx.x * GEMM_BN;
+
+    // The unrolled-input column (kernel tap) this thread loads is the same at
+    // every step: decode it once.
+    const int ln = tid % GEMM_BN, lk = tid / GEMM_BN;   // lk in 0..3
+    const int k_load = k_base + ln;
+    const bool k_ok = k_load < Kd;
+    const int c_load = k_ok ? k_load / KK : 0, pq = k_ok ? k_load % KK : 0;
+    const int dih = (pq / KW) * dh - ph, diw = (pq % KW) * dw - pw;
+    // Output-gradient loads: 64 m x 16 n per step, four per thread, consecutive
+    // threads on consecutive n (contiguous along ow).
+    const int an = tid % GEMM_BK, am = tid / GEMM_BK;   // am in 0..15
+
+    T acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = T(0);
+
+    for (i64 nb = n_begin; nb < n_end; nb += GEMM_BK) {
+        {
+            const i64 n = nb + an;
+            const bool ok = n < n_end;
+            const i64 b = ok ? n / HoWo : 0;
+            const i64 r = ok ? n % HoWo : 0;
+            const T* gyb = gy + (b * M + (i64)g * Mg) * HoWo + r;
+#pragma unroll
+            for (int t = 0; t < 4; ++t) {
+                const int mm = am + 16 * t, m = m0 + mm;
+                As[an][mm] = (ok && m < Mg) ? gyb[(i64)m * HoWo] : T(0);
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            const int kk = lk + 4 * t;
+            const i64 n = nb + kk;
+            T v = T(0);
+            if (k_ok && n < n_end) {
+                const i64 b = n / HoWo;
+                const int r = (int)(n - b * HoWo);
+                const int ih = (r / Wo) * sh + dih, iw = (r % Wo) * sw + diw;
+                if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+                    v = x[((b * C + (i64)g * Cg + c_load) * H + ih) * (i64)W + iw];
+            }
+            Bs[kk][ln] = v;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < GEMM_BK; ++kk) {
+            T a[4], bv[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) a[i] = As[kk][ty * 4 + i];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) bv[j] = Bs[kk][tx * 4 + j];
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * bv[j];
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int m = m0 + ty * 4 + i;
+        if (m >= Mg) continue;
+        T* out = partial + ((i64)split * M + (i64)g * Mg + m) * Kd;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int k = k_base + tx * 4 + j;
+            if (k < Kd) out[k] = acc[i][j];
         }
     }
 }

@@ -9,9 +9,11 @@ import sys
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from convsuite.backends._cuda_sources import KERNELS, name_expressions, source_dir
+import convsuite as cs
+from convsuite.backends._cuda_sources import DEFINES, KERNELS, compile_options, name_expressions, source_dir
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,7 +36,17 @@ def test_sources_compile_to_ptx(filename, tmp_path):
     wrapper.write_text("\n".join(lines) + "\n")
     ptx = tmp_path / "out.ptx"
     result = subprocess.run(
-        ["nvcc", "-std=c++17", "-arch=sm_90", "-ptx", f"-I{source_dir()}", str(wrapper), "-o", str(ptx)],
+        [
+            "nvcc",
+            "-std=c++17",
+            "-arch=sm_90",
+            "-ptx",
+            *compile_options(),
+            f"-I{source_dir()}",
+            str(wrapper),
+            "-o",
+            str(ptx),
+        ],
         capture_output=True,
         text=True,
     )
@@ -44,12 +56,44 @@ def test_sources_compile_to_ptx(filename, tmp_path):
         assert kernel.partition("|")[0].partition("@")[0] in text, f"{kernel} missing from the PTX"
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found: CUDA sources not compiled")
+def test_sources_refuse_to_compile_without_the_shared_constants(tmp_path):
+    """The constants come from DEFINES only: a source compiled without them stops with an error."""
+    wrapper = tmp_path / "no_defines.cu"
+    wrapper.write_text(f'#include "{source_dir() / "conv2d.cu"}"\n')
+    result = subprocess.run(
+        ["nvcc", "-std=c++17", "-arch=sm_90", "-ptx", f"-I{source_dir()}", str(wrapper), "-o", str(tmp_path / "x.ptx")],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode != 0 and "compile_options" in result.stderr
+
+
+def test_shared_constants_are_not_redefined_in_the_sources():
+    """No .cu or .cuh file defines a constant that DEFINES provides."""
+    for path in [*(REPO / "cuda_src").glob("*.cu"), REPO / "cuda_src" / "common.cuh"]:
+        text = path.read_text()
+        for name in DEFINES:
+            assert f"#define {name}" not in text, f"{path.name} redefines {name}"
+
+
 def test_a_built_wheel_ships_every_source(tmp_path):
     """An installed, non-editable copy finds every .cu: check the wheel pip builds."""
     # Only the shipped files matter here: build without requiring the extension.
     env_flags = {"CONVSUITE_PORTABLE_BUILD": "1", "CONVSUITE_REQUIRE_EXTENSION": "0"}
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(REPO)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(REPO),
+        ],
         capture_output=True,
         text=True,
         env={**os.environ, **env_flags},
@@ -61,10 +105,45 @@ def test_a_built_wheel_ships_every_source(tmp_path):
         assert f"convsuite/cuda_src/{filename}" in names
     assert "convsuite/bench/workloads.json" in names
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)], check=True
+    )
     code = (
         "import convsuite.backends._cuda_sources as s, sys;"
         "assert str(s.source_dir()).startswith(sys.argv[1]), s.source_dir();"
         "[s.source_text(f) for f in s.KERNELS]"
     )
     subprocess.run([sys.executable, "-c", code, str(target)], check=True, cwd=tmp_path, env={"PYTHONPATH": str(target)})
+
+
+def test_auto_rule_without_a_device():
+    """The cupy backend's rule (fitted on the H200 ablation) needs no GPU to evaluate."""
+    from convsuite.backends.cupy_backend import CupyBackend
+
+    backend = CupyBackend()
+    cases_ = [
+        ((np.ones(10_000, np.float32), np.ones(7, np.float32)), dict(padding="same"), "blocked"),
+        ((np.ones((2, 16, 20, 20), np.float32), np.ones((16, 1, 3, 3), np.float32)), dict(groups=16), "depthwise"),
+        ((np.ones((2, 1, 48, 48), np.float32), np.ones((12, 1, 5, 5), np.float32)), {}, "register_tiled"),
+        ((np.ones((2, 64, 20, 20), np.float32), np.ones((64, 64, 3, 3), np.float32)), dict(padding=1), "fused_gemm"),
+        ((np.ones((2, 4, 40, 40), np.float32), np.ones((16, 4, 7, 7), np.float32)), {}, "register_tiled"),
+        ((np.ones((2, 12, 22, 22), np.float32), np.ones((24, 12, 3, 3), np.float32)), {}, "register_tiled"),
+        ((np.ones((2, 12, 22, 22), np.float32), np.ones((32, 12, 3, 3), np.float32)), {}, "fused_gemm"),
+        ((np.ones((2, 96, 14, 14), np.float32), np.ones((24, 96, 1, 1), np.float32)), {}, "pointwise"),
+        ((np.ones((2, 24, 14, 14), np.float32), np.ones((144, 24, 1, 1), np.float32)), {}, "pointwise"),
+        ((np.ones((2, 24, 14, 14), np.float32), np.ones((256, 24, 1, 1), np.float32)), {}, "pointwise_gemm"),
+        ((np.ones((64, 64, 56, 56), np.float32), np.ones((64, 64, 3, 3), np.float32)), dict(padding=1), "igemm_big"),
+        ((np.ones((64, 64, 56, 56)), np.ones((64, 64, 3, 3))), dict(padding=1), "fused_gemm"),
+    ]
+    for args, kw, expected in cases_:
+        spec = cs.explain(*args, backend="numpy", **kw).spec
+        name, why = backend.choose_algorithm(spec, "forward")
+        assert name == expected and why, (name, expected, spec)
+    for x_shape, w_shape, kw, expected in [
+        ((2, 64, 20, 20), (64, 64, 3, 3), dict(padding=1), "fused_gemm"),
+        ((64, 64, 56, 56), (64, 64, 3, 3), dict(padding=1), "igemm_big"),
+        ((2, 16, 20, 20), (16, 1, 3, 3), dict(groups=16, stride=2), "depthwise"),
+        ((2, 64, 20, 20), (128, 64, 1, 1), {}, "pointwise_gemm"),
+    ]:
+        spec = cs.explain(np.ones(x_shape, np.float32), np.ones(w_shape, np.float32), **kw).spec
+        assert backend.choose_algorithm(spec, "backward")[0] == expected

@@ -1,40 +1,58 @@
-"""Run every cupy algorithm once on small inputs (for compute-sanitizer memcheck).
+"""Run every cupy algorithm once, forward and backward, on small inputs (for compute-sanitizer).
 
     compute-sanitizer --tool memcheck python3 tools/gpu_smoke.py
+    compute-sanitizer --tool racecheck python3 tools/gpu_smoke.py
+
+Exits non-zero if an algorithm gives a wrong result or never ran.
 """
+
+import sys
 
 import numpy as np
 
 import convsuite as cs
-from convsuite.backends.cupy_backend import ALGORITHMS
 
 rng = np.random.default_rng(0)
-backend = cs._registry.get_backend("cupy")
-ran = []
+backend = cs.get_backend("cupy") if hasattr(cs, "get_backend") else cs._registry.get_backend("cupy")
+table = backend.algorithm_table()
+ran, wrong = set(), []
+CASES = [
+    ((2, 3, 37), (4, 3, 5), dict(padding="same")),
+    ((2, 4, 29), (6, 2, 3), dict(stride=2, dilation=2, padding=(1,), groups=2)),
+    ((2, 3, 13, 11), (4, 3, 3, 3), dict(padding=1)),
+    ((2, 4, 12, 9), (8, 1, 3, 2), dict(stride=2, padding="same", groups=4)),
+    ((1, 1, 20, 20), (5, 1, 5, 5), {}),
+    ((2, 6, 11, 13), (6, 1, 3, 3), dict(stride=2, padding=1, groups=6)),  # depthwise, compiled-in 3x3 s2
+    ((1, 4, 15, 12), (4, 1, 5, 5), dict(padding=2, groups=4)),  # depthwise, compiled-in 5x5 s1
+    ((2, 8, 9, 7), (6, 4, 1, 1), dict(groups=2)),  # pointwise
+    ((1, 70, 9, 9), (66, 70, 3, 3), dict(stride=2, padding=1)),  # implicit GEMM, partial tiles
+    ((2, 8, 19, 21), (130, 8, 3, 3), dict(padding=1, dilation=(1, 2))),  # big tiles: 128 rows, dX as a conv
+    ((2, 40, 9, 10), (30, 40, 3, 3), dict(padding=2)),  # dX as a conv on the GEMM kernels (> 24 channels)
+    ((2, 40, 17, 16), (36, 40, 1, 1), {}),  # pointwise: two channel blocks, float4 rows
+]
 for dtype in (np.float32, np.float64):
-    cases = [
-        ((2, 3, 37), (4, 3, 5), dict(padding="same")),
-        ((2, 4, 29), (6, 2, 3), dict(stride=2, dilation=2, padding=(1,), groups=2)),
-        ((2, 3, 13, 11), (4, 3, 3, 3), dict(padding=1)),
-        ((2, 4, 12, 9), (8, 1, 3, 2), dict(stride=2, padding="same", groups=4)),
-        ((1, 1, 20, 20), (5, 1, 5, 5), {}),
-    ]
-    for x_shape, w_shape, kw in cases:
+    for x_shape, w_shape, kw in CASES:
         x = rng.standard_normal(x_shape).astype(dtype)
         w = rng.standard_normal(w_shape).astype(dtype)
-        fn = cs.conv1d if x.ndim == 3 else cs.conv2d
+        fn, bwd = (cs.conv1d, cs.conv1d_backward) if x.ndim == 3 else (cs.conv2d, cs.conv2d_backward)
         ref = fn(x, w, backend="numpy", **kw)
-        spec = cs.explain(x, w, **kw).spec
-        for algorithm in ALGORITHMS:
-            if backend.can_run(spec, algorithm, "forward") is not True:
-                continue
-            y = fn(x, w, backend="cupy", algorithm=algorithm, **kw)
-            assert np.allclose(y, ref, rtol=1e-4, atol=1e-4), (algorithm, x_shape)
-            ran.append((algorithm, np.dtype(dtype).name))
         gy = rng.standard_normal(ref.shape).astype(dtype)
-        backward = cs.conv1d_backward if x.ndim == 3 else cs.conv2d_backward
-        backward(gy, x, w, backend="cupy", **kw)
-        ran.append(("backward", np.dtype(dtype).name))
-print("ran:", sorted(set(ran)))
-missing = set(ALGORITHMS) - {a for a, _ in ran}
-print("every algorithm ran" if not missing else f"NOT RUN: {missing}")
+        ref_grads = bwd(gy, x, w, backend="numpy", **kw)
+        spec = cs.explain(x, w, **kw).spec
+        for name in table:
+            if backend.can_run(spec, name, "forward") is True:
+                y = fn(x, w, backend="cupy", algorithm=name, **kw)
+                if not np.allclose(y, ref, rtol=1e-4, atol=1e-4):
+                    wrong.append((name, "forward", x_shape))
+                ran.add((name, "forward"))
+            if backend.can_run(spec, name, "backward") is True:
+                grads = bwd(gy, x, w, backend="cupy", algorithm=name, **kw)
+                if not all(np.allclose(g, r, rtol=1e-4, atol=1e-3) for g, r in zip(grads, ref_grads)):
+                    wrong.append((name, "backward", x_shape))
+                ran.add((name, "backward"))
+expected = {(name, d) for name, record in table.items() for d in record.directions}
+print("ran:", sorted(ran))
+missing = expected - ran
+print("every algorithm ran in every direction" if not missing else f"NOT RUN: {sorted(missing)}")
+print("all results agree with numpy" if not wrong else f"WRONG: {wrong}")
+sys.exit(1 if missing or wrong else 0)

@@ -1,8 +1,12 @@
-"""The CUDA sources shipped in ``convsuite/cuda_src`` and the kernels they define.
+"""The CUDA sources shipped in ``convsuite/cuda_src``, the kernels they define,
+and the constants they share with Python.
 
 No cupy import here: the CI syntax check (nvcc -ptx) reads this table too.
 Each kernel is a template instantiated for float and double through
-``cupy.RawModule(name_expressions=...)``.
+``cupy.RawModule(name_expressions=...)``. Constants that both the launch code
+and the kernels need (:data:`DEFINES`) are defined here only and reach the
+sources as ``-D`` options (:func:`compile_options`); ``common.cuh`` refuses to
+compile without them, so a value can never be copied by hand and drift.
 """
 
 from __future__ import annotations
@@ -10,7 +14,34 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["KERNELS", "REGISTER_TILES", "name_expressions", "source_dir", "source_text"]
+__all__ = [
+    "BLOCKED_WIDTHS",
+    "DEFINES",
+    "DEPTHWISE_FIXED",
+    "DEPTHWISE_WGRAD_KMAX",
+    "KERNELS",
+    "POINTWISE_TILES",
+    "REGISTER_TILES",
+    "compile_options",
+    "name_expression",
+    "name_expressions",
+    "source_dir",
+    "source_text",
+]
+
+#: Constants shared by the launch code (cupy_backend) and the kernels.
+DEFINES = {
+    "CS_THREADS": 256,  # threads per block of the 1-D-block kernels
+    "CS_CONST_BYTES": 65536,  # constant memory for the *_const algorithms (the hardware limit)
+    "CS_BLOCKED_V": 9,  # outputs per thread of conv1d_blocked (odd: no bank conflicts)
+    "CS_RT_PX": 4,  # adjacent outputs per thread of conv2d_register_tiled
+    "CS_GEMM_BM": 64,  # implicit-GEMM block tile rows (output channels)
+    "CS_GEMM_BN": 64,  # implicit-GEMM block tile columns (pixels)
+    "CS_GEMM_BK": 16,  # implicit-GEMM reduction slice per shared-memory stage
+    "CS_DW_PX": 4,  # depthwise outputs per thread along W
+    "CS_DW_PY": 2,  # depthwise outputs per thread along H
+    "CS_PW_PX": 4,  # pointwise pixels per thread (one float4)
+}
 
 #: Mask widths conv1d_blocked is compiled for (0: any width, read at run time).
 BLOCKED_WIDTHS = (0, 3, 5, 7, 9, 31)
@@ -18,9 +49,19 @@ BLOCKED_WIDTHS = (0, 3, 5, 7, 9, 31)
 #: Output channels per thread of conv2d_register_tiled (template argument MT).
 REGISTER_TILES = (4, 8, 12, 16, 24)
 
+#: (kernel size, stride) pairs the depthwise kernels are compiled for with both
+#: fixed at compile time (square kernel, dilation 1); (0, 0) reads them at run time.
+DEPTHWISE_FIXED = ((3, 1), (3, 2), (5, 1), (5, 2), (7, 1), (7, 2), (0, 0))
+
+#: Output channels per thread of conv2d_pointwise (template argument MT).
+POINTWISE_TILES = (8, 16, 24, 32)
+
+#: Largest kernel extents the depthwise weight gradient keeps in registers.
+DEPTHWISE_WGRAD_KMAX = (3, 5, 7)
+
 #: file -> kernel templates it defines. The scalar type is the first template
-#: argument; "@N" adds a second one (the register tile); a trailing "|I" marks
-#: kernels also templated on their index type, instantiated for int (fast
+#: argument; "@A,B" adds more (a register tile, a kernel size); a trailing "|I"
+#: marks kernels also templated on their index type, instantiated for int (fast
 #: division) and long long (tensors of 2^31 elements or more).
 KERNELS = {
     "conv1d.cu": [
@@ -34,22 +75,34 @@ KERNELS = {
         "conv2d_direct|I",
         "conv2d_const_weights|I",
         "conv2d_tiled_shared",
-        "conv2d_depthwise",
         *[f"conv2d_register_tiled@{mt}" for mt in REGISTER_TILES],
     ],
+    "depthwise.cu": [
+        *[f"depthwise_forward@{k},{s}" for k, s in DEPTHWISE_FIXED],
+        *[f"depthwise_grad_input@{k},{s}" for k, s in DEPTHWISE_FIXED],
+        *[f"depthwise_grad_weight@{k}" for k in DEPTHWISE_WGRAD_KMAX],
+    ],
     "im2col.cu": ["im2col|I", "col2im"],
-    "implicit_gemm.cu": ["conv2d_implicit_gemm"],
+    "pointwise.cu": [f"conv2d_pointwise@{mt}" for mt in POINTWISE_TILES],
+    "implicit_gemm.cu": ["conv2d_implicit_gemm", "conv2d_dgrad_implicit_gemm", "conv2d_wgrad_implicit_gemm"],
+    "implicit_gemm_big.cu": [f"conv2d_igemm_{kind}@{bm}" for kind in ("fwd", "wgrad") for bm in (64, 128)],
 }
 
 _CTYPES = {"float32": "float", "float64": "double"}
 
 
+def compile_options() -> tuple[str, ...]:
+    """The ``-D`` options that give every source the shared constants."""
+    return tuple(f"-D{name}={value}" for name, value in DEFINES.items())
+
+
 def name_expression(kernel: str, dtype: str, wide: bool = False) -> str:
     """``"conv2d_register_tiled@8"`` + float32 -> ``"conv2d_register_tiled<float, 8>"``;
-    ``"conv2d_direct|I"`` + float32 -> ``"conv2d_direct<float, int>"`` (``long long`` if wide)."""
+    ``"conv2d_direct|I"`` + float32 -> ``"conv2d_direct<float, int>"`` (``long long`` if wide).
+    """
     kernel, indexed, _ = kernel.partition("|")
     base, _, extra = kernel.partition("@")
-    args = [_CTYPES[dtype], *([extra] if extra else [])]
+    args = [_CTYPES[dtype], *(extra.split(",") if extra else [])]
     if indexed:
         args.append("long long" if wide else "int")
     return f"{base}<{', '.join(args)}>"

@@ -1,0 +1,705 @@
+"""The cupy backend's algorithms: one :class:`~convsuite.backends.base.Algorithm` record each.
+
+A record holds everything about one way of computing: its name and summary,
+the directions it implements, the cases it declines (with the reason) and its
+``plan``, which does all that depends only on the spec once -- kernel
+handles, grid, block, shared memory, packed integer arguments, workspace
+sizes -- and returns the :data:`~convsuite.backends.base.Launch` that runs a
+call. Constants shared with the kernels come from ``_cuda_sources.DEFINES``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Callable
+
+from .._spec import ConvSpec
+from . import _cupy_runtime as rt
+from ._cuda_sources import (
+    BLOCKED_WIDTHS,
+    DEFINES,
+    DEPTHWISE_FIXED,
+    DEPTHWISE_WGRAD_KMAX,
+    POINTWISE_TILES,
+    REGISTER_TILES,
+)
+from .base import Algorithm, Launch, Verdict
+
+__all__ = ["RECORDS", "ONE_D_ALGORITHMS", "TWO_D_ALGORITHMS", "ALGORITHMS"]
+
+THREADS = rt.THREADS
+SMEM_LIMIT = 48 * 1024  # static per-block shared memory without opt-in
+CONST_BYTES = DEFINES["CS_CONST_BYTES"]
+GRID_YZ_MAX = 65535
+BLOCKED_V = DEFINES["CS_BLOCKED_V"]
+REGISTER_PX = DEFINES["CS_RT_PX"]
+GEMM_BM, GEMM_BN, GEMM_BK = DEFINES["CS_GEMM_BM"], DEFINES["CS_GEMM_BN"], DEFINES["CS_GEMM_BK"]
+DW_PX, DW_PY = DEFINES["CS_DW_PX"], DEFINES["CS_DW_PY"]
+PW_PX = DEFINES["CS_PW_PX"]
+WORKSPACE_BYTES = 512 * 2**20  # im2col columns per chunk; split-K partial sums
+
+
+# --- packed arguments and geometry --------------------------------------------
+
+
+def _params(s: ConvSpec) -> tuple:
+    """The CONV_PARAMS of a 2-D spec, in kernel argument order."""
+    H, W = s.in_size
+    KH, KW = s.kernel_size
+    Ho, Wo = s.out_size
+    (sh, sw), (dh, dw) = s.stride, s.dilation
+    return rt.i32(
+        s.batch,
+        s.in_channels,
+        H,
+        W,
+        s.out_channels,
+        s.channels_per_group,
+        KH,
+        KW,
+        Ho,
+        Wo,
+        sh,
+        sw,
+        dh,
+        dw,
+        s.padding[0][0],
+        s.padding[1][0],
+    )
+
+
+def _params_1d(s: ConvSpec) -> tuple:
+    """The CONV1D_PARAMS of a 1-D spec."""
+    return rt.i32(
+        s.batch,
+        s.in_channels,
+        s.in_size[0],
+        s.out_channels,
+        s.channels_per_group,
+        s.kernel_size[0],
+        s.out_size[0],
+        s.stride[0],
+        s.dilation[0],
+        s.padding[0][0],
+    )
+
+
+def _span(threads: int, stride: int, kernel: int, dilation: int) -> int:
+    """Inputs a row of ``threads`` consecutive outputs reads."""
+    return (threads - 1) * stride + (kernel - 1) * dilation + 1
+
+
+def _balanced(n: int, most: int) -> int:
+    """The smallest block extent covering n in as few blocks of at most ``most`` as possible."""
+    most = max(1, min(most, n))
+    return math.ceil(n / math.ceil(n / most))
+
+
+def _register_tile(s: ConvSpec) -> int:
+    """MT for register_tiled: the smallest instantiation covering M/g (the largest beyond)."""
+    return next((mt for mt in REGISTER_TILES if mt >= s.out_channels_per_group), REGISTER_TILES[-1])
+
+
+def _tile_geometry(s: ConvSpec, algorithm: str) -> dict:
+    """Block shape, output tile, tile count and shared memory of a tiled 2-D kernel.
+
+    Blocks are shaped from the output (at most 256 threads): as wide as the
+    row allows, then as tall as the rest of the block.
+    """
+    Ho, Wo = s.out_size
+    (sh, sw), (dh, dw), (KH, KW) = s.stride, s.dilation, s.kernel_size
+    px = REGISTER_PX if algorithm == "register_tiled" else 1
+    bx = _balanced(math.ceil(Wo / px), 32 if Ho > 1 else THREADS)
+    by = _balanced(Ho, THREADS // bx)
+    tile_w, tile_h = bx * px, by
+    span_h = (tile_h - 1) * sh + (KH - 1) * dh + 1
+    span_w = (tile_w - 1) * sw + (KW - 1) * dw + 1
+    smem = span_h * span_w * s.itemsize
+    if algorithm == "register_tiled":
+        smem += _register_tile(s) * KH * KW * s.itemsize
+    tiles = math.ceil(Ho / tile_h) * math.ceil(Wo / tile_w)
+    return dict(block=(bx, by), tiles=tiles, smem=smem)
+
+
+def _check_tiled(s: ConvSpec, algorithm: str) -> Verdict:
+    geo = _tile_geometry(s, algorithm)
+    if geo["tiles"] > GRID_YZ_MAX:
+        return f"{geo['tiles']} output tiles per plane exceed the grid's y limit ({GRID_YZ_MAX})"
+    if geo["smem"] > SMEM_LIMIT:
+        return f"the input patch (and filters) need {geo['smem']} bytes of shared memory (> {SMEM_LIMIT})"
+    return True
+
+
+def _with_bias(spec: ConvSpec, launch: Callable) -> Launch:
+    """A forward launch that passes a cached zero vector when there is no bias."""
+
+    def run(x, w, bias, out):
+        launch(x, w, rt.zeros(spec.out_channels, x.dtype) if bias is None else bias, out)
+
+    return run
+
+
+def _grad_bias(s: ConvSpec, grad_y, grad_b) -> None:
+    """grad_b = grad_y summed over batch and pixels (a fixed-order cupy reduction)."""
+    grad_b[...] = grad_y.reshape(s.batch, s.out_channels, -1).sum(axis=(0, 2))
+
+
+# --- 1-D algorithms ---------------------------------------------------------
+
+
+def _check_rows(s: ConvSpec) -> Verdict:
+    rows = s.batch * s.out_channels
+    return (
+        True
+        if rows <= GRID_YZ_MAX
+        else f"{rows} rows (batch x output channels) exceed the grid's y limit ({GRID_YZ_MAX})"
+    )
+
+
+def _plan_per_output_1d(algorithm: str):
+    def plan(s: ConvSpec, direction: str) -> Launch:
+        p = _params_1d(s)
+        total = s.batch * s.out_channels * s.out_size[0]
+        blocks, block = (rt.grid_stride_blocks(total),), (THREADS,)
+        fn = rt.kernel("conv1d.cu", f"conv1d_{algorithm}", s.dtype, total)
+        if algorithm == "naive":
+            return _with_bias(s, lambda x, w, bias, out: fn(blocks, block, (x, w, bias, out, *p)))
+
+        def run(x, w, bias, out):
+            _upload_constant("conv1d.cu", w)
+            fn(blocks, block, (x, bias, out, *p))
+
+        return _with_bias(s, run)
+
+    return plan
+
+
+def _check_const(s: ConvSpec, direction: str) -> Verdict:
+    need = math.prod(s.w_shape) * s.itemsize
+    return True if need <= CONST_BYTES else f"the weights need {need} bytes; constant memory holds {CONST_BYTES}"
+
+
+def _check_tiled_1d(algorithm: str):
+    def check(s: ConvSpec, direction: str) -> Verdict:
+        rows = _check_rows(s)
+        if rows is not True:
+            return rows
+        (st,), (d,), (k,) = s.stride, s.dilation, s.kernel_size
+        if algorithm == "tiled_halo":
+            need = _span(THREADS, st, k, d) * s.itemsize
+            return True if need <= SMEM_LIMIT else f"tile plus halo needs {need} bytes of shared memory"
+        if algorithm == "tiled_cached_halo":
+            need = THREADS * st * s.itemsize
+            return True if need <= SMEM_LIMIT else f"the tile needs {need} bytes of shared memory"
+        if st != 1:
+            return f"'blocked' computes consecutive outputs from one window: stride 1 only; got {st}"
+        need = (THREADS * BLOCKED_V + (k - 1) * d + 8 + k) * s.itemsize
+        return True if need <= SMEM_LIMIT else f"tile, halo and mask need {need} bytes of shared memory"
+
+    return check
+
+
+def _plan_tiled_1d(algorithm: str):
+    def plan(s: ConvSpec, direction: str) -> Launch:
+        (st,), (d,), (k,) = s.stride, s.dilation, s.kernel_size
+        if algorithm == "blocked":
+            per_block = THREADS * BLOCKED_V
+            smem = (per_block + (k - 1) * d + 8 + k) * s.itemsize  # tile, float4 slack, mask
+            name = f"conv1d_blocked@{k if d == 1 and k in BLOCKED_WIDTHS else 0}"  # a width compiled in, if any
+        elif algorithm == "tiled_halo":
+            per_block, smem, name = THREADS, _span(THREADS, st, k, d) * s.itemsize, "conv1d_tiled_halo"
+        else:
+            per_block, smem, name = THREADS, THREADS * st * s.itemsize, "conv1d_tiled_cached_halo"
+        grid = (math.ceil(s.out_size[0] / per_block), s.batch * s.out_channels)
+        fn, p = rt.kernel("conv1d.cu", name, s.dtype), _params_1d(s)
+        return _with_bias(s, lambda x, w, bias, out: fn(grid, (THREADS,), (x, w, bias, out, *p), shared_mem=smem))
+
+    return plan
+
+
+# --- 2-D forward algorithms (1-D cases run as height 1) -------------------------
+
+
+def _plan_per_output_2d(algorithm: str):
+    def plan(spec: ConvSpec, direction: str) -> Launch:
+        s = spec.as_2d()
+        p, total = _params(s), math.prod(s.y_shape)
+        blocks, block = (rt.grid_stride_blocks(total),), (THREADS,)
+        fn = rt.kernel("conv2d.cu", f"conv2d_{algorithm}", s.dtype, total)
+        if algorithm == "direct":
+            return _with_bias(s, lambda x, w, bias, out: fn(blocks, block, (x, w, bias, out, *p)))
+
+        def run(x, w, bias, out):
+            _upload_constant("conv2d.cu", w)
+            fn(blocks, block, (x, bias, out, *p))
+
+        return _with_bias(s, run)
+
+    return plan
+
+
+def _upload_constant(filename: str, w) -> None:
+    """Copy the weights into the module's constant memory."""
+    cp = rt.cupy()
+    symbol = rt.module(filename).get_global("c_weights")
+    symbol.copy_from_device_async(w.data, w.nbytes, cp.cuda.get_current_stream())
+
+
+def _plan_tiled_2d(algorithm: str):
+    def plan(spec: ConvSpec, direction: str) -> Launch:
+        s = spec.as_2d()
+        geo, p = _tile_geometry(s, algorithm), _params(s)
+        block, tiles, smem = geo["block"], geo["tiles"], geo["smem"]
+        if algorithm == "tiled_shared":
+            grid, name = (s.batch * s.out_channels, tiles), "conv2d_tiled_shared"
+        else:
+            mt = _register_tile(s)
+            grid = (s.batch * s.groups, tiles, math.ceil(s.out_channels_per_group / mt))
+            name = f"conv2d_register_tiled@{mt}"
+        fn = rt.kernel("conv2d.cu", name, s.dtype)
+        return _with_bias(s, lambda x, w, bias, out: fn(grid, block, (x, w, bias, out, *p), shared_mem=smem))
+
+    return plan
+
+
+def _check_tiled_2d(algorithm: str):
+    return lambda spec, direction: _check_tiled(spec.as_2d(), algorithm)
+
+
+# --- im2col + cuBLAS ------------------------------------------------------------
+
+
+def _chunks(s: ConvSpec) -> list[tuple[int, int]]:
+    """Batch chunks whose im2col columns fit the workspace."""
+    per_item = s.channels_per_group * math.prod(s.kernel_size) * math.prod(s.out_size) * s.itemsize
+    step = max(1, WORKSPACE_BYTES // max(per_item, 1))
+    return [(b0, min(step, s.batch - b0)) for b0 in range(0, s.batch, step)]
+
+
+def _plan_im2col(spec: ConvSpec, direction: str) -> Launch:
+    s = spec.as_2d()
+    cp = rt.cupy()
+    G, Mg, Cg = s.groups, s.out_channels_per_group, s.channels_per_group
+    kd, L = Cg * math.prod(s.kernel_size), math.prod(s.out_size)
+    p, chunks = _params(s), _chunks(s)
+    im2col = {bc: rt.kernel("im2col.cu", "im2col", s.dtype, bc * kd * L) for _, bc in chunks}
+
+    def columns(x, b0, bc, g):
+        cols = cp.empty((bc, kd, L), dtype=x.dtype)
+        im2col[bc]((rt.grid_stride_blocks(cols.size),), (THREADS,), (x, cols, *rt.i32(b0, bc, g), *p))
+        return cols
+
+    if direction == "forward":
+
+        def forward(x, w, bias, out):
+            w_mat = w.reshape(G, Mg, -1)
+            out4 = out.reshape(s.batch, G, Mg, -1)
+            for b0, bc in chunks:
+                for g in range(G):
+                    out4[b0 : b0 + bc, g] = cp.matmul(w_mat[g], columns(x, b0, bc, g))  # cuBLAS, strict FP32
+            if bias is not None:
+                out.reshape(s.batch, s.out_channels, -1)[...] += bias.reshape(1, -1, 1)
+
+        return forward
+
+    col2im = rt.kernel("im2col.cu", "col2im", s.dtype)
+
+    def backward(grad_y, x, w, grad_x, grad_w, grad_b):
+        _grad_bias(s, grad_y, grad_b)
+        w_mat = w.reshape(G, Mg, -1)
+        grad_w_mat = cp.zeros_like(w_mat)
+        gy = grad_y.reshape(s.batch, G, Mg, L)
+        for b0, bc in chunks:
+            for g in range(G):
+                cols = columns(x, b0, bc, g)
+                gy_g = cp.ascontiguousarray(gy[b0 : b0 + bc, g])
+                grad_w_mat[g] += cp.matmul(gy_g, cols.transpose(0, 2, 1)).sum(axis=0)
+                grad_cols = cp.matmul(w_mat[g].T, gy_g)  # (bc, Kd, L)
+                blocks = rt.grid_stride_blocks(bc * Cg * math.prod(s.in_size))
+                col2im((blocks,), (THREADS,), (grad_cols, grad_x, *rt.i32(b0, bc, g), *p))
+        grad_w.reshape(G, Mg, -1)[...] = grad_w_mat
+
+    return backward
+
+
+# --- implicit GEMM (forward, input gradient, weight gradient) --------------------
+
+
+def _check_gemm(spec: ConvSpec, direction: str) -> Verdict:
+    s = spec.as_2d()
+    if s.groups > GRID_YZ_MAX:
+        return f"{s.groups} groups exceed the grid's z limit ({GRID_YZ_MAX})"
+    if direction == "backward" and math.ceil(s.channels_per_group / GEMM_BM) > GRID_YZ_MAX:
+        return f"{s.channels_per_group} channels per group exceed the grid's y limit"
+    if math.ceil(s.out_channels_per_group / GEMM_BM) > GRID_YZ_MAX:
+        return f"{s.out_channels_per_group} output channels per group exceed the grid's y limit"
+    return True
+
+
+BIG_BN = 128  # columns of the big-tile kernels' block tile (implicit_gemm_big.cu); 2*BM threads a block
+
+
+def _wgrad_splits(s: ConvSpec, rows: int, cols: int, blocks_per_sm: int) -> int:
+    """Split-K factor of the weight gradient for ``rows x cols`` block tiles: enough
+    blocks to fill the device, at least 256 products per split, and a partial-sum
+    buffer within the workspace.
+    """
+    kd = s.channels_per_group * math.prod(s.kernel_size)
+    tiles = math.ceil(kd / cols) * math.ceil(s.out_channels_per_group / rows) * s.groups
+    n = s.batch * math.prod(s.out_size)
+    by_memory = WORKSPACE_BYTES // max(1, s.out_channels * kd * s.itemsize)
+    wanted = math.ceil(blocks_per_sm * rt.sm_count() / tiles)
+    return max(1, min(wanted, math.ceil(n / 256), GRID_YZ_MAX // s.groups, by_memory))
+
+
+def _big_rows(out_per_group: int) -> int:
+    """Block-tile rows of the big-tile kernels: 64 where a 128-row tile would be half idle."""
+    return 64 if out_per_group <= 64 else 128
+
+
+def _check_big(spec: ConvSpec, direction: str) -> Verdict:
+    s = spec.as_2d()
+    if s.dtype != "float32":
+        return "igemm_big is float32 only (an 8x8 float64 register tile needs ~230 registers); use fused_gemm"
+    limit = 2**31
+    if (
+        s.channels_per_group * math.prod(s.in_size) >= limit
+        or s.out_channels_per_group * math.prod(s.out_size) >= limit
+    ):
+        return "one group's input or output gradient exceeds the filter-offset table's 32-bit offsets"
+    return _check_gemm(spec, direction)
+
+
+def _filter_offsets(channels: int, plane: tuple[int, int], kernel: tuple[int, int], dilation: tuple[int, int]):
+    """koff[k] = (c*H*W + p*dh*W + q*dw, p*dh, q*dw, 0) for k = (c, p, q), on the device."""
+    import numpy as np
+
+    (H, W), (KH, KW), (dh, dw) = plane, kernel, dilation
+    c, p, q = np.meshgrid(np.arange(channels), np.arange(KH), np.arange(KW), indexing="ij")
+    table = np.stack([c * H * W + p * dh * W + q * dw, p * dh, q * dw, np.zeros_like(c)], axis=-1)
+    return rt.cupy().asarray(table.reshape(-1, 4).astype(np.int32))
+
+
+def _plan_gemm(big: bool):
+    return lambda spec, direction: _plan_implicit_gemm(spec, direction, big)
+
+
+def _plan_implicit_gemm(spec: ConvSpec, direction: str, big: bool) -> Launch:
+    """fused_gemm (64x64 tiles, both dtypes) or igemm_big (float32, BM x 128 tiles, pipelined)."""
+    s = spec.as_2d()
+    p = _params(s)
+    G, Mg, Cg = s.groups, s.out_channels_per_group, s.channels_per_group
+    (H, W), (Ho, Wo), (KH, KW) = s.in_size, s.out_size, s.kernel_size
+    n = s.batch * Ho * Wo
+    bm = _big_rows(Mg) if big else None
+    if direction == "forward":
+        if bm is not None:
+            koff = _filter_offsets(Cg, (H, W), (KH, KW), s.dilation)
+            grid = (math.ceil(n / BIG_BN), math.ceil(Mg / bm), G)
+            fn = rt.kernel("implicit_gemm_big.cu", f"conv2d_igemm_fwd@{bm}", s.dtype)
+            return _with_bias(s, lambda x, w, bias, out: fn(grid, (2 * bm,), (x, w, bias, out, koff, *p)))
+        grid = (math.ceil(n / GEMM_BN), math.ceil(Mg / GEMM_BM), G)
+        fn = rt.kernel("implicit_gemm.cu", "conv2d_implicit_gemm", s.dtype)
+        return _with_bias(s, lambda x, w, bias, out: fn(grid, (256,), (x, w, bias, out, *p)))
+    cp = rt.cupy()
+    kd = Cg * KH * KW
+    dgrad = _plan_input_gradient(s, big)
+    if bm is not None:
+        koff = _filter_offsets(Cg, (H, W), (KH, KW), s.dilation)
+        splits = _wgrad_splits(s, bm, BIG_BN, 256 // bm)
+        wgrad = rt.kernel("implicit_gemm_big.cu", f"conv2d_igemm_wgrad@{bm}", s.dtype)
+        wblock = (2 * bm,)
+        wgrid = (math.ceil(kd / BIG_BN), math.ceil(Mg / bm), splits * G)
+        wargs = (koff, *rt.i32(splits), *p)
+    else:
+        splits = _wgrad_splits(s, GEMM_BM, GEMM_BN, 4)
+        wgrad = rt.kernel("implicit_gemm.cu", "conv2d_wgrad_implicit_gemm", s.dtype)
+        wgrid = (math.ceil(kd / GEMM_BN), math.ceil(Mg / GEMM_BM), splits * G)
+        wargs = (*rt.i32(splits), *p)
+        wblock = (256,)
+
+    def backward(grad_y, x, w, grad_x, grad_w, grad_b):
+        dgrad(grad_y, w, grad_x)
+        partial = cp.empty((splits, s.out_channels, kd), dtype=x.dtype)
+        wgrad(wgrid, wblock, (grad_y, x, partial, *wargs))
+        partial.sum(axis=0, out=grad_w.reshape(s.out_channels, kd))
+        _grad_bias(s, grad_y, grad_b)
+
+    return backward
+
+
+def _input_gradient_as_forward(s: ConvSpec) -> ConvSpec:
+    """The input gradient of a stride-1 convolution, as a forward problem on grad_y.
+
+    ``grad_x = conv(grad_y, w')`` with ``w'[g*Cg + c, m] = w[g*Mg + m, c, ::-1, ::-1]``
+    (flipped in space, transposed per group), stride 1, the same dilation and
+    padding ``d*(k-1) - pad`` on each side (negative where the forward padding
+    exceeds the kernel's reach: every kernel checks bounds, so it just skips).
+    """
+    (KH, KW), (dh, dw), ((pt, pb), (pl, pr)) = s.kernel_size, s.dilation, s.padding
+    reach_h, reach_w = dh * (KH - 1), dw * (KW - 1)
+    return replace(
+        s,
+        in_channels=s.out_channels,
+        out_channels=s.in_channels,
+        in_size=s.out_size,
+        out_size=s.in_size,
+        padding=((reach_h - pt, reach_h - pb), (reach_w - pl, reach_w - pr)),
+        has_bias=False,
+    )
+
+
+def _plan_input_gradient(s: ConvSpec, big: bool) -> Callable:
+    """``dgrad(grad_y, w, grad_x)`` for an implicit-GEMM backward pass.
+
+    With stride 1 the input gradient is itself a convolution
+    (:func:`_input_gradient_as_forward`), run by the forward kernel that suits
+    its shape: ``register_tiled`` when it has at most 24 output channels per
+    group (the input channels of the layer: ECE408-style layers), else the
+    algorithm's own implicit GEMM. The filters are flipped and transposed per
+    call (a copy of the weights, small). Other strides use a dedicated gather
+    kernel that skips the stride gaps.
+    """
+    G, Mg, Cg = s.groups, s.out_channels_per_group, s.channels_per_group
+    KH, KW = s.kernel_size
+    if s.stride == (1, 1):
+        cp = rt.cupy()
+        t = _input_gradient_as_forward(s)
+        if Cg <= REGISTER_TILES[-1] and _check_tiled(t, "register_tiled") is True:
+            name = "register_tiled"
+        else:
+            name = "igemm_big" if big else "fused_gemm"
+        conv = RECORDS[name].plan(t, "forward")
+
+        def dgrad_as_conv(grad_y, w, grad_x):
+            flipped = cp.ascontiguousarray(w.reshape(G, Mg, Cg, KH, KW).transpose(0, 2, 1, 3, 4)[..., ::-1, ::-1])
+            conv(grad_y, flipped.reshape(t.w_shape), None, grad_x)
+
+        return dgrad_as_conv
+    fn = rt.kernel("implicit_gemm.cu", "conv2d_dgrad_implicit_gemm", s.dtype)
+    grid = (math.ceil(s.batch * math.prod(s.in_size) / GEMM_BN), math.ceil(Cg / GEMM_BM), G)
+    p = _params(s)
+    return lambda grad_y, w, grad_x: fn(grid, (256,), (grad_y, w, grad_x, *p))
+
+
+# --- pointwise (1x1) as GEMM ----------------------------------------------------
+
+
+def _check_pointwise(spec: ConvSpec, direction: str) -> Verdict:
+    if any(k != 1 for k in spec.kernel_size):
+        return f"pointwise_gemm needs a 1x1 kernel; got {spec.kernel_size}"
+    if any(st != 1 for st in spec.stride):
+        return f"pointwise_gemm needs stride 1 (a strided 1x1 is not a plain GEMM of x); got {spec.stride}"
+    if any(lo or hi for lo, hi in spec.padding):
+        return f"pointwise_gemm needs no padding; got {spec.padding}"
+    return True
+
+
+def _pointwise_tile(spec: ConvSpec) -> int:
+    """MT of conv2d_pointwise: the smallest instantiation covering M/g (float64 stops at 16: more spills)."""
+    tiles = POINTWISE_TILES if spec.dtype == "float32" else tuple(t for t in POINTWISE_TILES if t <= 16)
+    return next((mt for mt in tiles if mt >= spec.out_channels_per_group), tiles[-1])
+
+
+def _check_pointwise_kernel(spec: ConvSpec, direction: str) -> Verdict:
+    verdict = _check_pointwise(spec, direction)
+    if verdict is not True:
+        return verdict.replace("pointwise_gemm", "pointwise")
+    passes = math.ceil(spec.out_channels_per_group / _pointwise_tile(spec))
+    blocks = math.ceil(math.prod(spec.in_size) / (THREADS * PW_PX)) * spec.batch * spec.groups
+    if blocks > 2**31 - 1 or passes > GRID_YZ_MAX:
+        return f"{blocks} pixel blocks or {passes} channel blocks exceed the grid"
+    return True
+
+
+def _plan_pointwise_kernel(spec: ConvSpec, direction: str) -> Launch:
+    """conv2d_pointwise: pixels x MT output channels per thread, weights broadcast from shared memory."""
+    mt = _pointwise_tile(spec)
+    L = math.prod(spec.in_size)
+    grid = (math.ceil(L / (THREADS * PW_PX)) * spec.batch * spec.groups, math.ceil(spec.out_channels_per_group / mt))
+    fn = rt.kernel("pointwise.cu", f"conv2d_pointwise@{mt}", spec.dtype)
+    p = rt.i32(spec.in_channels, L, spec.out_channels, spec.channels_per_group)
+    return _with_bias(spec, lambda x, w, bias, out: fn(grid, (THREADS,), (x, w, bias, out, *p)))
+
+
+def _plan_pointwise(spec: ConvSpec, direction: str) -> Launch:
+    """A 1x1 stride-1 conv is ``y[b, g] = w[g] @ x[b, g]``: strided-batched cuBLAS on reshaped views."""
+    cp = rt.cupy()
+    B, G, Mg, Cg = spec.batch, spec.groups, spec.out_channels_per_group, spec.channels_per_group
+    L = math.prod(spec.in_size)
+    if direction == "forward":
+
+        def forward(x, w, bias, out):
+            cp.matmul(w.reshape(G, Mg, Cg), x.reshape(B, G, Cg, L), out=out.reshape(B, G, Mg, L))
+            if bias is not None:
+                out.reshape(B, spec.out_channels, L)[...] += bias.reshape(1, -1, 1)
+
+        return forward
+
+    def backward(grad_y, x, w, grad_x, grad_w, grad_b):
+        gy = grad_y.reshape(B, G, Mg, L)
+        cp.matmul(w.reshape(G, Mg, Cg).transpose(0, 2, 1), gy, out=grad_x.reshape(B, G, Cg, L))
+        per_image = cp.matmul(gy, x.reshape(B, G, Cg, L).transpose(0, 1, 3, 2))  # (B, G, Mg, Cg)
+        per_image.sum(axis=0, out=grad_w.reshape(G, Mg, Cg))
+        _grad_bias(spec, grad_y, grad_b)
+
+    return backward
+
+
+# --- depthwise -------------------------------------------------------------------
+
+
+def _depthwise_fixed(s: ConvSpec) -> tuple[int, int]:
+    """(K, S) of the compile-time instantiation that fits ``s``, or (0, 0) for the general one."""
+    (KH, KW), (sh, sw), (dh, dw) = s.kernel_size, s.stride, s.dilation
+    if KH == KW and sh == sw and dh == dw == 1 and (KH, sh) in DEPTHWISE_FIXED:
+        return KH, sh
+    return 0, 0
+
+
+def _check_depthwise(spec: ConvSpec, direction: str) -> Verdict:
+    s = spec.as_2d()
+    if s.channels_per_group != 1:
+        return f"depthwise needs one input channel per group (C/groups = 1); got {s.channels_per_group}"
+    if direction == "backward" and max(s.kernel_size) > DEPTHWISE_WGRAD_KMAX[-1]:
+        return (
+            f"the depthwise weight gradient keeps every tap in registers: kernels up to "
+            f"{DEPTHWISE_WGRAD_KMAX[-1]}x{DEPTHWISE_WGRAD_KMAX[-1]}; got {s.kernel_size}"
+        )
+    return True
+
+
+def _plan_depthwise(spec: ConvSpec, direction: str) -> Launch:
+    s = spec.as_2d()
+    p = _params(s)
+    k, st = _depthwise_fixed(s)
+    (Ho, Wo), (H, W) = s.out_size, s.in_size
+    if direction == "forward":
+        total = s.batch * s.out_channels * math.ceil(Ho / DW_PY) * math.ceil(Wo / DW_PX)
+        fn = rt.kernel("depthwise.cu", f"depthwise_forward@{k},{st}", s.dtype)
+        blocks = (rt.grid_stride_blocks(total),)
+        return _with_bias(s, lambda x, w, bias, out: fn(blocks, (THREADS,), (x, w, bias, out, *p)))
+    cp = rt.cupy()
+    dgrad = rt.kernel("depthwise.cu", f"depthwise_grad_input@{k},{st}", s.dtype)
+    dblocks = (rt.grid_stride_blocks(s.batch * s.in_channels * H * W),)
+    kmax = next(km for km in DEPTHWISE_WGRAD_KMAX if km >= max(s.kernel_size))
+    wgrad = rt.kernel("depthwise.cu", f"depthwise_grad_weight@{kmax}", s.dtype)
+    rows = s.batch * Ho
+    # Enough (channel, chunk) blocks to fill the device, each summing >= 4096 outputs.
+    chunks = max(1, min(math.ceil(8 * rt.sm_count() / s.out_channels), math.ceil(rows * Wo / 4096), rows, GRID_YZ_MAX))
+    taps = math.prod(s.kernel_size)
+
+    def backward(grad_y, x, w, grad_x, grad_w, grad_b):
+        dgrad(dblocks, (THREADS,), (grad_y, w, grad_x, *p))
+        partial = cp.empty((chunks, s.out_channels, taps), dtype=x.dtype)
+        wgrad((s.out_channels, chunks), (THREADS,), (grad_y, x, partial, *rt.i32(chunks), *p))
+        partial.sum(axis=0, out=grad_w.reshape(s.out_channels, taps))
+        _grad_bias(s, grad_y, grad_b)
+
+    return backward
+
+
+# --- the table -------------------------------------------------------------------
+
+_FWD, _BOTH = ("forward",), ("forward", "backward")
+
+RECORDS: dict[str, Algorithm] = {
+    record.name: record
+    for record in (
+        Algorithm("direct", "one thread per output, everything from global memory", _plan_per_output_2d("direct")),
+        Algorithm(
+            "const_weights",
+            "one thread per output, weights in constant memory",
+            _plan_per_output_2d("const_weights"),
+            check=_check_const,
+        ),
+        Algorithm(
+            "tiled_shared",
+            "input patch (tile plus halo) in shared memory per channel",
+            _plan_tiled_2d("tiled_shared"),
+            check=_check_tiled_2d("tiled_shared"),
+        ),
+        Algorithm(
+            "im2col_gemm",
+            "im2col buffer + cuBLAS GEMM (backward: two GEMMs and a gather col2im)",
+            _plan_im2col,
+            directions=_BOTH,
+        ),
+        Algorithm(
+            "fused_gemm",
+            "implicit GEMM, 64x64 tiles (backward: dX as a conv of grad_y for stride 1, else a gather implicit GEMM; "
+            "split-K dW)",
+            _plan_gemm(False),
+            directions=_BOTH,
+            check=_check_gemm,
+        ),
+        Algorithm(
+            "igemm_big",
+            "float32 implicit GEMM, 128x128 (64x128) tiles, 8x8 per thread, prefetch pipeline, filter-offset table; "
+            "backward: dX as a conv of grad_y (stride 1; register_tiled for <= 24 channels), split-K dW",
+            _plan_gemm(True),
+            directions=_BOTH,
+            check=_check_big,
+        ),
+        Algorithm(
+            "register_tiled",
+            "shared patch + MT channels x 4 pixels of accumulators per thread",
+            _plan_tiled_2d("register_tiled"),
+            check=_check_tiled_2d("register_tiled"),
+        ),
+        Algorithm(
+            "depthwise",
+            "one channel per group: 2x4 outputs per thread from register rows; backward gather dX, per-channel dW",
+            _plan_depthwise,
+            directions=_BOTH,
+            check=_check_depthwise,
+        ),
+        Algorithm(
+            "pointwise_gemm",
+            "1x1 stride 1 as strided-batched cuBLAS GEMM on views (no im2col), forward and backward",
+            _plan_pointwise,
+            directions=_BOTH,
+            check=_check_pointwise,
+        ),
+        Algorithm(
+            "pointwise",
+            "1x1 stride 1: 4 pixels x up to 32 output channels per thread, float4 rows, weights broadcast",
+            _plan_pointwise_kernel,
+            check=_check_pointwise_kernel,
+        ),
+        Algorithm("naive", "1-D: one thread per output", _plan_per_output_1d("naive"), ndims=(1,)),
+        Algorithm(
+            "const_mask",
+            "1-D: mask in constant memory",
+            _plan_per_output_1d("const_mask"),
+            ndims=(1,),
+            check=_check_const,
+        ),
+        Algorithm(
+            "tiled_halo",
+            "1-D: tile plus halo in shared memory",
+            _plan_tiled_1d("tiled_halo"),
+            ndims=(1,),
+            check=_check_tiled_1d("tiled_halo"),
+        ),
+        Algorithm(
+            "tiled_cached_halo",
+            "1-D: tile in shared memory, halo through the cache",
+            _plan_tiled_1d("tiled_cached_halo"),
+            ndims=(1,),
+            check=_check_tiled_1d("tiled_cached_halo"),
+        ),
+        Algorithm(
+            "blocked",
+            "1-D stride 1: 9 outputs per thread, sliding register window, float4 rows",
+            _plan_tiled_1d("blocked"),
+            ndims=(1,),
+            check=_check_tiled_1d("blocked"),
+        ),
+    )
+}
+
+ONE_D_ALGORITHMS = tuple(name for name, r in RECORDS.items() if r.ndims == (1,))
+TWO_D_ALGORITHMS = tuple(name for name in RECORDS if name not in ONE_D_ALGORITHMS)
+ALGORITHMS = TWO_D_ALGORITHMS + ONE_D_ALGORITHMS

@@ -1,0 +1,133 @@
+"""CUDA plumbing of the cupy backend: modules, kernel handles, device facts, timing.
+
+Everything here is per device and cached: NVRTC compiles each source once
+per device (with the shared ``-D`` constants of ``_cuda_sources``), a kernel
+handle is looked up once, the multiprocessor count is queried once. cupy is
+imported on first use only.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+
+from ._cuda_sources import DEFINES, KERNELS, compile_options, name_expression, name_expressions, source_dir, source_text
+
+__all__ = [
+    "THREADS",
+    "EventTimer",
+    "cupy",
+    "device_id",
+    "grid_stride_blocks",
+    "i32",
+    "kernel",
+    "module",
+    "sm_count",
+    "zeros",
+]
+
+THREADS = DEFINES["CS_THREADS"]
+
+_lock = threading.Lock()
+_modules: dict[tuple[int, str], object] = {}
+_functions: dict[tuple, object] = {}
+_sm_counts: dict[int, int] = {}
+_zero_cache: dict[tuple, object] = {}
+
+
+def cupy():
+    """The cupy module (imported here so that importing convsuite never needs it)."""
+    import cupy as cp
+
+    return cp
+
+
+def device_id() -> int:
+    """The current CUDA device's ordinal."""
+    return cupy().cuda.Device().id
+
+
+def module(filename: str):
+    """The compiled module of ``filename`` on the current device (built once)."""
+    cp = cupy()
+    key = (cp.cuda.Device().id, filename)
+    with _lock:
+        compiled = _modules.get(key)
+        if compiled is None:
+            compiled = cp.RawModule(
+                code=source_text(filename),
+                options=("-std=c++17", f"-I{source_dir()}", *compile_options()),
+                name_expressions=name_expressions(filename),
+            )
+            compiled.compile()
+            _modules[key] = compiled
+        return compiled
+
+
+def compile_all() -> None:
+    """Build every module on the current device (what a first call would do)."""
+    for filename in KERNELS:
+        module(filename)
+
+
+def kernel(filename: str, name: str, dtype: str, total: int | None = None):
+    """A kernel handle; ``total`` picks the 64-bit-index instantiation of a ``|I`` kernel when needed.
+
+    Handles are cached: a module lookup costs a driver call, which at a few
+    microseconds matters for small layers.
+    """
+    if total is not None:
+        name += "|I"
+    wide = total is not None and total >= 2**31 - 1
+    key = (device_id(), filename, name, dtype, wide)
+    function = _functions.get(key)
+    if function is None:
+        function = _functions[key] = module(filename).get_function(name_expression(name, dtype, wide))
+    return function
+
+
+def sm_count() -> int:
+    """Multiprocessors of the current device (queried once per device: the query is slow)."""
+    device = device_id()
+    count = _sm_counts.get(device)
+    if count is None:
+        count = _sm_counts[device] = cupy().cuda.runtime.getDeviceProperties(device)["multiProcessorCount"]
+    return count
+
+
+def grid_stride_blocks(total: int) -> int:
+    """Enough blocks to fill the device (32 per SM); grid-stride kernels loop over the rest."""
+    return max(1, min(math.ceil(total / THREADS), sm_count() * 32))
+
+
+def zeros(n: int, dtype):
+    """A cached zero vector (a missing bias): allocating one per call would add a launch."""
+    cp = cupy()
+    key = (cp.cuda.Device().id, n, str(dtype))
+    array = _zero_cache.get(key)
+    if array is None:
+        array = _zero_cache[key] = cp.zeros(n, dtype=dtype)
+    return array
+
+
+def i32(*values) -> tuple:
+    """Kernel arguments as 32-bit ints."""
+    return tuple(np.int32(v) for v in values)
+
+
+class EventTimer:
+    """CUDA events on the current stream; ``stop()`` synchronises and returns seconds."""
+
+    __slots__ = ("_start", "_end")
+
+    def start(self) -> None:
+        cp = cupy()
+        self._start, self._end = cp.cuda.Event(), cp.cuda.Event()
+        self._start.record()
+
+    def stop(self) -> float:
+        self._end.record()
+        self._end.synchronize()
+        return cupy().cuda.get_elapsed_time(self._start, self._end) / 1e3

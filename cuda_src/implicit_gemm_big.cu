@@ -1,0 +1,241 @@
+// igemm_big: float32 implicit GEMM with BM x 128 block tiles, BM = 128 or 64
+// (layers with at most 64 output channels per group would leave half of a
+// 128-row tile idle).
+//
+// 2*BM threads (256 or 128), each owning an 8 x 8 register tile made of four
+// 4 x 4 quarters BM/2 rows and 64 columns apart, so a warp's shared-memory
+// reads are 16-byte vectors, conflict-free or broadcast, and every slice
+// costs 4 vector loads per 64 FMAs (the multiply is bound by FMA issue, not
+// by shared memory); a reduction slice of BK = 8 per stage; two
+// shared-memory stages with the next slice's global loads issued into
+// registers before the current slice is multiplied (software pipelining: one
+// barrier per slice). The im2col gather uses a per-plan table of filter
+// offsets, koff[k] = (c*H*W + p*dh*W + q*dw, p*dh, q*dw, 0), so a tap costs
+// one 16-byte table load (cached) and two compares instead of three divisions.
+//
+// conv2d_igemm_fwd:   Y_g (Mg x N) = W_g (Mg x Kd) X_g (Kd x N), N = B*Ho*Wo.
+//                     grid = (ceil(N/128), ceil(Mg/BM), groups).
+//                     The input gradient of a stride-1 convolution runs
+//                     through it too: a convolution of grad_y with the
+//                     flipped, transposed filters (see the backend).
+// conv2d_igemm_wgrad: gW_g (Mg x Kd) = gY_g (Mg x N) X_g^T (N x Kd), split-K
+//                     over N: blockIdx.z = split * groups + g writes
+//                     partial[split, g*Mg + m, k]; the splits are summed in a
+//                     fixed order afterwards (deterministic, no atomics).
+//                     grid = (ceil(Kd/128), ceil(Mg/BM), splits * groups).
+#include "common.cuh"
+
+#define BIG_BN 128
+#define BIG_BK 8
+#define BIG_PAD 4   // row padding of the A tile: the w-grad loader stores columns
+
+// The 8 x 8 outer products of one shared-memory stage (thread (ty, tx), ty < BM/8, tx < 16).
+template <typename T, int BM>
+__device__ __forceinline__ void big_tile_multiply(const T (*As)[BM + BIG_PAD], const T (*Bs)[BIG_BN], T acc[8][8],
+                                                  int ty, int tx) {
+#pragma unroll
+    for (int kk = 0; kk < BIG_BK; ++kk) {
+        T a[8], b[8];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            a[i] = As[kk][ty * 4 + i];
+            a[4 + i] = As[kk][BM / 2 + ty * 4 + i];
+            b[i] = Bs[kk][tx * 4 + i];
+            b[4 + i] = Bs[kk][64 + tx * 4 + i];
+        }
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) acc[i][j] += a[i] * b[j];
+    }
+}
+
+// Tile row (half = BM/2) or column (half = 64) that register index i (0..7) of thread t holds.
+__device__ __forceinline__ int big_lane(int t, int i, int half) { return t * 4 + (i & 3) + (i >> 2) * half; }
+
+template <typename T, int BM>
+__global__ void __launch_bounds__(2 * BM, sizeof(T) == 4 ? 256 / BM : 1)
+    conv2d_igemm_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias, T* __restrict__ y,
+                     const int4* __restrict__ koff, CONV_PARAMS) {
+    constexpr int NT = 2 * BM, A_PER = BM * BIG_BK / NT, B_PER = BIG_BN * BIG_BK / NT;   // 4 and 4 or 8
+    __shared__ __align__(16) T As[2][BIG_BK][BM + BIG_PAD];   // weights, As[k][m]
+    __shared__ __align__(16) T Bs[2][BIG_BK][BIG_BN];         // unrolled input, Bs[k][n]
+    const int G = C / Cg, Mg = M / G, g = blockIdx.z;
+    const int Kd = Cg * KH * KW;
+    const i64 HoWo = (i64)Ho * Wo, N = (i64)B * HoWo;
+    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    const int m0 = blockIdx.y * BM;
+    const i64 n0 = (i64)blockIdx.x * BIG_BN;
+
+    // Weight loads: row am of the tile, A_PER consecutive k.
+    const int am = tid % BM, ak = (tid / BM) * A_PER;
+    const bool a_ok = m0 + am < Mg;
+    const T* wrow = w + ((i64)g * Mg + (a_ok ? m0 + am : 0)) * Kd;
+    // Input loads: output column bn of the tile (decoded once), B_PER consecutive k.
+    const int bn = tid % BIG_BN, bk = (tid / BIG_BN) * B_PER;
+    const i64 n_load = n0 + bn;
+    const bool n_ok = n_load < N;
+    const i64 b_load = n_ok ? n_load / HoWo : 0;
+    const int r_load = n_ok ? (int)(n_load % HoWo) : 0;
+    const int ih0 = (r_load / Wo) * sh - ph, iw0 = (r_load % Wo) * sw - pw;
+    const T* xb = x + (b_load * C + (i64)g * Cg) * H * W;
+    const i64 xb_off = (i64)ih0 * W + iw0;
+
+    T ra[A_PER], rb[B_PER];
+    auto load = [&](int k0) {
+#pragma unroll
+        for (int r = 0; r < A_PER; ++r) {
+            const int k = k0 + ak + r;
+            ra[r] = (a_ok && k < Kd) ? wrow[k] : T(0);
+        }
+#pragma unroll
+        for (int r = 0; r < B_PER; ++r) {
+            const int k = k0 + bk + r;
+            T v = T(0);
+            if (n_ok && k < Kd) {
+                const int4 o = koff[k];
+                const int ih = ih0 + o.y, iw = iw0 + o.z;
+                if ((unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W) v = xb[xb_off + o.x];
+            }
+            rb[r] = v;
+        }
+    };
+    auto store = [&](int s) {
+#pragma unroll
+        for (int r = 0; r < A_PER; ++r) As[s][ak + r][am] = ra[r];
+#pragma unroll
+        for (int r = 0; r < B_PER; ++r) Bs[s][bk + r][bn] = rb[r];
+    };
+
+    T acc[8][8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = T(0);
+
+    load(0);
+    store(0);
+    __syncthreads();
+    int s = 0;
+    for (int k0 = 0; k0 < Kd; k0 += BIG_BK) {
+        const bool more = k0 + BIG_BK < Kd;
+        if (more) load(k0 + BIG_BK);   // in flight while this slice is multiplied
+        big_tile_multiply<T, BM>(As[s], Bs[s], acc, ty, tx);
+        if (more) store(s ^ 1);         // stage s^1 was last read before the previous barrier
+        __syncthreads();
+        s ^= 1;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const i64 n = n0 + big_lane(tx, j, 64);
+        if (n >= N) continue;
+        const i64 b = n / HoWo, r = n % HoWo;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int m = m0 + big_lane(ty, i, BM / 2);
+            if (m < Mg) {
+                const int mo = g * Mg + m;
+                y[(b * M + mo) * HoWo + r] = acc[i][j] + bias[mo];
+            }
+        }
+    }
+}
+
+template <typename T, int BM>
+__global__ void __launch_bounds__(2 * BM, sizeof(T) == 4 ? 256 / BM : 1)
+    conv2d_igemm_wgrad(const T* __restrict__ gy, const T* __restrict__ x, T* __restrict__ partial,
+                       const int4* __restrict__ koff, int splits, CONV_PARAMS) {
+    constexpr int NT = 2 * BM, A_STEP = NT / BIG_BK, A_PER = BM / A_STEP, B_PER = BIG_BN * BIG_BK / NT;
+    __shared__ __align__(16) T As[2][BIG_BK][BM + BIG_PAD];   // output gradient, As[n][m]
+    __shared__ __align__(16) T Bs[2][BIG_BK][BIG_BN];         // unrolled input, Bs[n][k]
+    const int G = C / Cg, Mg = M / G;
+    const int g = blockIdx.z % G, split = blockIdx.z / G;
+    const int Kd = Cg * KH * KW;
+    const i64 HoWo = (i64)Ho * Wo, N = (i64)B * HoWo;
+    const i64 steps = (N + BIG_BK - 1) / BIG_BK;
+    const i64 n_begin = steps * split / splits * BIG_BK;
+    const i64 n_end = min(N, steps * (split + 1) / splits * BIG_BK);
+    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    const int m0 = blockIdx.y * BM;
+    const int kc0 = blockIdx.x * BIG_BN;
+
+    // grad_y loads: one n per thread per slice (eight consecutive threads read
+    // eight consecutive pixels), rows am + A_STEP * t of the tile.
+    const int an = tid % BIG_BK, am = tid / BIG_BK;
+    const T* gyg = gy + (i64)g * Mg * HoWo;
+    // Input loads: tap column bk of the tile (its table entry read once), B_PER consecutive n.
+    const int bk = tid % BIG_BN, bn = (tid / BIG_BN) * B_PER;
+    const bool k_ok = kc0 + bk < Kd;
+    const int4 o = k_ok ? koff[kc0 + bk] : make_int4(0, 0, 0, 0);
+    const T* xg = x + (i64)g * Cg * H * W + o.x;
+
+    T ra[A_PER], rb[B_PER];
+    auto load = [&](i64 nb) {
+        {
+            const i64 n = nb + an;
+            const bool ok = n < n_end;
+            const i64 b = ok ? n / HoWo : 0;
+            const i64 r = ok ? n - b * HoWo : 0;
+            const T* p = gyg + b * M * HoWo + r;
+#pragma unroll
+            for (int t = 0; t < A_PER; ++t) {
+                const int m = m0 + am + A_STEP * t;
+                ra[t] = (ok && m < Mg) ? p[(i64)m * HoWo] : T(0);
+            }
+        }
+        i64 n = nb + bn;
+        i64 b = n / HoWo;
+        int r = (int)(n - b * HoWo);
+        int oh = r / Wo, ow = r % Wo;
+#pragma unroll
+        for (int t = 0; t < B_PER; ++t) {
+            T v = T(0);
+            if (k_ok && n < n_end) {
+                const int ih = oh * sh - ph + o.y, iw = ow * sw - pw + o.z;
+                if ((unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W)
+                    v = xg[b * C * (i64)H * W + (i64)(oh * sh - ph) * W + (ow * sw - pw)];
+            }
+            rb[t] = v;
+            ++n;                                  // next pixel: step ow, carrying into oh and b
+            if (++ow == Wo) { ow = 0; if (++oh == Ho) { oh = 0; ++b; } }
+        }
+    };
+    auto store = [&](int s) {
+#pragma unroll
+        for (int t = 0; t < A_PER; ++t) As[s][an][am + A_STEP * t] = ra[t];
+#pragma unroll
+        for (int t = 0; t < B_PER; ++t) Bs[s][bn + t][bk] = rb[t];
+    };
+
+    T acc[8][8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = T(0);
+
+    if (n_begin < n_end) {
+        load(n_begin);
+        store(0);
+    }
+    __syncthreads();
+    int s = 0;
+    for (i64 nb = n_begin; nb < n_end; nb += BIG_BK) {
+        const bool more = nb + BIG_BK < n_end;
+        if (more) load(nb + BIG_BK);
+        big_tile_multiply<T, BM>(As[s], Bs[s], acc, ty, tx);
+        if (more) store(s ^ 1);
+        __syncthreads();
+        s ^= 1;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int m = m0 + big_lane(ty, i, BM / 2);
+        if (m >= Mg) continue;
+        T* out = partial + ((i64)split * M + (i64)g * Mg + m) * Kd;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int k = kc0 + big_lane(tx, j, 64);
+            if (k < Kd) out[k] = acc[i][j];
+        }
+    }
+}

@@ -1,0 +1,84 @@
+// pointwise: a 1x1, stride-1, unpadded convolution (any groups) is a GEMM per
+// image and group, y[b, g*Mg + m, :] = bias + w[g*Mg + m, :] @ x[b, g*Cg:(g+1)*Cg, :],
+// over the L = H*W pixels. With few output channels per group it is bound by
+// reading x, so each thread owns CS_PW_PX consecutive pixels of one image and
+// MT output channels: per input channel it loads its pixels once (a 16-byte
+// load for float32 where the rows are aligned) and that channel's MT weights
+// from shared memory (a broadcast), MT * PX FMAs per load. Weights are staged
+// through shared memory in chunks of 32 input channels.
+// grid = (tiles * B * groups, ceil(Mg / MT)) with tiles = ceil(L / (blockDim.x * PX)).
+#include "common.cuh"
+
+template <typename T, int MT>
+__global__ void __launch_bounds__(CS_THREADS) conv2d_pointwise(const T* __restrict__ x, const T* __restrict__ w,
+                                                              const T* __restrict__ bias, T* __restrict__ y,
+                                                              int C, int L, int M, int Cg) {
+    constexpr int PX = CS_PW_PX, CHUNK = 32;
+    __shared__ __align__(16) T ws[CHUNK][MT];
+    const int G = C / Cg, Mg = M / G;
+    const int tiles = (L + blockDim.x * PX - 1) / (blockDim.x * PX);
+    const i64 bg = blockIdx.x / tiles;
+    const int tile = (int)(blockIdx.x - bg * tiles);
+    const int g = (int)(bg % G);
+    const i64 b = bg / G;
+    const int m0 = blockIdx.y * MT, nm = min(MT, Mg - m0);
+    const i64 i0 = ((i64)tile * blockDim.x + threadIdx.x) * PX;
+    const T* xb = x + (b * C + (i64)g * Cg) * L;
+    bool vec = false;
+    if constexpr (sizeof(T) == 4 && PX == 4)
+        vec = (L % 4 == 0) && ((reinterpret_cast<unsigned long long>(x) & 15) == 0);   // every row start aligned
+    T acc[MT][PX];
+#pragma unroll
+    for (int j = 0; j < MT; ++j)
+#pragma unroll
+        for (int u = 0; u < PX; ++u) acc[j][u] = T(0);
+    for (int c0 = 0; c0 < Cg; c0 += CHUNK) {
+        const int nc = min(CHUNK, Cg - c0);
+        __syncthreads();   // the previous chunk's weights have been read
+        for (int j = threadIdx.x; j < CHUNK * MT; j += blockDim.x) {
+            const int cc = j / MT, mm = j % MT;
+            ws[cc][mm] = (cc < nc && mm < nm) ? w[((i64)g * Mg + m0 + mm) * Cg + c0 + cc] : T(0);
+        }
+        __syncthreads();
+#pragma unroll 4
+        for (int cc = 0; cc < nc; ++cc) {
+            const T* xr = xb + (i64)(c0 + cc) * L + i0;
+            T v[PX];
+            if constexpr (sizeof(T) == 4 && PX == 4) {
+                if (vec && i0 + 3 < L) {
+                    const float4 q = *reinterpret_cast<const float4*>(xr);
+                    v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
+                } else {
+#pragma unroll
+                    for (int u = 0; u < PX; ++u) v[u] = (i0 + u < L) ? xr[u] : T(0);
+                }
+            } else {
+#pragma unroll
+                for (int u = 0; u < PX; ++u) v[u] = (i0 + u < L) ? xr[u] : T(0);
+            }
+#pragma unroll
+            for (int mm = 0; mm < MT; ++mm) {
+                const T wv = ws[cc][mm];
+#pragma unroll
+                for (int u = 0; u < PX; ++u) acc[mm][u] += wv * v[u];
+            }
+        }
+    }
+    if (i0 >= L) return;   // after every barrier
+#pragma unroll
+    for (int mm = 0; mm < MT; ++mm) {
+        if (mm >= nm) break;
+        const int mo = g * Mg + m0 + mm;
+        const T bm = bias[mo];
+        T* yr = y + (b * M + mo) * (i64)L + i0;
+        if constexpr (sizeof(T) == 4 && PX == 4) {
+            if (vec && i0 + 3 < L) {
+                *reinterpret_cast<float4*>(yr) = make_float4(acc[mm][0] + bm, acc[mm][1] + bm, acc[mm][2] + bm, acc[mm][3] + bm);
+                continue;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < PX; ++u)
+            if (i0 + u < L) yr[u] = acc[mm][u] + bm;
+    }
+}
