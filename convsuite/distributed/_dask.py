@@ -224,7 +224,7 @@ def conv_backward(op, ndim, grad_y, x, w, stride, padding, dilation, groups, bac
             slab_shape = (batch, spec.in_channels, *(p.in_size for p in combo))
             key = (name, ib, 0, *index)
             layer[key] = (_blocks.backward_block, (gyc.name, ib, 0, *index), keys, geometry, operands_key, slab_shape)
-            gw_layer[(gw_name, n_blocks) + (0,) * (ndim + 1)] = (_blocks.take, key, 1, True)
+            gw_layer[(gw_name, n_blocks) + (0,) * (ndim + 2)] = (_blocks.take, key, 1, True)
             gb_layer[(gb_name, n_blocks, 0)] = (_blocks.take, key, 2, True)
             n_blocks += 1
             per_axis = [overlapping_chunks(xc.chunks[2 + a], p.in_lo, p.in_hi) for a, p in enumerate(combo)]
