@@ -213,3 +213,12 @@ def test_bad_input_is_refused_before_any_graph_is_built():
         cs.conv1d(x, np.ones((4, 3, 3)), padding="vald")
     with pytest.raises(ValueError, match="grad_y"):
         cs.conv1d_backward(da.ones((2, 4, 9)), x, np.ones((4, 3, 3)))
+
+
+def test_joblib_rung_runs_its_pieces_on_the_dask_cluster(client):
+    joblib = pytest.importorskip("joblib")
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((1, 3, 30, 20)), rng.standard_normal((4, 3, 5, 3))
+    with joblib.parallel_config(backend="dask", n_jobs=2):
+        y = cs.conv2d(x, w, padding="same", stride=2, backend="joblib")
+    np.testing.assert_array_equal(y, cs.conv2d(x, w, padding="same", stride=2, backend="cython"))
