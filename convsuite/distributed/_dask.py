@@ -26,6 +26,7 @@ import dask.array as da
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
+from .._arrays import is_cupy_array
 from .._registry import requested_backend
 from .._validation import prepare_forward
 from . import _blocks
@@ -38,11 +39,15 @@ def _is_dask(value) -> bool:
     return isinstance(value, da.Array)
 
 
-def _shape_proxy(value, dtype=None):
-    """A zero-memory NumPy stand-in with the shape and dtype of a Dask array, for validation."""
-    if not _is_dask(value):
+def _shape_proxy(value):
+    """A zero-memory NumPy stand-in with the shape and dtype of a Dask or CuPy array, for validation.
+
+    The chunks of the Dask array may be CuPy arrays; the front end's checks
+    only need shapes and dtypes, on the host.
+    """
+    if not (_is_dask(value) or is_cupy_array(value)):
         return value
-    return np.broadcast_to(np.zeros((), dtype=dtype or value.dtype), value.shape)
+    return np.broadcast_to(np.zeros((), dtype=value.dtype), value.shape)
 
 
 def _validate(op, ndim, x, w, bias, stride, padding, dilation, groups, extra=()):
