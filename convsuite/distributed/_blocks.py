@@ -16,7 +16,7 @@ import numpy as np
 
 from .._arrays import is_cupy_array
 
-__all__ = ["BlockGeometry", "Operands", "backward_block", "forward_block", "gradient_of_chunk", "take"]
+__all__ = ["BlockGeometry", "Operands", "backward_block", "forward_block", "gradient_of_chunk", "slab_part", "take"]
 
 
 @dataclass(frozen=True)
@@ -35,9 +35,6 @@ class BlockGeometry:
     ----------
     ndim : int
         Spatial rank (1 or 2).
-    slices : tuple of tuple of slice
-        Per spatial axis, the slice of each input chunk the block reads, in
-        the order of the nested input list.
     padding : tuple of (int, int)
         The block's own padding per spatial axis.
     out_size : tuple of int
@@ -47,7 +44,6 @@ class BlockGeometry:
     """
 
     ndim: int
-    slices: tuple
     padding: tuple
     out_size: tuple
     keywords: dict
@@ -58,16 +54,14 @@ def _xp(array):
     return sys.modules["cupy"] if is_cupy_array(array) else np
 
 
-def _assemble(inputs, geometry: BlockGeometry):
-    """Glue the slices of neighbouring chunks into the block's input slab."""
-    if geometry.ndim == 1:
-        parts = [block[..., s] for block, s in zip(inputs, geometry.slices[0])]
-        return parts[0] if len(parts) == 1 else _xp(parts[0]).concatenate(parts, axis=-1)
-    rows = []
-    for row, sh in zip(inputs, geometry.slices[0]):
-        parts = [block[..., sh, sw] for block, sw in zip(row, geometry.slices[1])]
-        rows.append(parts[0] if len(parts) == 1 else _xp(parts[0]).concatenate(parts, axis=-1))
-    return rows[0] if len(rows) == 1 else _xp(rows[0]).concatenate(rows, axis=-2)
+def _assemble(inputs, ndim: int):
+    """Glue the pieces cut from neighbouring chunks (nested: rows of columns for 2-D) into one slab."""
+    def join(parts, axis):
+        return parts[0] if len(parts) == 1 else _xp(parts[0]).concatenate(parts, axis=axis)
+
+    if ndim == 1:
+        return join(inputs, -1)
+    return join([join(row, -1) for row in inputs], -2)
 
 
 def _on(xp, array):
@@ -94,7 +88,7 @@ def forward_block(inputs, geometry: BlockGeometry, operands: Operands, batch: in
         if operands.bias is not None:
             out += _on(xp, operands.bias).reshape((-1,) + (1,) * geometry.ndim)
         return out
-    x = _assemble(inputs, geometry)
+    x = _assemble(inputs, geometry.ndim)
     xp = _xp(x)
     conv = _api(geometry.ndim, "forward")
     return conv(x, _on(xp, w), _on(xp, operands.bias), padding=geometry.padding, **geometry.keywords)
@@ -108,7 +102,7 @@ def backward_block(grad_y, inputs, geometry: BlockGeometry, operands: Operands, 
         spatial = tuple(range(2, 2 + geometry.ndim))
         grad_b = grad_y.sum(axis=(0, *spatial))
         return xp.zeros(x_shape, dtype=w.dtype), xp.zeros_like(w), grad_b
-    x = _assemble(inputs, geometry)
+    x = _assemble(inputs, geometry.ndim)
     backward = _api(geometry.ndim, "backward")
     return backward(grad_y, x, w, padding=geometry.padding, **geometry.keywords)
 
@@ -119,14 +113,19 @@ def take(result, index: int, add_axis: bool = False):
     return part[None] if add_axis else part
 
 
-def gradient_of_chunk(parts, shape, dtype):
-    """Sum the overlapping slab gradients that fall into one input chunk.
+def slab_part(result, slab_slices):
+    """The part of a block's slab gradient that falls into one input chunk."""
+    return result[0][slab_slices]
 
-    ``parts`` lists ``(block_result, slab_slices, chunk_slices)``; neighbouring
-    blocks share their halo, so a chunk's gradient is the sum of their shares.
+
+def gradient_of_chunk(parts, shape, dtype):
+    """Sum the overlapping slab-gradient parts that fall into one input chunk.
+
+    ``parts`` lists ``(part, chunk_slices)``; neighbouring blocks share their
+    halo, so a chunk's gradient is the sum of their shares.
     """
-    xp = _xp(parts[0][0][0]) if parts else np
+    xp = _xp(parts[0][0]) if parts else np
     out = xp.zeros(shape, dtype=dtype)
-    for result, slab_slices, chunk_slices in parts:
-        out[chunk_slices] += result[0][slab_slices]
+    for part, chunk_slices in parts:
+        out[chunk_slices] += part
     return out

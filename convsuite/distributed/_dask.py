@@ -19,6 +19,7 @@ gradient is the sum of the overlapping slab gradients of its neighbours.
 from __future__ import annotations
 
 import itertools
+import operator
 
 import numpy as np
 
@@ -114,17 +115,30 @@ def _axis_pieces(spec, xc):
     return result
 
 
-def _block_inputs(xc, ib, combo):
-    """The nested list of input keys a block reads and, per axis, the slice of each."""
+def _block_inputs(xc, ib, combo, layer, prefix):
+    """The nested list of keys of the input pieces a block reads.
+
+    A chunk the block reads whole is referenced as it is; of a chunk it reads
+    only part of (the halo from a neighbour), a small task cuts that part
+    first, where the chunk lives, so only the halo travels between workers.
+    """
     per_axis = [overlapping_chunks(xc.chunks[2 + axis], p.in_lo, p.in_hi) for axis, p in enumerate(combo)]
     if any(not found for found in per_axis):
-        return [], ()
-    slices = tuple(tuple(slice(a, b) for _, a, b in found) for found in per_axis)
+        return []
+
+    def piece(found):
+        key = (xc.name, ib, 0, *(i for i, _, _ in found))
+        sizes = [xc.chunks[2 + axis][i] for axis, (i, _, _) in enumerate(found)]
+        if all(a == 0 and b == n for (_, a, b), n in zip(found, sizes)):
+            return key
+        index = (slice(None), slice(None), *(slice(a, b) for _, a, b in found))
+        cut = (f"{prefix}-cut-{tokenize(key, index)}",)
+        layer[cut] = (operator.getitem, key, index)
+        return cut
+
     if len(combo) == 1:
-        keys = [(xc.name, ib, 0, i) for i, _, _ in per_axis[0]]
-    else:
-        keys = [[(xc.name, ib, 0, i, j) for j, _, _ in per_axis[1]] for i, _, _ in per_axis[0]]
-    return keys, slices
+        return [piece((f,)) for f in per_axis[0]]
+    return [[piece((fh, fw)) for fw in per_axis[1]] for fh in per_axis[0]]
 
 
 def _keywords(spec, backend, algorithm):
@@ -172,10 +186,9 @@ def conv(op, ndim, x, w, bias, stride, padding, dilation, groups, backend, algor
     for ib, batch in enumerate(xc.chunks[0]):
         for index, combo in zip(itertools.product(*(range(len(p)) for p in axis_pieces)),
                                 itertools.product(*axis_pieces)):
-            keys, slices = _block_inputs(xc, ib, combo)
+            keys = _block_inputs(xc, ib, combo, layer, name)
             geometry = _blocks.BlockGeometry(
                 ndim=ndim,
-                slices=slices,
                 padding=tuple((p.pad_before, p.pad_after) for p in combo),
                 out_size=tuple(p.out_size for p in combo),
                 keywords=keywords,
@@ -213,15 +226,14 @@ def conv_backward(op, ndim, grad_y, x, w, stride, padding, dilation, groups, bac
     n_blocks = 0
     gw_name, gb_name, gx_name = f"{op}-grad-w-{token}", f"{op}-grad-b-{token}", f"{op}-grad-x-{token}"
     gw_layer, gb_layer = {}, {}
-    # contributions[(ib, *input chunk index)] -> [(block key, slab slices, chunk slices)]
+    # contributions[(ib, *input chunk index)] -> [(key of a slab-gradient part, where it goes in the chunk)]
     contributions: dict[tuple, list] = {}
     for ib, batch in enumerate(xc.chunks[0]):
         for index, combo in zip(itertools.product(*(range(len(p)) for p in axis_pieces)),
                                 itertools.product(*axis_pieces)):
-            keys, slices = _block_inputs(xc, ib, combo)
+            keys = _block_inputs(xc, ib, combo, layer, name)
             geometry = _blocks.BlockGeometry(
                 ndim=ndim,
-                slices=slices,
                 padding=tuple((p.pad_before, p.pad_after) for p in combo),
                 out_size=tuple(p.out_size for p in combo),
                 keywords=keywords,
@@ -241,12 +253,15 @@ def conv_backward(op, ndim, grad_y, x, w, stride, padding, dilation, groups, bac
                     slab_slices.append(slice(start + a - p.in_lo, start + b - p.in_lo))
                     chunk_slices.append(slice(a, b))
                 chunk_index = (ib, *(i for i, _, _ in found))
-                contributions.setdefault(chunk_index, []).append((key, tuple(slab_slices), tuple(chunk_slices)))
+                # Cut where the block ran, so only the part for this chunk travels.
+                part = (f"{name}-part-{tokenize(key, chunk_index)}",)
+                layer[part] = (_blocks.slab_part, key, tuple(slab_slices))
+                contributions.setdefault(chunk_index, []).append((part, tuple(chunk_slices)))
     gx_layer = {}
     for ib, batch in enumerate(xc.chunks[0]):
         for index in itertools.product(*(range(len(c)) for c in xc.chunks[2:])):
             shape = (batch, spec.in_channels, *(c[i] for c, i in zip(xc.chunks[2:], index)))
-            parts = [[key, s, c] for key, s, c in contributions.get((ib, *index), [])]
+            parts = [[part, where] for part, where in contributions.get((ib, *index), [])]
             gx_layer[(gx_name, ib, 0, *index)] = (_blocks.gradient_of_chunk, parts, shape, spec.dtype)
     blocks = HighLevelGraph.from_collections(name, layer, dependencies=[xc, gyc, *deps])
     w_chunks = tuple((s,) for s in spec.w_shape)
