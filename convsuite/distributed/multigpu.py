@@ -93,26 +93,26 @@ def scatter(x, devices: Sequence[int] | None = None) -> list[Shard]:
 
     def place(i, device):
         a, b = spans[i]
-        part = x[a:b]
-        if is_cupy_array(part):
-            out = cupy.empty(part.shape, dtype=part.dtype)
-            out.data.copy_from_device(cupy.ascontiguousarray(part).data, part.nbytes)  # peer copy
-            return Shard(device, a, b, out)
-        return Shard(device, a, b, cupy.asarray(part))
+        return Shard(device, a, b, _replicate(x[a:b], device))
 
     return _on_each(devices[: len(spans)], place)
 
 
 def _replicate(array, device: int):
-    """``array`` (NumPy, or CuPy on any device) as a CuPy array on the current device."""
+    """``array`` (NumPy, or CuPy on any device) as a CuPy array on ``device``, the current one."""
     if array is None:
         return None
     cupy = _cupy()
-    if is_cupy_array(array) and array.device.id != device:
-        out = cupy.empty(array.shape, dtype=array.dtype)
-        out.data.copy_from_device(cupy.ascontiguousarray(array).data, array.nbytes)
-        return out
-    return cupy.asarray(array)
+    if not is_cupy_array(array):
+        return cupy.asarray(array)
+    if array.device.id == device:
+        return array
+    out = cupy.empty(array.shape, dtype=array.dtype)
+    with array.device:  # any copy to make it contiguous happens where it lives
+        source = cupy.ascontiguousarray(array)
+        source.device.synchronize()
+    out.data.copy_from_device(source.data, source.nbytes)  # a peer copy between GPUs
+    return out
 
 
 def conv_shards(shards: Sequence[Shard], w, bias=None, *, ndim: int = 2, direction: str = "forward",
