@@ -11,7 +11,13 @@ import numpy as np
 import pytest
 
 import convsuite as cs
-from convsuite.testing import assert_within, backward_tolerances, forward_tolerance, reference_backward, reference_forward
+from convsuite.testing import (
+    assert_within,
+    backward_tolerances,
+    forward_tolerance,
+    reference_backward,
+    reference_forward,
+)
 
 INFO = {b.name: b for b in cs.list_backends()}["cupy"]
 pytestmark = [

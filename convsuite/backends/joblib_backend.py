@@ -19,6 +19,7 @@ that are summed, and every piece's weight and bias gradients are summed.
 from __future__ import annotations
 
 import importlib
+
 import numpy as np
 
 from .._spec import ConvSpec
@@ -26,7 +27,7 @@ from .._threads import get_num_threads
 from ..distributed._tiling import Piece, even_bounds, pieces
 from .base import Backend, Verdict
 
-__all__ = ["JoblibBackend", "forward_piece", "backward_piece"]
+__all__ = ["JoblibBackend", "backward_piece", "forward_piece"]
 
 _KERNELS = "convsuite._cython._conv_cy"
 #: Pieces per worker: a few, so that a slow worker (a shared machine) is balanced by the others.

@@ -22,8 +22,8 @@ float64 reference before it is timed. The table is printed and written to
 from __future__ import annotations
 
 import argparse
-import itertools
 import datetime as dt
+import itertools
 import json
 import platform
 import time

@@ -21,9 +21,8 @@ from __future__ import annotations
 import itertools
 import operator
 
-import numpy as np
-
 import dask.array as da
+import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 

@@ -15,10 +15,10 @@ input it is the slab, and what was clipped off is the piece's own padding.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
-__all__ = ["Piece", "even_bounds", "output_bounds_for_input_chunks", "pieces", "overlapping_chunks"]
+__all__ = ["Piece", "even_bounds", "output_bounds_for_input_chunks", "overlapping_chunks", "pieces"]
 
 
 @dataclass(frozen=True)

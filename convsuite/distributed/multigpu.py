@@ -15,17 +15,27 @@ For a Dask array of CuPy chunks, use a Dask cluster with one worker per GPU
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from .._arrays import is_cupy_array
 from ._tiling import even_bounds
 
-__all__ = ["Shard", "conv1d", "conv2d", "conv1d_backward", "conv2d_backward", "conv_shards", "gather",
-           "scatter", "visible_gpus"]
+__all__ = [
+    "Shard",
+    "conv1d",
+    "conv1d_backward",
+    "conv2d",
+    "conv2d_backward",
+    "conv_shards",
+    "gather",
+    "scatter",
+    "visible_gpus",
+]
 
 
 def _cupy():
@@ -89,7 +99,6 @@ def scatter(x, devices: Sequence[int] | None = None) -> list[Shard]:
     devices = _devices(devices)
     bounds = even_bounds(int(x.shape[0]), len(devices))
     spans = list(zip(bounds, bounds[1:]))
-    cupy = _cupy()
 
     def place(i, device):
         a, b = spans[i]
