@@ -213,6 +213,10 @@ def test_bad_input_is_refused_before_any_graph_is_built():
         cs.conv1d(x, np.ones((4, 3, 3)), padding="vald")
     with pytest.raises(ValueError, match="grad_y"):
         cs.conv1d_backward(da.ones((2, 4, 9)), x, np.ones((4, 3, 3)))
+    with pytest.raises(TypeError, match="`algorithm` must be a string"):
+        cs.conv1d(x, np.ones((4, 3, 3)), algorithm=3)
+    with pytest.raises(ValueError, match="`backend` must be one of"):
+        cs.conv1d(x, np.ones((4, 3, 3)), backend="nonesuch")
 
 
 def test_joblib_rung_runs_its_pieces_on_the_dask_cluster(client):

@@ -141,7 +141,14 @@ def _block_inputs(xc, ib, combo, layer, prefix):
 
 
 def _keywords(spec, backend, algorithm):
-    """Keywords for the public API inside a task; settings are resolved here, on the client."""
+    """Keywords for the public API inside a task; settings are resolved here, on the client.
+
+    The backend's availability is the workers' business (a GPU worker may
+    run what the client cannot): a task that cannot run raises that error
+    when the result is computed.
+    """
+    if not isinstance(algorithm, str):
+        raise TypeError(f"`algorithm` must be a string such as 'auto'; got {algorithm!r}")
     name, _ = requested_backend(backend)
     return dict(stride=spec.stride, dilation=spec.dilation, groups=spec.groups, backend=name, algorithm=algorithm)
 
