@@ -73,12 +73,14 @@ def test_worker_processes_under_loky_give_the_same_result(batch):
 
 
 def test_threads_by_default_and_the_configured_backend_otherwise():
-    from convsuite.backends.joblib_backend import _parallel
+    from convsuite.backends.joblib_backend import _parallel, _shares_memory
 
     assert type(_parallel()._backend).__name__ == "ThreadingBackend"
+    assert _shares_memory(_parallel())  # batch pieces write straight into the output
     assert _parallel().n_jobs == cs.get_num_threads()
     with joblib.parallel_config(backend="loky", n_jobs=2):
         assert type(_parallel()._backend).__name__ == "LokyBackend"
+        assert not _shares_memory(_parallel())  # worker processes return their pieces
         assert _parallel().n_jobs == 2
     with joblib.parallel_config(n_jobs=3):  # workers without a backend: still threads
         assert type(_parallel()._backend).__name__ == "ThreadingBackend"

@@ -43,11 +43,16 @@ def _geometry(s: ConvSpec, pad_top: int, pad_left: int) -> tuple:
     return (sh, sw, dh, dw, pad_top, pad_left, s.groups)
 
 
-def forward_piece(x, w, bias, out_shape, geometry):
-    """Run the Cython forward kernel on one piece; returns the piece's output."""
-    out = np.empty(out_shape, dtype=x.dtype)
-    _kernels().forward(np.ascontiguousarray(x), w, bias, out, *geometry)  # a row slab is a copy
-    return out
+def forward_piece(x, w, bias, out_shape, geometry, out=None):
+    """Run the Cython forward kernel on one piece; returns its output, or writes ``out`` (shared memory)."""
+    target = np.empty(out_shape, dtype=x.dtype) if out is None else out
+    _kernels().forward(np.ascontiguousarray(x), w, bias, target, *geometry)  # a row slab is a copy
+    return target if out is None else None
+
+
+def _shares_memory(parallel) -> bool:
+    """Whether the workers of ``parallel`` see this process's arrays (threads), so pieces can write in place."""
+    return bool(getattr(getattr(parallel, "_backend", None), "supports_sharedmem", False))
 
 
 def backward_piece(grad_y, x, w, geometry):
@@ -122,9 +127,13 @@ class JoblibBackend(Backend):
         geometry = _geometry(s, s.padding[0][0], s.padding[1][0])
         bounds = self._batch_bounds(s, workers)
         if bounds is not None:
-            jobs = [(x[a:b], w, bias, (b - a, *s.y_shape[1:]), geometry) for a, b in zip(bounds, bounds[1:])]
-            results = parallel(_delayed(forward_piece)(*job) for job in jobs)
-            for (a, b), part in zip(zip(bounds, bounds[1:]), results):
+            spans = list(zip(bounds, bounds[1:]))
+            if _shares_memory(parallel):  # threads: each piece writes its own batch slice of `out`
+                parallel(_delayed(forward_piece)(x[a:b], w, bias, None, geometry, out[a:b]) for a, b in spans)
+                return
+            results = parallel(_delayed(forward_piece)(x[a:b], w, bias, (b - a, *s.y_shape[1:]), geometry)
+                               for a, b in spans)
+            for (a, b), part in zip(spans, results):
                 out[a:b] = part
             return
         axis, cuts = self._row_pieces(s, workers)
