@@ -25,6 +25,7 @@ import argparse
 import datetime as dt
 import itertools
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -307,7 +308,10 @@ def scaling_rows(sections=("joblib", "dask", "gpus"), quick: bool = False, repea
 
 
 def _markdown(rows, meta) -> str:
-    lines = [f"# Scaling measurements, {meta['date']}", "", f"Machine: {meta['machine']}", "",
+    load = f"load average {meta.get('load_average_before', float('nan')):.1f} before, "
+    load += f"{meta.get('load_average_after', float('nan')):.1f} after"
+    lines = [f"# Scaling measurements, {meta['date']}", "", f"Machine: {meta['machine']}; {load}.", "",
+             "Medians of interleaved repeats in one run, [min-max] in brackets; ratio = baseline / ours.", "",
              "| section | case | ours | ms (spread) | baseline | ms (spread) | ratio | goal |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -335,11 +339,15 @@ def main(argv=None) -> int:
 
     meta = dict(date=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                 machine=f"{cpu_description()}; Python {platform.python_version()}")
-    print(f"machine: {meta['machine']}", flush=True)
+    # The load average says how much of the machine others were using: on a
+    # shared host, a ratio of threads or workers cannot exceed the idle cores.
+    meta["load_average_before"] = os.getloadavg()[0]
+    print(f"machine: {meta['machine']}; load average {meta['load_average_before']:.1f}", flush=True)
     start = time.perf_counter()
     rows = scaling_rows(tuple(s.strip() for s in args.only.split(",")), quick=args.quick, repeat=args.repeat,
                         backend=args.backend)
     meta["seconds"] = time.perf_counter() - start
+    meta["load_average_after"] = os.getloadavg()[0]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = "scaling-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M")
