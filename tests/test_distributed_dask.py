@@ -77,7 +77,7 @@ def _check_case(ndim, x, w, b, keywords, chunks, grad_seed, backend=None):
 
 @pytest.mark.parametrize("ndim", [1, 2])
 def test_random_cases_and_chunkings_match_reference(ndim):
-    @settings(max_examples=20)
+    @settings(max_examples=15)
     @given(case=cases(ndim), data=st.data())
     def run(case, data):
         x, w, b = case.arrays()

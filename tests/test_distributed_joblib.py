@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(
 def test_many_workers_cut_rows_and_segments(ndim, n_jobs):
     # More workers than any batch here: every call is cut into rows/segments,
     # many of them shorter than the kernel's reach.
-    @settings(max_examples=25)
+    @settings(max_examples=15)
     @given(case=cases(ndim, max_extra=16))
     def run(case):
         with joblib.parallel_config(backend="threading", n_jobs=n_jobs):
