@@ -226,3 +226,25 @@ def test_joblib_rung_runs_its_pieces_on_the_dask_cluster(client):
     with joblib.parallel_config(backend="dask", n_jobs=2):
         y = cs.conv2d(x, w, padding="same", stride=2, backend="joblib")
     np.testing.assert_array_equal(y, cs.conv2d(x, w, padding="same", stride=2, backend="cython"))
+
+
+def test_unknown_chunk_sizes_are_refused_with_the_fix():
+    x = da.ones((2, 3, 10), chunks=5)
+    x = x[:, :, x[0, 0] > 0]  # boolean indexing: chunk sizes unknown until computed
+    with pytest.raises(ValueError, match="compute_chunk_sizes"):
+        cs.conv1d(x, np.ones((4, 3, 3)))
+
+
+def test_empty_batch_chunks_and_outputs_larger_than_this_host_stay_lazy():
+    x = da.concatenate([da.ones((0, 2, 12), chunks=(0, 2, 5)), da.ones((2, 2, 12), chunks=(1, 2, 5))])
+    w = np.ones((3, 2, 3))
+    with dask.config.set(scheduler="synchronous"):
+        np.testing.assert_array_equal(cs.conv1d(x, w, padding=1).compute(), cs.conv1d(np.ones((2, 2, 12)), w, padding=1))
+        gx, gw, gb = dask.compute(*cs.conv1d_backward(da.ones((2, 3, 12), chunks=(1, 3, 12)), x, w, padding=1))
+        want = cs.conv1d_backward(np.ones((2, 3, 12)), np.ones((2, 2, 12)), w, padding=1)
+        for got, expected in zip((gx, gw, gb), want):
+            np.testing.assert_allclose(got, expected, rtol=1e-12)
+    # Far more output than this machine's memory: still a graph (the host check is for in-memory outputs).
+    huge = da.zeros((10**6, 1, 10**5), chunks=(10**5, 1, 10**4), dtype=np.float32)
+    y = cs.conv1d(huge, np.ones((8, 1, 3), dtype=np.float32), padding="same")
+    assert y.shape == (10**6, 8, 10**5) and y.dtype == np.float32 and y.npartitions == 100

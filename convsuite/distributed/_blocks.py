@@ -82,7 +82,8 @@ def _api(ndim: int, direction: str):
 def forward_block(inputs, geometry: BlockGeometry, operands: Operands, batch: int):
     """The output block ``(b, M, *out_size)`` of one Dask task."""
     w = operands.w
-    if not inputs:  # every tap of every output falls on padding: the output is the bias
+    # Every tap of every output falls on padding (or the batch chunk is empty): the output is the bias.
+    if not inputs or batch == 0:
         xp = _xp(w)
         out = xp.zeros((batch, w.shape[0], *geometry.out_size), dtype=w.dtype)
         if operands.bias is not None:
@@ -98,7 +99,7 @@ def backward_block(grad_y, inputs, geometry: BlockGeometry, operands: Operands, 
     """``(grad_x of the slab, grad_w, grad_b)`` for one output block's share of the loss."""
     xp = _xp(grad_y)
     w = _on(xp, operands.w)
-    if not inputs:  # outputs of pure padding: only the bias saw them
+    if not inputs or x_shape[0] == 0:  # outputs of pure padding (or no batch): only the bias saw them
         spatial = tuple(range(2, 2 + geometry.ndim))
         grad_b = grad_y.sum(axis=(0, *spatial))
         return xp.zeros(x_shape, dtype=w.dtype), xp.zeros_like(w), grad_b

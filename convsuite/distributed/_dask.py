@@ -19,6 +19,7 @@ gradient is the sum of the overlapping slab gradients of its neighbours.
 from __future__ import annotations
 
 import itertools
+import math
 import operator
 
 import dask.array as da
@@ -52,6 +53,12 @@ def _shape_proxy(value):
 
 def _validate(op, ndim, x, w, bias, stride, padding, dilation, groups, extra=()):
     """The front end's own validation, run on stand-ins so nothing is computed."""
+    for name, value in zip(("x", "w", "bias", "grad_y"), (x, w, bias, *extra)):
+        if _is_dask(value) and any(math.isnan(c) for axis in value.chunks for c in axis):
+            raise ValueError(
+                f"`{name}` must have known chunk sizes to be cut into convolution blocks; got chunks "
+                f"{value.chunks}. Call `{name}.compute_chunk_sizes()` first"
+            )
     proxies = [_shape_proxy(a) for a in (x, w, bias, *extra)]
     try:
         call = prepare_forward(op, ndim, *proxies[:3], stride, padding, dilation, groups,
