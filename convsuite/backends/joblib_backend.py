@@ -50,6 +50,11 @@ def forward_piece(x, w, bias, out_shape, geometry, out=None):
     return target if out is None else None
 
 
+def _along(axis: int, lo: int, hi: int) -> tuple:
+    """The index of ``[lo, hi)`` along spatial ``axis`` (0: rows, 1: columns) of a ``(B, C, H, W)`` array."""
+    return (slice(None), slice(None)) + ((slice(lo, hi),) if axis == 0 else (slice(None), slice(lo, hi)))
+
+
 def _shares_memory(parallel) -> bool:
     """Whether the workers of ``parallel`` see this process's arrays (threads), so pieces can write in place."""
     return bool(getattr(getattr(parallel, "_backend", None), "supports_sharedmem", False))
@@ -139,13 +144,13 @@ class JoblibBackend(Backend):
         axis, cuts = self._row_pieces(s, workers)
         jobs, targets = [], []
         for p in cuts:
-            index = (slice(None), slice(None)) + ((slice(p.out_lo, p.out_hi),) if axis == 0 else (slice(None), slice(p.out_lo, p.out_hi)))
+            index = _along(axis, p.out_lo, p.out_hi)
             shape = list(s.y_shape)
             shape[2 + axis] = p.out_size
             if p.in_size == 0:  # only padding under these outputs: the bias
                 out[index] = bias.reshape(-1, 1, 1)
                 continue
-            x_index = (slice(None), slice(None)) + ((slice(p.in_lo, p.in_hi),) if axis == 0 else (slice(None), slice(p.in_lo, p.in_hi)))
+            x_index = _along(axis, p.in_lo, p.in_hi)
             pads = [s.padding[0][0], s.padding[1][0]]
             pads[axis] = p.pad_before
             jobs.append((x[x_index], w, bias, tuple(shape), _geometry(s, *pads)))
@@ -175,11 +180,11 @@ class JoblibBackend(Backend):
         grad_x[...] = 0
         jobs, slabs = [], []
         for p in cuts:
-            y_index = (slice(None), slice(None)) + ((slice(p.out_lo, p.out_hi),) if axis == 0 else (slice(None), slice(p.out_lo, p.out_hi)))
+            y_index = _along(axis, p.out_lo, p.out_hi)
             if p.in_size == 0:  # outputs of pure padding: only the bias saw them
                 grad_b += grad_y[y_index].sum(axis=(0, 2, 3), dtype=grad_b.dtype)
                 continue
-            x_index = (slice(None), slice(None)) + ((slice(p.in_lo, p.in_hi),) if axis == 0 else (slice(None), slice(p.in_lo, p.in_hi)))
+            x_index = _along(axis, p.in_lo, p.in_hi)
             pads = [s.padding[0][0], s.padding[1][0]]
             pads[axis] = p.pad_before
             jobs.append((grad_y[y_index], x[x_index], w, _geometry(s, *pads)))

@@ -122,9 +122,9 @@ def joblib_rows(batch: int, threads: int, repeat: int) -> list[dict]:
         finally:
             cs.set_num_threads(None)
         case = f"{workload} {name} B={batch}"
-        ours = f"joblib ({threads} threads)"
-        rows.append(_row("joblib", case, ours, "cython (1 core)", t, "joblib vs cython", dict(threads=threads)))
-        rows.append(_row("joblib", case, ours, f"numba ({threads} threads)", t, "joblib vs numba", dict(threads=threads)))
+        ours, extra = f"joblib ({threads} threads)", dict(threads=threads)
+        rows.append(_row("joblib", case, ours, "cython (1 core)", t, "joblib vs cython", extra))
+        rows.append(_row("joblib", case, ours, f"numba ({threads} threads)", t, "joblib vs numba", extra))
     return rows
 
 
@@ -311,16 +311,15 @@ def _markdown(rows, meta) -> str:
     load = f"load average {meta.get('load_average_before', float('nan')):.1f} before, "
     load += f"{meta.get('load_average_after', float('nan')):.1f} after"
     lines = [f"# Scaling measurements, {meta['date']}", "", f"Machine: {meta['machine']}; {load}.", "",
-             "Medians of interleaved repeats in one run, [min-max] in brackets; ratio = baseline / ours.", "",
+             "Medians of interleaved repeats in one run, (min-max) in parentheses; ratio = baseline / ours.", "",
              "| section | case | ours | ms (spread) | baseline | ms (spread) | ratio | goal |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         goal = "" if r["goal"] is None else f"{r['goal']:.2f} {'met' if r['met'] else 'missed'}"
-        lines.append(
-            f"| {r['section']} | {r['case']} | {r['ours']} | {r['ours_ms']:.1f} ({r['ours_spread_ms'][0]:.1f}-"
-            f"{r['ours_spread_ms'][1]:.1f}) | {r['baseline']} | {r['baseline_ms']:.1f} ({r['baseline_spread_ms'][0]:.1f}-"
-            f"{r['baseline_spread_ms'][1]:.1f}) | {r['ratio']:.2f}x | {goal} |"
-        )
+        ours = f"{r['ours_ms']:.1f} ({r['ours_spread_ms'][0]:.1f}-{r['ours_spread_ms'][1]:.1f})"
+        base = f"{r['baseline_ms']:.1f} ({r['baseline_spread_ms'][0]:.1f}-{r['baseline_spread_ms'][1]:.1f})"
+        cells = (r["section"], r["case"], r["ours"], ours, r["baseline"], base, f"{r['ratio']:.2f}x", goal)
+        lines.append("| " + " | ".join(cells) + " |")
     for r in rows:
         if "overhead_per_chunk_ms" in r:
             lines += ["", f"Overhead per Dask chunk: {r['overhead_per_chunk_ms']:.2f} ms ({r['case']})."]
