@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _buffers, _nonfinite
+from . import _buffers, _nonfinite, distributed
 from ._instrument import kernel_section
 from ._registry import select
 from ._spec import ConvSpec
@@ -164,10 +164,14 @@ _FORWARD_DOC = """{ndim}-D convolution (deep-learning cross-correlation, as in P
 
 
 def conv1d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, backend=None, algorithm="auto"):
+    if distributed.is_dask_array(x):  # Dask in, Dask out (lazy); convsuite.distributed
+        return distributed.conv("conv1d", 1, x, w, bias, stride, padding, dilation, groups, backend, algorithm)
     return _forward("conv1d", 1, x, w, bias, stride, padding, dilation, groups, backend, algorithm)
 
 
 def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, backend=None, algorithm="auto"):
+    if distributed.is_dask_array(x):  # Dask in, Dask out (lazy); convsuite.distributed
+        return distributed.conv("conv2d", 2, x, w, bias, stride, padding, dilation, groups, backend, algorithm)
     return _forward("conv2d", 2, x, w, bias, stride, padding, dilation, groups, backend, algorithm)
 
 
@@ -195,10 +199,16 @@ _BACKWARD_DOC = """Gradients of a {ndim}-D convolution with respect to x, w and 
 
 
 def conv1d_backward(grad_y, x, w, *, stride=1, padding=0, dilation=1, groups=1, backend=None, algorithm="auto"):
+    if distributed.is_dask_array(x) or distributed.is_dask_array(grad_y):  # Dask in, Dask out (lazy)
+        args = (grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
+        return distributed.conv_backward("conv1d", 1, *args)
     return _backward("conv1d", 1, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
 
 
 def conv2d_backward(grad_y, x, w, *, stride=1, padding=0, dilation=1, groups=1, backend=None, algorithm="auto"):
+    if distributed.is_dask_array(x) or distributed.is_dask_array(grad_y):  # Dask in, Dask out (lazy)
+        args = (grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
+        return distributed.conv_backward("conv2d", 2, *args)
     return _backward("conv2d", 2, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
 
 

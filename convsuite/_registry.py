@@ -47,6 +47,7 @@ _BUILTIN_BACKENDS = {
     "cupy": "convsuite.backends.cupy_backend:CupyBackend",
     "numba": "convsuite.backends.numba_backend:NumbaBackend",
     "cython": "convsuite.backends.cython_backend:CythonBackend",
+    "joblib": "convsuite.backends.joblib_backend:JoblibBackend",
     "numpy": "convsuite.backends.numpy_backend:NumpyBackend",
     "python": "convsuite.backends.python_backend:PythonBackend",
 }

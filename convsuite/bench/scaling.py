@@ -1,0 +1,360 @@
+"""Scaling past one core, one process and one GPU, measured side by side.
+
+Run ``python -m convsuite.bench.scaling [--quick] [--out DIR] [--only joblib,dask,gpus]``.
+
+- **joblib**: the joblib rung (threads over the GIL-free Cython kernels)
+  against the single-core Cython rung and Numba's ``prange`` on the ECE408
+  layers, with the same thread count.
+- **dask**: a 1-D signal (N=1e8, K=31, chunks of 1e7) on a LocalCluster of
+  one and of two single-threaded worker processes, against one in-memory
+  call on the same cores; and the overhead a chunk adds.
+- **gpus**: the ECE408 batch split across 1 and 2 GPUs, inputs already on
+  the devices (needs CuPy and GPUs; skipped with the reason otherwise).
+
+Every figure is a median of interleaved repeats within this one run (see
+:mod:`convsuite.bench.timing`), shown with its spread; ratios > 1 mean the
+first-named contender is faster. Every result is checked against the
+float64 reference before it is timed. The table is printed and written to
+``DIR/scaling-<date>.md`` and ``.json`` (default ``docs/measurements``).
+:func:`scaling_rows` returns the rows for other front ends (``convsuite compare``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import itertools
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+import convsuite as cs
+from convsuite.bench.timing import Timing, time_side_by_side
+from convsuite.bench.workloads import layer
+from convsuite.testing import forward_tolerance, reference_forward
+
+__all__ = ["main", "scaling_rows"]
+
+ECE408_LAYERS = (("ece408-fa19", "conv1"), ("ece408-fa19", "conv2"), ("ece408-fa21", "conv1"), ("ece408-fa21", "conv2"))
+#: Targets of issue 14 (ratio of medians, > 1: the first contender is faster).
+GOALS = {
+    "joblib vs cython": 1.7,
+    "joblib vs numba": 0.9,
+    "dask 2 workers vs 1": 1.6,
+    "dask 2 workers vs in-memory": 1 / 1.25,
+    "2 GPUs vs 1": 1.8,
+}
+
+
+def _check(x, w, kw, y, batch_slice: int = 2) -> float:
+    """Relative max error against the float64 reference on a few items; raises when out of bound."""
+    xs, ys = (x[:batch_slice], y[:batch_slice]) if x.ndim > 1 else (x, y)
+    spec = cs.explain(xs, w, **kw).spec
+    ref = reference_forward(spec, xs, w)
+    err = np.abs(np.reshape(ys, spec.y_shape) - ref)
+    if not np.all(err <= forward_tolerance(spec, xs, w)):
+        raise AssertionError("result disagrees with the float64 reference")
+    return float(err.max() / max(np.abs(ref).max(), 1e-30))
+
+
+def _row(section, case, ours, theirs, timings: dict[str, Timing], goal_name, extra=None) -> dict:
+    a, b = timings[ours], timings[theirs]
+    ratio = b.median / a.median
+    goal = GOALS.get(goal_name)
+    row = dict(
+        section=section,
+        case=case,
+        ours=ours,
+        ours_ms=a.median * 1e3,
+        ours_spread_ms=[a.low * 1e3, a.high * 1e3],
+        baseline=theirs,
+        baseline_ms=b.median * 1e3,
+        baseline_spread_ms=[b.low * 1e3, b.high * 1e3],
+        ratio=ratio,
+        goal=goal,
+        met=None if goal is None else ratio >= goal,
+        repeats=a.repeats,
+        **(extra or {}),
+    )
+    verdict = "" if goal is None else f"(goal {goal:.2f}) {'met' if ratio >= goal else 'MISSED'}"
+    print(
+        f"{section:7s} {case:34s} {ours:>22s} {a.median * 1e3:9.1f} ms [{a.low * 1e3:.1f}-{a.high * 1e3:.1f}]"
+        f"  vs {theirs:>22s} {b.median * 1e3:9.1f} ms [{b.low * 1e3:.1f}-{b.high * 1e3:.1f}]"
+        f"  {ratio:5.2f}x {verdict}",
+        flush=True,
+    )
+    return row
+
+
+# --- joblib rung ---------------------------------------------------------------
+
+
+def joblib_rows(batch: int, threads: int, repeat: int) -> list[dict]:
+    """joblib threads vs single-core Cython vs Numba prange on the ECE408 layers."""
+    import joblib
+
+    rows = []
+    rng = np.random.default_rng(14)
+    for workload, name in ECE408_LAYERS:
+        entry = layer(workload, name)
+        x = rng.standard_normal((batch, entry["C"], entry["H"], entry["W"]), dtype=np.float32)
+        w = rng.standard_normal((entry["M"], entry["C"], entry["K"], entry["K"]), dtype=np.float32)
+        kw = dict(stride=entry["stride"], padding=entry["padding"])
+
+        def joblib_call():
+            with joblib.parallel_config(backend="threading", n_jobs=threads):
+                return cs.conv2d(x, w, backend="joblib", **kw)
+
+        contenders = {
+            f"joblib ({threads} threads)": joblib_call,
+            "cython (1 core)": lambda: cs.conv2d(x, w, backend="cython", **kw),
+            f"numba ({threads} threads)": lambda: cs.conv2d(x, w, backend="numba", **kw),
+        }
+        for fn in contenders.values():
+            _check(x, w, kw, fn())
+        cs.set_num_threads(threads)
+        try:
+            t = time_side_by_side(contenders, repeat=repeat)
+        finally:
+            cs.set_num_threads(None)
+        case = f"{workload} {name} B={batch}"
+        ours, extra = f"joblib ({threads} threads)", dict(threads=threads)
+        rows.append(_row("joblib", case, ours, "cython (1 core)", t, "joblib vs cython", extra))
+        rows.append(_row("joblib", case, ours, f"numba ({threads} threads)", t, "joblib vs numba", extra))
+    return rows
+
+
+# --- Dask ------------------------------------------------------------------------
+
+
+def _set_worker_threads(n: int) -> None:
+    """Inside a Dask worker: numba uses the worker's own cores only, not every core of the host."""
+    import convsuite
+
+    convsuite.set_num_threads(n)
+
+
+def dask_rows(n: int, chunk: int, kernel: int, repeat: int, backend: str) -> list[dict]:
+    """1 vs 2 single-threaded workers, against in-memory calls on the same 2 cores; chunk overhead."""
+    import dask.array as da
+    import distributed
+
+    rows = []
+    rng = np.random.default_rng(31)
+    signal = rng.standard_normal(n, dtype=np.float32)
+    mask = rng.standard_normal(kernel, dtype=np.float32)
+    kw = dict(padding="same")
+    clusters = {}
+    try:
+        for workers in (1, 2):
+            cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                               dashboard_address=None, silence_logs=40)
+            client = distributed.Client(cluster, set_as_default=False)
+            client.run(_set_worker_threads, 1)
+            x = client.persist(da.from_array(signal, chunks=chunk))
+            with client.as_current():
+                distributed.wait(distributed.futures_of(x))
+            clusters[workers] = (cluster, client, x)
+
+        calls = itertools.count(1)
+
+        def fresh_mask():
+            """The mask with a negligible change: new graph keys, so no result is reused from memory."""
+            return mask * np.float32(1 + 1e-6 * next(calls))
+
+        def persist_and_wait(client, x):
+            y = client.persist(cs.conv1d(x, fresh_mask(), backend=backend, **kw))
+            with client.as_current():
+                distributed.wait(distributed.futures_of(y))
+            client.cancel(y)
+
+        def on(workers):
+            _, client, x = clusters[workers]
+            return lambda: persist_and_wait(client, x)
+
+        # Check the outputs of the first two chunks (their halo crosses a chunk
+        # boundary) against the reference on the input they read.
+        left = (kernel - 1) // 2
+        head = 2 * chunk + left - kernel + 1
+        for workers in (1, 2):
+            _, client, x = clusters[workers]
+            got = client.compute(cs.conv1d(x, mask, backend=backend, **kw)[:head]).result()
+            _check(signal[: 2 * chunk], mask, dict(padding=((left, 0),)), got)
+        cs.set_num_threads(2)
+        try:
+            t = time_side_by_side(
+                {
+                    "dask, 2 workers": on(2),
+                    "dask, 1 worker": on(1),
+                    "in-memory numba (2 thr)": lambda: cs.conv1d(signal, mask, backend="numba", **kw),
+                    "in-memory joblib (2 thr)": lambda: cs.conv1d(signal, mask, backend="joblib", **kw),
+                },
+                repeat=repeat,
+                rounds=min(repeat, 3),
+            )
+        finally:
+            cs.set_num_threads(None)
+        case = f"N={n:.0e} K={kernel} chunks {chunk:.0e}"
+        extra = dict(backend=backend)
+        rows.append(_row("dask", case, "dask, 2 workers", "dask, 1 worker", t, "dask 2 workers vs 1", extra))
+        for baseline in ("in-memory numba (2 thr)", "in-memory joblib (2 thr)"):
+            rows.append(_row("dask", case, "dask, 2 workers", baseline, t, "dask 2 workers vs in-memory", extra))
+
+        # Overhead a chunk adds: the same work in many small chunks vs in 2 chunks.
+        _, client, _ = clusters[2]
+        small_n = min(n, 10**6)
+        few = client.persist(da.from_array(signal[:small_n], chunks=small_n // 2))
+        many_chunks = 200
+        many = client.persist(da.from_array(signal[:small_n], chunks=small_n // many_chunks))
+        with client.as_current():
+            distributed.wait(distributed.futures_of(few) + distributed.futures_of(many))
+
+        def run_on(x):
+            return lambda: persist_and_wait(client, x)
+
+        t = time_side_by_side({f"{many_chunks} chunks": run_on(many), "2 chunks": run_on(few)}, repeat=repeat)
+        per_chunk = (t[f"{many_chunks} chunks"].median - t["2 chunks"].median) / (many_chunks - 2)
+        row = _row("dask", f"N={small_n:.0e} K={kernel}", f"{many_chunks} chunks", "2 chunks", t, "", extra)
+        row["overhead_per_chunk_ms"] = per_chunk * 1e3
+        print(f"dask    overhead per chunk: {per_chunk * 1e3:.2f} ms (2 workers, 1 thread each)", flush=True)
+        rows.append(row)
+    finally:
+        for cluster, client, _ in clusters.values():
+            client.close()
+            cluster.close()
+    return rows
+
+
+# --- several GPUs --------------------------------------------------------------------
+
+
+def gpu_rows(batch: int, repeat: int) -> list[dict]:
+    """The ECE408 layers on 1 GPU vs split across 2, inputs already resident on the devices."""
+    import cupy
+
+    from convsuite.distributed import multigpu
+
+    gpus = multigpu.visible_gpus()
+    if len(gpus) < 2:
+        print(f"gpus    only {len(gpus)} GPU visible: the 2-GPU row needs a machine with two", flush=True)
+        return []
+    rows = []
+    rng = np.random.default_rng(408)
+    for workload, name in ECE408_LAYERS:
+        entry = layer(workload, name)
+        x = rng.standard_normal((batch, entry["C"], entry["H"], entry["W"]), dtype=np.float32)
+        w = rng.standard_normal((entry["M"], entry["C"], entry["K"], entry["K"]), dtype=np.float32)
+        kw = dict(stride=entry["stride"], padding=entry["padding"])
+        one = multigpu.scatter(x, gpus[:1])
+        two = multigpu.scatter(x, gpus[:2])
+        _check(x, w, kw, multigpu.gather(multigpu.conv_shards(two, w, **kw)))
+
+        def run(shards):
+            def call():
+                multigpu.conv_shards(shards, w, **kw)  # synchronises every device it used
+
+            return call
+
+        t = time_side_by_side({"2 GPUs": run(two), "1 GPU": run(one)}, repeat=repeat)
+        rows.append(_row("gpus", f"{workload} {name} B={batch}", "2 GPUs", "1 GPU", t, "2 GPUs vs 1",
+                         dict(device=cupy.cuda.runtime.getDeviceProperties(0)["name"].decode())))
+    return rows
+
+
+# --- the table ------------------------------------------------------------------------
+
+
+def scaling_rows(sections=("joblib", "dask", "gpus"), quick: bool = False, repeat: int = 7,
+                 backend: str = "cython") -> list[dict]:
+    """Measure the scaling rows of the chosen sections (what ``convsuite compare`` can show).
+
+    Parameters
+    ----------
+    sections : sequence of str
+        Any of ``"joblib"``, ``"dask"``, ``"gpus"``.
+    quick : bool
+        Smaller problems and fewer repeats (a smoke run, not a figure to report).
+    repeat : int
+        Timed calls per contender.
+    backend : str
+        Backend that computes each Dask chunk (default: the single-core Cython
+        rung, one per single-threaded worker). The in-memory baselines are
+        numba and the joblib rung, both on 2 threads.
+    """
+    repeat = 3 if quick else repeat
+    rows = []
+    if "joblib" in sections:
+        # The batch the workloads file names for a 2-core CPU (1000).
+        rows += joblib_rows(batch=20 if quick else layer("ece408-fa19", "conv1")["cpu_batch"], threads=2, repeat=repeat)
+    if "dask" in sections:
+        n = 10**6 if quick else 10**8
+        rows += dask_rows(n=n, chunk=n // 10, kernel=31, repeat=repeat, backend=backend)
+    if "gpus" in sections:
+        try:
+            import cupy  # noqa: F401
+
+            available = {b.name: b.available for b in cs.list_backends()}["cupy"]
+        except ImportError:
+            available = False
+        if available:
+            rows += gpu_rows(batch=1000 if quick else 10000, repeat=repeat)
+        else:
+            print("gpus    skipped: the cupy backend is unavailable on this machine", flush=True)
+    return rows
+
+
+def _markdown(rows, meta) -> str:
+    load = f"load average {meta.get('load_average_before', float('nan')):.1f} before, "
+    load += f"{meta.get('load_average_after', float('nan')):.1f} after"
+    lines = [f"# Scaling measurements, {meta['date']}", "", f"Machine: {meta['machine']}; {load}.", "",
+             "Medians of interleaved repeats in one run, (min-max) in parentheses; ratio = baseline / ours.", "",
+             "| section | case | ours | ms (spread) | baseline | ms (spread) | ratio | goal |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        goal = "" if r["goal"] is None else f"{r['goal']:.2f} {'met' if r['met'] else 'missed'}"
+        ours = f"{r['ours_ms']:.1f} ({r['ours_spread_ms'][0]:.1f}-{r['ours_spread_ms'][1]:.1f})"
+        base = f"{r['baseline_ms']:.1f} ({r['baseline_spread_ms'][0]:.1f}-{r['baseline_spread_ms'][1]:.1f})"
+        cells = (r["section"], r["case"], r["ours"], ours, r["baseline"], base, f"{r['ratio']:.2f}x", goal)
+        lines.append("| " + " | ".join(cells) + " |")
+    for r in rows:
+        if "overhead_per_chunk_ms" in r:
+            lines += ["", f"Overhead per Dask chunk: {r['overhead_per_chunk_ms']:.2f} ms ({r['case']})."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="docs/measurements", help="folder for the .md and .json record")
+    parser.add_argument("--quick", action="store_true", help="small problems, few repeats (a smoke run)")
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--only", default="joblib,dask,gpus", help="comma-separated sections")
+    parser.add_argument("--backend", default="cython", help="backend that computes each Dask chunk")
+    args = parser.parse_args(argv)
+    from convsuite.cli import cpu_description
+
+    meta = dict(date=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                machine=f"{cpu_description()}; Python {platform.python_version()}")
+    # The load average says how much of the machine others were using: on a
+    # shared host, a ratio of threads or workers cannot exceed the idle cores.
+    meta["load_average_before"] = os.getloadavg()[0]
+    print(f"machine: {meta['machine']}; load average {meta['load_average_before']:.1f}", flush=True)
+    start = time.perf_counter()
+    rows = scaling_rows(tuple(s.strip() for s in args.only.split(",")), quick=args.quick, repeat=args.repeat,
+                        backend=args.backend)
+    meta["seconds"] = time.perf_counter() - start
+    meta["load_average_after"] = os.getloadavg()[0]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = "scaling-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M")
+    (out / f"{stem}.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=2))
+    (out / f"{stem}.md").write_text(_markdown(rows, meta))
+    print(f"wrote {out / stem}.md and .json", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

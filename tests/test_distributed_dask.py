@@ -1,0 +1,251 @@
+"""Dask arrays in, Dask arrays out: same results as the single-array call, lazily.
+
+Random cases (every padding form, strides, dilation, groups, layouts, odd
+chunkings that cut through kernels) run on the synchronous scheduler, which
+is fast; a fixed grid and the error path run on a LocalCluster with two
+worker processes, as a real cluster would.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import convsuite as cs
+from convsuite._validation import prepare_forward
+from convsuite.testing import (
+    assert_within,
+    backward_tolerances,
+    forward_tolerance,
+    reference_backward,
+    reference_forward,
+)
+
+from .cases import cases
+from .distributed_helpers import ChunkFailure, CountingBackend
+
+da = pytest.importorskip("dask.array", reason="the dask extra is not installed")
+dask = pytest.importorskip("dask")
+distributed = pytest.importorskip("distributed")
+
+FORWARD = {1: cs.conv1d, 2: cs.conv2d}
+BACKWARD = {1: cs.conv1d_backward, 2: cs.conv2d_backward}
+
+
+@pytest.fixture(scope="module")
+def client():
+    """Two worker processes of one thread each: chunks really travel between processes."""
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
+    )
+    with distributed.Client(cluster) as c:
+        yield c
+    cluster.close()
+
+
+def _spec(ndim, x, w, b, keywords):
+    full = {**dict(stride=1, padding=0, dilation=1, groups=1), **keywords}
+    return prepare_forward(f"conv{ndim}d", ndim, x, w, b, **full).spec
+
+
+def _check_case(ndim, x, w, b, keywords, chunks, grad_seed, backend=None):
+    """Forward and backward of a chunked Dask array against the float64 reference."""
+    xd = da.from_array(x, chunks=chunks)
+    y = FORWARD[ndim](xd, w, b, backend=backend, **keywords)
+    assert isinstance(y, da.Array)
+    spec = _spec(ndim, x, w, b, keywords)
+    single = FORWARD[ndim](x, w, b, **keywords)
+    got = y.compute()
+    assert got.shape == single.shape and got.dtype == single.dtype
+    assert_within(got.reshape(spec.y_shape), reference_forward(spec, x, w, b),
+                  forward_tolerance(spec, x, w, b), "dask forward")
+
+    grad_y = np.random.default_rng(grad_seed).standard_normal(single.shape).astype(single.dtype)
+    grads = BACKWARD[ndim](grad_y, xd, w, backend=backend, **keywords)
+    assert all(isinstance(g, da.Array) for g in grads)
+    gx, gw, gb = dask.compute(*grads)
+    assert gx.shape == x.shape and gw.shape == w.shape and gb.shape == (spec.out_channels,)
+    assert grads[0].chunks == xd.chunks  # grad_x comes back chunked like x
+    expected = reference_backward(spec, grad_y, x, w)
+    for name, g, want, tol in zip(("grad_x", "grad_w", "grad_b"), (gx, gw, gb), expected,
+                                  backward_tolerances(spec, grad_y, x, w)):
+        assert g.dtype == single.dtype
+        assert_within(np.reshape(g, np.shape(want)), want, tol, f"dask {name}")
+
+
+@pytest.mark.parametrize("ndim", [1, 2])
+def test_random_cases_and_chunkings_match_reference(ndim):
+    @settings(max_examples=15)
+    @given(case=cases(ndim), data=st.data())
+    def run(case, data):
+        x, w, b = case.arrays()
+        # Chunks along every axis, often shorter than the kernel's reach or the
+        # stride; at most about 6 per axis to keep the graph (and the test) small.
+        chunks = data.draw(st.tuples(*[st.integers(max(1, n // 6), n) for n in x.shape]))
+        with dask.config.set(scheduler="synchronous"):
+            _check_case(case.ndim, x, w, b, case.keywords, chunks, case.seed + 1)
+
+    run()
+
+
+# A grid on the cluster: each row is one option the issue names, chunked so
+# that chunks are shorter than the kernel reach or do not divide the stride.
+GRID = [
+    # 1-D signal of odd length, chunks of 7 under a 31-tap kernel
+    (1, (1001,), (31,), dict(padding="same"), (23,)),
+    (1, (3, 4, 50), (6, 4, 5), dict(stride=3, padding=2), (2, 4, 11)),  # stride does not divide chunk
+    (1, (2, 4, 64), (4, 2, 3), dict(dilation=4, padding="full", groups=2), (1, 2, 9)),  # channel chunks
+    (1, (4, 29), (8, 1, 4), dict(stride=4, padding="same", groups=4), (1, 5)),  # depthwise, unbatched
+    (1, (2, 3, 40), (5, 3, 2), dict(padding=((0, 7),), stride=5), (2, 3, 6)),  # pure-padding tail
+    (2, (2, 3, 21, 19), (4, 3, 3, 5), dict(stride=(2, 3), padding="same"), (1, 2, 5, 4)),
+    (2, (1, 6, 17, 16), (6, 1, 3, 3), dict(groups=6, dilation=2, padding="full"), (1, 6, 3, 16)),
+    (2, (2, 4, 12, 13), (6, 2, 2, 4), dict(groups=2, stride=(3, 2), padding=((1, 2), (0, 3))), (2, 1, 4, 13)),
+    (2, (23, 22), (5, 5), dict(padding="valid", stride=2), (10, 6)),  # plain image
+]
+
+
+def _grid_case(ndim, x_shape, w_shape, keywords, chunks, dtype):
+    """Forward bit-for-bit against the single-array call, then the full check."""
+    rng = np.random.default_rng(abs(hash((x_shape, w_shape))) % 2**32)
+    x = rng.standard_normal(x_shape).astype(dtype)
+    w = rng.standard_normal(w_shape).astype(dtype)
+    b = rng.standard_normal(w_shape[0]).astype(dtype) if len(w_shape) == ndim + 2 else None
+    # Pinned to the compiled single-core rung (the workers need no JIT warm-up),
+    # the forward is bit-for-bit the single-array call.
+    y = FORWARD[ndim](da.from_array(x, chunks=chunks), w, b, backend="cython", **keywords)
+    np.testing.assert_array_equal(y.compute(), FORWARD[ndim](x, w, b, backend="cython", **keywords))
+    _check_case(ndim, x, w, b, keywords, chunks, 7, backend="cython")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("ndim, x_shape, w_shape, keywords, chunks", GRID)
+def test_grid_equals_single_array_call(ndim, x_shape, w_shape, keywords, chunks, dtype):
+    with dask.config.set(scheduler="synchronous"):
+        _grid_case(ndim, x_shape, w_shape, keywords, chunks, dtype)
+
+
+# Rows of the grid on the cluster: chunks pickled to worker processes, the
+# weights fetched by each worker, halos cut from chunks held by another worker.
+@pytest.mark.parametrize("row", [0, 3, 5])
+def test_grid_on_local_cluster_equals_single_array_call(client, row):
+    _grid_case(*GRID[row], np.float32)
+
+
+def test_output_chunks_align_with_the_stride_and_read_only_their_halo():
+    # Input chunks of 10, stride 3, padding 2: output j starts at padded 3j, so
+    # the chunk starting at 10 (padded 12) owns outputs from ceil(12/3) = 4,
+    # the one at 20 from ceil(22/3) = 8, the one at 30 from ceil(32/3) = 11.
+    x = da.zeros((1, 1, 40), chunks=10)
+    y = cs.conv1d(x, np.ones((1, 1, 5)), stride=3, padding=2)
+    assert y.chunks[-1] == (4, 4, 3, 3)
+    assert sum(y.chunks[-1]) == cs.conv1d(np.zeros((1, 1, 40)), np.ones((1, 1, 5)), stride=3, padding=2).shape[-1]
+
+
+def test_result_is_lazy_and_computed_by_the_backend_the_settings_chose():
+    counting = CountingBackend()
+    cs.register_backend(counting)
+    try:
+        x = da.random.default_rng(0).standard_normal((2, 3, 64), chunks=(1, 3, 16))
+        w = np.ones((4, 3, 5))
+        with cs.use_backend("counting"):  # resolved when the graph is built
+            y = cs.conv1d(x, w, padding="same")
+        assert isinstance(y, da.Array) and counting.calls == 0  # a graph, nothing computed
+        with dask.config.set(scheduler="synchronous"):
+            y.compute()
+        assert counting.calls == y.npartitions == 8
+    finally:
+        cs.unregister_backend("counting")
+
+
+def test_weights_are_one_graph_key_not_copied_into_every_task():
+    w = np.random.default_rng(1).standard_normal((8, 3, 3, 3))
+    x = da.ones((4, 3, 32, 32), chunks=(1, 3, 8, 8))
+    y = cs.conv2d(x, w, padding=1)
+    graph = dict(y.__dask_graph__())
+    holders = [key for key, task in graph.items() if any(_holds(arg, w) for arg in _arguments(task))]
+    assert len(holders) == 1  # one key holds the weights; 64 block tasks refer to it
+    assert y.npartitions == 64
+
+
+def _arguments(task):
+    """The literal arguments of a graph task, old tuple form or new Task form."""
+    if isinstance(task, tuple):
+        return task[1:]
+    args = getattr(task, "args", ())
+    return [getattr(a, "value", a) for a in args]
+
+
+def _holds(value, w):
+    return isinstance(value, np.ndarray) and value.shape == w.shape and np.array_equal(value, w)
+
+
+def test_a_failure_inside_a_task_surfaces_with_its_type_and_message(client):
+    path = "tests.distributed_helpers:FailingBackend"
+    cs.register_backend(path, name="failing")
+    client.run(cs.register_backend, path, name="failing", replace=True)  # on every worker
+    try:
+        y = cs.conv1d(da.ones((2, 1, 30), chunks=(1, 1, 10)), np.ones((1, 1, 3)), backend="failing")
+        with pytest.raises(ChunkFailure, match="deliberate failure on a chunk"):
+            y.compute()
+    finally:
+        cs.unregister_backend("failing")
+
+
+def test_dask_weights_and_grad_y_are_accepted_lazily():
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((2, 2, 30)), rng.standard_normal((3, 2, 4))
+    gy = rng.standard_normal((2, 3, 14))
+    xd, wd, gyd = da.from_array(x, chunks=(1, 2, 7)), da.from_array(w, chunks=(1, 2, 4)), da.from_array(gy, chunks=5)
+    with dask.config.set(scheduler="synchronous"):
+        np.testing.assert_allclose(cs.conv1d(xd, wd, stride=2).compute(), cs.conv1d(x, w, stride=2), rtol=1e-12)
+        for got, want in zip(dask.compute(*cs.conv1d_backward(gyd, xd, wd, stride=2)),
+                             cs.conv1d_backward(gy, x, w, stride=2)):
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_bad_input_is_refused_before_any_graph_is_built():
+    x = da.ones((2, 3, 10), chunks=5)
+    with pytest.raises(ValueError, match="channel mismatch"):
+        cs.conv1d(x, np.ones((4, 2, 3)))
+    with pytest.raises(ValueError, match="`padding` must be"):
+        cs.conv1d(x, np.ones((4, 3, 3)), padding="vald")
+    with pytest.raises(ValueError, match="grad_y"):
+        cs.conv1d_backward(da.ones((2, 4, 9)), x, np.ones((4, 3, 3)))
+    with pytest.raises(TypeError, match="`algorithm` must be a string"):
+        cs.conv1d(x, np.ones((4, 3, 3)), algorithm=3)
+    with pytest.raises(ValueError, match="`backend` must be one of"):
+        cs.conv1d(x, np.ones((4, 3, 3)), backend="nonesuch")
+
+
+def test_joblib_rung_runs_its_pieces_on_the_dask_cluster(client):
+    joblib = pytest.importorskip("joblib")
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((1, 3, 30, 20)), rng.standard_normal((4, 3, 5, 3))
+    with joblib.parallel_config(backend="dask", n_jobs=2):
+        y = cs.conv2d(x, w, padding="same", stride=2, backend="joblib")
+    np.testing.assert_array_equal(y, cs.conv2d(x, w, padding="same", stride=2, backend="cython"))
+
+
+def test_unknown_chunk_sizes_are_refused_with_the_fix():
+    x = da.ones((2, 3, 10), chunks=5)
+    x = x[:, :, x[0, 0] > 0]  # boolean indexing: chunk sizes unknown until computed
+    with pytest.raises(ValueError, match="compute_chunk_sizes"):
+        cs.conv1d(x, np.ones((4, 3, 3)))
+
+
+def test_empty_batch_chunks_and_outputs_larger_than_this_host_stay_lazy():
+    x = da.concatenate([da.ones((0, 2, 12), chunks=(0, 2, 5)), da.ones((2, 2, 12), chunks=(1, 2, 5))])
+    w = np.ones((3, 2, 3))
+    with dask.config.set(scheduler="synchronous"):
+        expected = cs.conv1d(np.ones((2, 2, 12)), w, padding=1)
+        np.testing.assert_array_equal(cs.conv1d(x, w, padding=1).compute(), expected)
+        gx, gw, gb = dask.compute(*cs.conv1d_backward(da.ones((2, 3, 12), chunks=(1, 3, 12)), x, w, padding=1))
+        want = cs.conv1d_backward(np.ones((2, 3, 12)), np.ones((2, 2, 12)), w, padding=1)
+        for got, expected in zip((gx, gw, gb), want):
+            np.testing.assert_allclose(got, expected, rtol=1e-12)
+    # Far more output than this machine's memory: still a graph (the host check is for in-memory outputs).
+    huge = da.zeros((10**6, 1, 10**5), chunks=(10**5, 1, 10**4), dtype=np.float32)
+    y = cs.conv1d(huge, np.ones((8, 1, 3), dtype=np.float32), padding="same")
+    assert y.shape == (10**6, 8, 10**5) and y.dtype == np.float32 and y.npartitions == 100

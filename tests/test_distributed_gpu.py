@@ -1,0 +1,106 @@
+"""A batch split across GPUs, and Dask arrays of CuPy chunks: run with `pytest -m gpu`.
+
+With one visible GPU every code path still runs (one shard, or several
+shards pinned to the same device); with two or more the shards really run on
+different devices and cross them on the way back.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import convsuite as cs
+from convsuite.testing import (
+    assert_within,
+    backward_tolerances,
+    forward_tolerance,
+    reference_backward,
+    reference_forward,
+)
+
+INFO = {b.name: b for b in cs.list_backends()}["cupy"]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not INFO.available, reason=f"cupy backend unavailable: {INFO.reason}"),
+]
+
+
+def _arrays(seed=0, batch=7):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, 3, 20, 17)).astype(np.float32)
+    w = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(5).astype(np.float32)
+    return x, w, b
+
+
+def _devices_to_try():
+    from convsuite.distributed.multigpu import visible_gpus
+
+    gpus = visible_gpus()
+    # Every GPU; and with one GPU, the same device twice (two shards, two threads).
+    return [gpus, gpus * 2] if len(gpus) == 1 else [gpus, gpus[:1]]
+
+
+def test_forward_split_across_gpus_matches_reference_and_stays_where_the_caller_is():
+    import cupy
+
+    from convsuite.distributed import multigpu
+
+    x, w, b = _arrays()
+    keywords = dict(stride=2, padding="same")
+    spec = cs.explain(x, w, b, **keywords).spec
+    expected, tol = reference_forward(spec, x, w, b), forward_tolerance(spec, x, w, b)
+    for devices in _devices_to_try():
+        y = multigpu.conv2d(x, w, b, devices=devices, **keywords)
+        assert isinstance(y, np.ndarray)
+        assert_within(y, expected, tol, f"multigpu forward on {devices}")
+        y_dev = multigpu.conv2d(cupy.asarray(x), cupy.asarray(w), cupy.asarray(b), devices=devices, **keywords)
+        assert isinstance(y_dev, cupy.ndarray) and y_dev.device.id == cupy.cuda.Device().id
+        assert_within(y_dev.get(), expected, tol, f"multigpu forward (CuPy in) on {devices}")
+
+
+def test_backward_split_across_gpus_sums_weight_gradients():
+    from convsuite.distributed import multigpu
+
+    x, w, _ = _arrays(1)
+    keywords = dict(padding=1, dilation=2)
+    spec = cs.explain(x, w, **keywords).spec
+    grad_y = np.random.default_rng(2).standard_normal(spec.y_shape).astype(np.float32)
+    expected = reference_backward(spec, grad_y, x, w)
+    tolerances = backward_tolerances(spec, grad_y, x, w)
+    for devices in _devices_to_try():
+        grads = multigpu.conv2d_backward(grad_y, x, w, devices=devices, **keywords)
+        for name, got, want, tol in zip(("grad_x", "grad_w", "grad_b"), grads, expected, tolerances):
+            assert isinstance(got, np.ndarray)
+            assert_within(np.reshape(got, np.shape(want)), want, tol, f"multigpu {name} on {devices}")
+
+
+def test_scatter_places_shards_and_gather_collects_them():
+    from convsuite.distributed import multigpu
+
+    x, _, _ = _arrays(batch=5)
+    gpus = multigpu.visible_gpus()
+    shards = multigpu.scatter(x, gpus)
+    assert [s.array.device.id for s in shards] == gpus[: len(shards)]
+    np.testing.assert_array_equal(multigpu.gather(shards), x)
+    np.testing.assert_array_equal(multigpu.gather(shards, gpus[0]).get(), x)
+    with pytest.raises(ValueError, match="devices"):
+        multigpu.scatter(x, [len(gpus) + 3])
+
+
+def test_dask_array_of_cupy_chunks_runs_on_the_gpu_and_stays_there():
+    da = pytest.importorskip("dask.array")
+    dask = pytest.importorskip("dask")
+    import cupy
+
+    x, w, b = _arrays(3)
+    xd = da.from_array(cupy.asarray(x), chunks=(2, 3, 7, 6), asarray=False)
+    keywords = dict(stride=(2, 1), padding="full")
+    with dask.config.set(scheduler="synchronous"):
+        y = cs.conv2d(xd, cupy.asarray(w), cupy.asarray(b), **keywords)
+        assert isinstance(y._meta, cupy.ndarray)
+        got = y.compute()
+    assert isinstance(got, cupy.ndarray)
+    spec = cs.explain(x, w, b, **keywords).spec
+    assert_within(got.get(), reference_forward(spec, x, w, b), forward_tolerance(spec, x, w, b), "dask+cupy")
