@@ -16,11 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from . import _plans, _tuning
+from . import _plans, _threads, _tuning
 from ._plans import Decision, Plan
 from ._registry import home_backend, requested_backend
 from ._spec import ConvSpec
-from ._threads import get_num_threads
 from ._validation import as_real_array, check_memory, prepare_backward, prepare_forward
 
 __all__ = [
@@ -82,7 +81,7 @@ def _plan_key(ndim, direction, a, b, c, stride, padding, dilation, groups, name,
         name,
         source,
         algorithm,
-        get_num_threads(),
+        _threads._requested,  # the thread setting (None: all), read without a call
         _tuning.autotune_enabled(),
         _plans._generation,
     )

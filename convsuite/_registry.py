@@ -286,9 +286,15 @@ def check_algorithm_exists(algorithm: str) -> None:
         )
 
 
-def select(spec: ConvSpec, backend: str | None, algorithm: str, direction: str) -> Selection:
-    """Choose the backend and algorithm for one call, or raise saying why none fits."""
-    name, source = requested_backend(backend)
+def select(
+    spec: ConvSpec, backend: str | None, algorithm: str, direction: str, source: str | None = None
+) -> Selection:
+    """Choose the backend and algorithm for one call by priority, or raise saying why none fits.
+
+    ``source`` names the setting that asked for ``backend`` when the caller
+    has already resolved it (see :func:`requested_backend`).
+    """
+    name, source = requested_backend(backend) if source is None else (backend, source)
     if name != "auto":
         chosen = get_backend(name)
         verdict = chosen.available()

@@ -473,7 +473,7 @@ def choose(
     request = _request(name, algorithm)
 
     if name != "auto":
-        chosen = _registry.select(spec, name, algorithm, direction)
+        chosen = _registry.select(spec, name, algorithm, direction, source)
         backend = chosen.backend
         if algorithm == "auto" and len(backend.algorithms) > 1 and tuning:
             pairs = _pairs(spec, direction, name, algorithm, device)[0]

@@ -18,9 +18,9 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from .._spec import ConvSpec
-from .base import Backend
+from .base import Algorithm, Backend, Launch
 
-__all__ = ["NumpyBackend", "WORKSPACE_BYTES"]
+__all__ = ["ALGORITHMS", "NumpyBackend", "WORKSPACE_BYTES"]
 
 #: Target size of one im2col tile: large enough for BLAS to run at speed,
 #: small enough to stay out of the way of the rest of memory.
@@ -89,68 +89,91 @@ def _im2col(windows: np.ndarray, s: ConvSpec, bs: slice, rs: slice, cs: slice) -
     return np.ascontiguousarray(tile).reshape(Bt, G, Cg * KH * KW, Rt * Ct)
 
 
+def _forward(s: ConvSpec, x, w, bias, out) -> None:
+    """Write the forward of the 2-D view ``s`` into ``out``."""
+    G, Mg = s.groups, s.out_channels_per_group
+    windows = _windows(_padded_source(x.reshape(s.x_shape), s), s)
+    w_mat = w.reshape(G, Mg, -1)
+    out4 = out.reshape(s.y_shape)
+    for bs, rs, cs in _tiles(s):
+        cols = _im2col(windows, s, bs, rs, cs)
+        tile = np.matmul(w_mat, cols)  # (Bt, G, Mg, L): NCHW order already
+        if bias is not None:
+            tile += bias.reshape(G, Mg, 1)
+        Bt = tile.shape[0]
+        out4[bs, :, rs, cs] = tile.reshape(Bt, s.out_channels, rs.stop - rs.start, cs.stop - cs.start)
+
+
+def _backward(s: ConvSpec, grad_y, x, w, grad_x, grad_w, grad_b) -> None:
+    """Write the three gradients of the 2-D view ``s``."""
+    G, Cg, Mg = s.groups, s.channels_per_group, s.out_channels_per_group
+    KH, KW = s.kernel_size
+    (sh, sw), (dh, dw) = s.stride, s.dilation
+    x4 = x.reshape(s.x_shape)
+    source = _padded_source(x4, s)
+    windows = _windows(source, s)
+    gy4 = grad_y.reshape(s.y_shape)
+    w_mat = w.reshape(G, Mg, -1)
+    w_mat_t = np.ascontiguousarray(w_mat.transpose(0, 2, 1))
+    grad_w_acc = np.zeros_like(w_mat)
+    # The gradient with respect to the padded, cut source; its interior is
+    # copied to grad_x at the end (padding positions have no input).
+    grad_source = np.zeros(source.shape, dtype=source.dtype)
+
+    grad_b[...] = gy4.sum(axis=(0, 2, 3))
+    for bs, rs, cs in _tiles(s):
+        Rt, Ct = rs.stop - rs.start, cs.stop - cs.start
+        cols = _im2col(windows, s, bs, rs, cs)
+        Bt = cols.shape[0]
+        gy_tile = np.ascontiguousarray(gy4[bs, :, rs, cs]).reshape(Bt, G, Mg, Rt * Ct)
+        # dL/dw = sum over batch and positions of grad_y times the window.
+        grad_w_acc += np.matmul(gy_tile, cols.transpose(0, 1, 3, 2)).sum(axis=0)
+        # dL/dcols, then col2im: each kernel tap scatters one strided slab.
+        grad_cols = np.matmul(w_mat_t, gy_tile).reshape(Bt, G * Cg, KH, KW, Rt, Ct)
+        for p in range(KH):
+            h0 = rs.start * sh + p * dh
+            for q in range(KW):
+                w0 = cs.start * sw + q * dw
+                grad_source[bs, :, h0 : h0 + (Rt - 1) * sh + 1 : sh, w0 : w0 + (Ct - 1) * sw + 1 : sw] += grad_cols[
+                    :, :, p, q
+                ]
+    grad_w.reshape(G, Mg, -1)[...] = grad_w_acc
+
+    (top, _), (left, _) = s.padding
+    H, W = s.in_size
+    gx4 = grad_x.reshape(s.x_shape)
+    rows = max(0, min(H, source.shape[2] - top))
+    cols_in = max(0, min(W, source.shape[3] - left))
+    gx4[...] = 0  # inputs no output reads get zero gradient
+    gx4[:, :, :rows, :cols_in] = grad_source[:, :, top : top + rows, left : left + cols_in]
+
+
+def _plan_im2col(spec: ConvSpec, direction: str) -> Launch:
+    """Resolve the 2-D view once; the launch runs one forward or backward call."""
+    s = spec.as_2d()
+    if direction == "forward":
+        return lambda x, w, bias, out: _forward(s, x, w, bias, out)
+    return lambda grad_y, x, w, grad_x, grad_w, grad_b: _backward(s, grad_y, x, w, grad_x, grad_w, grad_b)
+
+
+ALGORITHMS = {
+    "im2col": Algorithm(
+        name="im2col",
+        summary="sliding_window_view im2col tiles + one batched BLAS matmul per tile; col2im for backward",
+        plan=_plan_im2col,
+        directions=("forward", "backward"),
+    ),
+}
+
+
 class NumpyBackend(Backend):
     """Vectorised NumPy: im2col tiles and one batched BLAS product per tile."""
 
     name = "numpy"
     device = "cpu"
     priority = 10
-    algorithms = ("im2col",)
+    algorithms = tuple(ALGORITHMS)
     description = "NumPy im2col (sliding_window_view) + batched BLAS matmul"
 
-    def forward(self, spec, x, w, bias, out, algorithm):
-        s = spec.as_2d()
-        G, Mg = s.groups, s.out_channels_per_group
-        windows = _windows(_padded_source(x.reshape(s.x_shape), s), s)
-        w_mat = w.reshape(G, Mg, -1)
-        out4 = out.reshape(s.y_shape)
-        for bs, rs, cs in _tiles(s):
-            cols = _im2col(windows, s, bs, rs, cs)
-            tile = np.matmul(w_mat, cols)  # (Bt, G, Mg, L): NCHW order already
-            if bias is not None:
-                tile += bias.reshape(G, Mg, 1)
-            Bt = tile.shape[0]
-            out4[bs, :, rs, cs] = tile.reshape(Bt, s.out_channels, rs.stop - rs.start, cs.stop - cs.start)
-
-    def backward(self, spec, grad_y, x, w, grad_x, grad_w, grad_b, algorithm):
-        s = spec.as_2d()
-        G, Cg, Mg = s.groups, s.channels_per_group, s.out_channels_per_group
-        KH, KW = s.kernel_size
-        (sh, sw), (dh, dw) = s.stride, s.dilation
-        x4 = x.reshape(s.x_shape)
-        source = _padded_source(x4, s)
-        windows = _windows(source, s)
-        gy4 = grad_y.reshape(s.y_shape)
-        w_mat = w.reshape(G, Mg, -1)
-        w_mat_t = np.ascontiguousarray(w_mat.transpose(0, 2, 1))
-        grad_w_acc = np.zeros_like(w_mat)
-        # The gradient with respect to the padded, cut source; its interior is
-        # copied to grad_x at the end (padding positions have no input).
-        grad_source = np.zeros(source.shape, dtype=source.dtype)
-
-        grad_b[...] = gy4.sum(axis=(0, 2, 3))
-        for bs, rs, cs in _tiles(s):
-            Rt, Ct = rs.stop - rs.start, cs.stop - cs.start
-            cols = _im2col(windows, s, bs, rs, cs)
-            Bt = cols.shape[0]
-            gy_tile = np.ascontiguousarray(gy4[bs, :, rs, cs]).reshape(Bt, G, Mg, Rt * Ct)
-            # dL/dw = sum over batch and positions of grad_y times the window.
-            grad_w_acc += np.matmul(gy_tile, cols.transpose(0, 1, 3, 2)).sum(axis=0)
-            # dL/dcols, then col2im: each kernel tap scatters one strided slab.
-            grad_cols = np.matmul(w_mat_t, gy_tile).reshape(Bt, G * Cg, KH, KW, Rt, Ct)
-            for p in range(KH):
-                h0 = rs.start * sh + p * dh
-                for q in range(KW):
-                    w0 = cs.start * sw + q * dw
-                    grad_source[bs, :, h0 : h0 + (Rt - 1) * sh + 1 : sh, w0 : w0 + (Ct - 1) * sw + 1 : sw] += grad_cols[
-                        :, :, p, q
-                    ]
-        grad_w.reshape(G, Mg, -1)[...] = grad_w_acc
-
-        (top, _), (left, _) = s.padding
-        H, W = s.in_size
-        gx4 = grad_x.reshape(s.x_shape)
-        rows = max(0, min(H, source.shape[2] - top))
-        cols_in = max(0, min(W, source.shape[3] - left))
-        gx4[...] = 0  # inputs no output reads get zero gradient
-        gx4[:, :, :rows, :cols_in] = grad_source[:, :, top : top + rows, left : left + cols_in]
+    def algorithm_table(self):
+        return ALGORITHMS
