@@ -252,7 +252,6 @@ conv1d_backward.__doc__ = _BACKWARD_DOC.format(ndim=1)
 conv2d_backward.__doc__ = _BACKWARD_DOC.format(ndim=2)
 
 
-
 def _op_of(w: Any) -> int:
     """1 or 2 spatial dimensions, told by the rank of ``w`` (a shape or an array)."""
     rank = len(w) if isinstance(w, tuple) else as_real_array(w, "w").ndim
@@ -451,8 +450,9 @@ def plan(
         return _build(ndim, direction, xs, ws, bs, stride, padding, dilation, groups, name, source, algorithm)
     _check_algorithm_type(algorithm)
     call = prepare_forward(_OPS[ndim], ndim, xs, ws, None, stride, padding, dilation, groups, convert=False)
-    gy = np.lib.stride_tricks.as_strided(np.zeros(1, xs.dtype), call.user_shape(call.spec.y_shape), (0,) * len(
-        call.user_shape(call.spec.y_shape)))
+    gy = np.lib.stride_tricks.as_strided(
+        np.zeros(1, xs.dtype), call.user_shape(call.spec.y_shape), (0,) * len(call.user_shape(call.spec.y_shape))
+    )
     return _build(ndim, direction, gy, xs, ws, stride, padding, dilation, groups, name, source, algorithm)
 
 

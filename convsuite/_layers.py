@@ -104,20 +104,39 @@ class _ConvLayer:
         return list(arrays), None
 
     def _plan(self, direction: str, a, b, c):
-        """This layer's plan for these operands under the current settings (built once)."""
+        """The layer's plan for these operands under the current settings (built once)."""
         name, source = _api.requested_backend(self.backend)
         try:
             key = _api._plan_key(
-                self._ndim, direction, a, b, c, self.stride, self.padding, self.dilation, self.groups,
-                name, source, "auto",
+                self._ndim,
+                direction,
+                a,
+                b,
+                c,
+                self.stride,
+                self.padding,
+                self.dilation,
+                self.groups,
+                name,
+                source,
+                "auto",
             )
         except (AttributeError, TypeError):  # a list input: no key, plan every call
             key = None
         found = self._plans.get(key) if key is not None else None
         if found is None:
             found = _api._planned(
-                self._ndim, direction, a, b, c, self.stride, self.padding, self.dilation, self.groups,
-                self.backend, "auto",
+                self._ndim,
+                direction,
+                a,
+                b,
+                c,
+                self.stride,
+                self.padding,
+                self.dilation,
+                self.groups,
+                self.backend,
+                "auto",
             )
             if key is not None:
                 if len(self._plans) >= self.MAX_PLANS:  # settings churn: start afresh

@@ -262,9 +262,7 @@ class Selection:
 def _check_algorithm(backend: Backend, algorithm: object) -> None:
     if algorithm != "auto" and algorithm not in backend.algorithms:
         valid = ", ".join(map(repr, ("auto", *backend.algorithms)))
-        raise ValueError(
-            f"`algorithm` must be one of {valid} for backend {backend.name!r}; got {algorithm!r}"
-        )
+        raise ValueError(f"`algorithm` must be one of {valid} for backend {backend.name!r}; got {algorithm!r}")
 
 
 def _pick_algorithm(backend: Backend, spec: ConvSpec, algorithm: str, direction: str) -> tuple[str, Verdict, str]:
@@ -281,14 +279,10 @@ def check_algorithm_exists(algorithm: str) -> None:
     backends = _by_priority()
     if algorithm != "auto" and not any(algorithm in b.algorithms for b in backends):
         every = sorted({a for b in backends for a in b.algorithms})
-        raise ValueError(
-            f"`algorithm` must be 'auto' or one of {', '.join(map(repr, every))}; got {algorithm!r}"
-        )
+        raise ValueError(f"`algorithm` must be 'auto' or one of {', '.join(map(repr, every))}; got {algorithm!r}")
 
 
-def select(
-    spec: ConvSpec, backend: str | None, algorithm: str, direction: str, source: str | None = None
-) -> Selection:
+def select(spec: ConvSpec, backend: str | None, algorithm: str, direction: str, source: str | None = None) -> Selection:
     """Choose the backend and algorithm for one call by priority, or raise saying why none fits.
 
     ``source`` names the setting that asked for ``backend`` when the caller
@@ -299,9 +293,7 @@ def select(
         chosen = get_backend(name)
         verdict = chosen.available()
         if verdict is not True:
-            raise BackendUnavailableError(
-                f"backend {name!r} (requested by {source}) is unavailable: {verdict}"
-            )
+            raise BackendUnavailableError(f"backend {name!r} (requested by {source}) is unavailable: {verdict}")
         _check_algorithm(chosen, algorithm)
         algo, verdict, why = _pick_algorithm(chosen, spec, algorithm, direction)
         if verdict is not True:

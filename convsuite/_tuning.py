@@ -33,7 +33,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -407,9 +407,7 @@ def _measured(
     return (best, entry["algorithm"]), Decision("", "measurement", reason, (), table)
 
 
-def tune_now(
-    spec: ConvSpec, direction: str, name: str, algorithm: str, home: Backend | None
-) -> TuneResult:
+def tune_now(spec: ConvSpec, direction: str, name: str, algorithm: str, home: Backend | None) -> TuneResult:
     """Measure every candidate of the request now, store the winner, return the table."""
     device = _data_device(home)
     pairs = _pairs(spec, direction, name, algorithm, device)[0]

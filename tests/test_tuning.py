@@ -108,8 +108,10 @@ def test_use_autotune_is_task_local(cache_dir):
 def test_tune_times_every_candidate_and_persists(cache_dir):
     result = cs.tune(X, W, padding=1)
     labels = {(b, a) for b, a, *_ in result.table}
-    expected = {(b.name, a) for b, a in _tuning._registry.candidates(cs.explain(X, W, padding=1).spec, "auto",
-                                                                    "forward", "cpu")[0]}
+    expected = {
+        (b.name, a)
+        for b, a in _tuning._registry.candidates(cs.explain(X, W, padding=1).spec, "auto", "forward", "cpu")[0]
+    }
     assert labels == expected and len(labels) >= 3
     medians = [row[2] for row in result.table if row[2] is not None]
     assert medians == sorted(medians) and (result.backend, result.algorithm) == result.table[0][:2]
@@ -276,15 +278,21 @@ def _table(times_near: dict, times_far: dict) -> dict:
 
 
 def test_rule_follows_its_data(monkeypatch, cache_dir):
-    monkeypatch.setitem(_rule._tables, "cpu", _table({"numpy/im2col": 1.0, "cython/direct": 5.0},
-                                                    {"numpy/im2col": 5.0, "cython/direct": 1.0}))
+    monkeypatch.setitem(
+        _rule._tables,
+        "cpu",
+        _table({"numpy/im2col": 1.0, "cython/direct": 5.0}, {"numpy/im2col": 5.0, "cython/direct": 1.0}),
+    )
     monkeypatch.setattr(_rule, "NEIGHBOURS", 1)
     cs.clear_plan_cache()
     explanation = cs.explain(X, W, padding=1)
     assert (explanation.backend, explanation.decided_by) == ("numpy", "rule")
     assert "small" in explanation.reason
-    monkeypatch.setitem(_rule._tables, "cpu", _table({"numpy/im2col": 5.0, "cython/direct": 1.0},
-                                                    {"numpy/im2col": 1.0, "cython/direct": 5.0}))
+    monkeypatch.setitem(
+        _rule._tables,
+        "cpu",
+        _table({"numpy/im2col": 5.0, "cython/direct": 1.0}, {"numpy/im2col": 1.0, "cython/direct": 5.0}),
+    )
     cs.clear_plan_cache()
     assert cs.explain(X, W, padding=1).backend == "cython"
     y = cs.conv2d(X, W, padding=1)

@@ -176,4 +176,5 @@ class NumpyBackend(Backend):
     description = "NumPy im2col (sliding_window_view) + batched BLAS matmul"
 
     def algorithm_table(self):
+        """The one record, ``im2col``."""
         return ALGORITHMS

@@ -135,4 +135,5 @@ class PythonBackend(Backend):
     description = "pure-Python nested loops: the definition, readable, slow"
 
     def algorithm_table(self):
+        """The one record, ``direct``."""
         return ALGORITHMS

@@ -59,6 +59,7 @@ class Problem:
 
     @property
     def ndim(self) -> int:
+        """Spatial dimensions (1 or 2)."""
         return len(self.w_shape) - 2
 
 
@@ -112,7 +113,8 @@ def fit_grid(seed: int = 0, forward: int = 48, backward: int = 20) -> list[Probl
         if kernel > size:
             continue
         problem = Problem(
-            name=f"B{batch} C{channels} M{out_channels} {size}x{size} k{kernel} s{stride}" + (" dw" if depthwise else ""),
+            name=f"B{batch} C{channels} M{out_channels} {size}x{size} k{kernel} s{stride}"
+            + (" dw" if depthwise else ""),
             x_shape=(batch, channels, size, size),
             w_shape=(out_channels, channels // groups, kernel, kernel),
             stride=stride,
@@ -172,7 +174,9 @@ def _markdown(device: str, rows: list[dict], machine: str, date: str, seconds: f
         best = min(times.values())
         winner = min(times, key=times.get)
         cells = [f"{times[label] / best:.2f}" if label in times else "-" for label in labels]
-        lines.append(f"| {row['name']} | {row['direction']} | " + " | ".join(cells) + f" | {winner} ({best * 1e6:.0f} us) |")
+        lines.append(
+            f"| {row['name']} | {row['direction']} | " + " | ".join(cells) + f" | {winner} ({best * 1e6:.0f} us) |"
+        )
     wins: dict[str, int] = {}
     for row in rows:
         winner = min(row["times"], key=row["times"].get)
@@ -196,9 +200,7 @@ def _plot(device: str, rows: list[dict], path: Path) -> bool:
     for row in rows:
         winner = min(row["times"], key=row["times"].get)
         marker = "o" if row["direction"] == "forward" else "^"
-        ax.scatter(
-            math.log10(row["macs"]), math.log10(row["reduction"]), color=colours[winner], marker=marker, s=40
-        )
+        ax.scatter(math.log10(row["macs"]), math.log10(row["reduction"]), color=colours[winner], marker=marker, s=40)
     for label in labels:
         ax.scatter([], [], color=colours[label], label=label)
     ax.scatter([], [], color="grey", marker="o", label="forward")
