@@ -68,6 +68,9 @@ REPEAT = 6
 ROUNDS = 3
 #: A candidate slower than this multiple of the best after the first round is dropped.
 ABANDON_RATIO = 2.0
+#: Each block runs at least this long: short calls get many samples, so one
+#: preemption on a shared machine cannot move the median.
+MIN_BLOCK_S = 0.01
 
 _scoped: ContextVar[bool | None] = ContextVar("convsuite_autotune_scope", default=None)
 _global: bool | None = None
@@ -334,9 +337,19 @@ def _operands(spec: ConvSpec, direction: str, backend: Backend) -> tuple:
 
 
 def measure_candidates(
-    spec: ConvSpec, direction: str, pairs: Sequence[tuple[Backend, str]], *, repeat: int = REPEAT
+    spec: ConvSpec,
+    direction: str,
+    pairs: Sequence[tuple[Backend, str]],
+    *,
+    repeat: int = REPEAT,
+    rounds: int = ROUNDS,
+    min_block_s: float = MIN_BLOCK_S,
 ) -> list[tuple[str, str, float | None, float | None, str]]:
-    """Time each (backend, algorithm) on the spec; the table, fastest first."""
+    """Time each (backend, algorithm) on the spec; the table, fastest first.
+
+    Operands are random, of the spec's shapes, on each backend's device; each
+    call is bracketed by the backend's timer and followed by its sync.
+    """
     contenders: dict[str, Contender] = {}
     failed: list[tuple[str, str, None, None, str]] = []
     labels: dict[str, tuple[str, str]] = {}
@@ -357,7 +370,9 @@ def measure_candidates(
         labels[label] = (backend.name, algorithm)
     timings = {}
     if contenders:
-        timings = measure_side_by_side(contenders, repeat=repeat, warmup=1, rounds=ROUNDS, abandon_ratio=ABANDON_RATIO)
+        timings = measure_side_by_side(
+            contenders, repeat=repeat, warmup=1, rounds=rounds, abandon_ratio=ABANDON_RATIO, min_block_s=min_block_s
+        )
     rows = [
         (*labels[label], t.median, t.iqr_rel, "abandoned" if t.abandoned else "ok")
         for label, t in sorted(timings.items(), key=lambda item: item[1].median)
