@@ -170,7 +170,11 @@ def device_name(device: str, backend: Backend | None = None) -> str:
     if device == "cpu":
         return f"{_cpu_name()} x{os.cpu_count()}"
     describe = getattr(backend, "device_name", None)
-    return describe() if callable(describe) else f"{device}:{getattr(backend, 'name', '?')}"
+    if callable(describe):
+        return describe()
+    # No name from the backend: its memory size at least tells an H100 from an H200.
+    memory = backend.memory_limit() if backend is not None else None
+    return f"{device}:{getattr(backend, 'name', '?')}:{memory or 0}B"
 
 
 def fingerprint(device: str, backend: Backend | None = None) -> str:
@@ -399,7 +403,8 @@ def _measured(
     device_backend = next((b for b, _ in pairs if b.device == device), None)
     key = f"{fingerprint(device, device_backend)}|{problem_key(spec, direction, request)}"
     entry = _lookup(key)
-    if entry is not None and entry.get("backend") in backend_of:
+    runnable = {(b.name, a) for b, a in pairs}
+    if entry is not None and (entry.get("backend"), entry.get("algorithm")) in runnable:
         how = "measured earlier (tuning cache)"
     elif measure:
         rows = measure_candidates(spec, direction, pairs)

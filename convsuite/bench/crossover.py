@@ -59,8 +59,9 @@ class Problem:
 
     @property
     def ndim(self) -> int:
-        """Spatial dimensions (1 or 2)."""
-        return len(self.w_shape) - 2
+        """Spatial dimensions (1 or 2); a plain kernel ``(K,)``/``(KH, KW)`` has no channel axes."""
+        rank = len(self.w_shape)
+        return rank - 2 if rank > 2 else rank
 
 
 def spec_of(problem: Problem) -> ConvSpec:
