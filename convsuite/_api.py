@@ -12,7 +12,7 @@ moves operands and results.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 
@@ -32,6 +32,13 @@ __all__ = [
     "plan",
     "tune",
 ]
+
+#: An operand: a NumPy array, a device array a backend owns, or nested lists of numbers.
+ArrayLike = Any
+#: An int, or one int per spatial dimension.
+IntOrTuple = Union[int, "tuple[int, ...]"]
+#: An int, a tuple, per-side pairs, or 'valid' / 'same' / 'full'.
+Padding = Union[int, str, "tuple[int | tuple[int, int], ...]"]
 
 _OPS = {1: "conv1d", 2: "conv2d"}
 _CACHE = _plans.cache()
@@ -209,11 +216,33 @@ _FORWARD_DOC = """{ndim}-D convolution (deep-learning cross-correlation, as in P
     """
 
 
-def conv1d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, backend=None, algorithm="auto"):
+def conv1d(
+    x: ArrayLike,
+    w: ArrayLike,
+    bias: ArrayLike | None = None,
+    *,
+    stride: IntOrTuple = 1,
+    padding: Padding = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
+    backend: str | None = None,
+    algorithm: str = "auto",
+) -> Any:
     return _forward(1, x, w, bias, stride, padding, dilation, groups, backend, algorithm)
 
 
-def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, backend=None, algorithm="auto"):
+def conv2d(
+    x: ArrayLike,
+    w: ArrayLike,
+    bias: ArrayLike | None = None,
+    *,
+    stride: IntOrTuple = 1,
+    padding: Padding = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
+    backend: str | None = None,
+    algorithm: str = "auto",
+) -> Any:
     return _forward(2, x, w, bias, stride, padding, dilation, groups, backend, algorithm)
 
 
@@ -240,11 +269,33 @@ _BACKWARD_DOC = """Gradients of a {ndim}-D convolution with respect to x, w and 
     """
 
 
-def conv1d_backward(grad_y, x, w, *, stride=1, padding=0, dilation=1, groups=1, backend=None, algorithm="auto"):
+def conv1d_backward(
+    grad_y: ArrayLike,
+    x: ArrayLike,
+    w: ArrayLike,
+    *,
+    stride: IntOrTuple = 1,
+    padding: Padding = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
+    backend: str | None = None,
+    algorithm: str = "auto",
+) -> tuple[Any, Any, Any]:
     return _backward(1, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
 
 
-def conv2d_backward(grad_y, x, w, *, stride=1, padding=0, dilation=1, groups=1, backend=None, algorithm="auto"):
+def conv2d_backward(
+    grad_y: ArrayLike,
+    x: ArrayLike,
+    w: ArrayLike,
+    *,
+    stride: IntOrTuple = 1,
+    padding: Padding = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
+    backend: str | None = None,
+    algorithm: str = "auto",
+) -> tuple[Any, Any, Any]:
     return _backward(2, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
 
 
@@ -329,14 +380,14 @@ class Explanation:
 
 
 def explain(
-    x,
-    w,
-    bias=None,
+    x: ArrayLike,
+    w: ArrayLike,
+    bias: ArrayLike | None = None,
     *,
-    stride=1,
-    padding=0,
-    dilation=1,
-    groups=1,
+    stride: IntOrTuple = 1,
+    padding: Padding = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
     backend: str | None = None,
     algorithm: str = "auto",
     direction: str = "forward",
@@ -395,14 +446,14 @@ def _operands_for(x_or_shape, w_or_shape, bias, dtype):
 
 
 def plan(
-    x,
-    w,
-    bias=None,
+    x: ArrayLike | tuple[int, ...],
+    w: ArrayLike | tuple[int, ...],
+    bias: ArrayLike | tuple[int, ...] | None = None,
     *,
-    stride=1,
-    padding=0,
-    dilation=1,
-    groups=1,
+    stride: IntOrTuple = 1,
+    padding: Padding = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
     backend: str | None = None,
     algorithm: str = "auto",
     direction: str = "forward",
@@ -457,14 +508,14 @@ def plan(
 
 
 def tune(
-    x,
-    w,
-    bias=None,
+    x: ArrayLike,
+    w: ArrayLike,
+    bias: ArrayLike | None = None,
     *,
-    stride=1,
-    padding=0,
-    dilation=1,
-    groups=1,
+    stride: IntOrTuple = 1,
+    padding: Padding = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
     backend: str | None = None,
     algorithm: str = "auto",
     direction: str = "forward",
