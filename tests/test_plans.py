@@ -212,3 +212,84 @@ def test_layers_hold_their_plans_and_follow_settings():
     assert layer._plan("forward", X, layer.weight, layer.bias).backend.name != "python"
     grads = layer.backward(np.ones_like(y), X)
     assert grads[0].shape == X.shape and len(layer._plans) >= 2
+
+
+class _Box:
+    """A stand-in for a device array: the front end must move data through the backend, never touch it."""
+
+    def __init__(self, array):
+        self.a = array
+        self.shape, self.dtype = array.shape, array.dtype
+
+    def reshape(self, *shape):
+        return _Box(self.a.reshape(*shape))
+
+    def fill(self, value):
+        self.a.fill(value)
+
+
+class _BoxModule:
+    @staticmethod
+    def empty(shape, dtype):
+        return _Box(np.empty(shape, dtype))
+
+
+class _FakeDevice(Backend):
+    """A 'device' backend whose arrays are _Box objects; computes with the numpy backend's launch."""
+
+    name = "fake_device"
+    device = "fakegpu"
+    algorithms = ("boxed",)
+
+    def __init__(self):
+        self.moves = {"to_device": 0, "to_host": 0}
+
+    def array_module(self):
+        return _BoxModule
+
+    def owns(self, array):
+        return isinstance(array, _Box)
+
+    def to_device(self, array):
+        self.moves["to_device"] += 1
+        return _Box(np.array(array))
+
+    def to_host(self, array):
+        self.moves["to_host"] += 1
+        return array.a.copy()
+
+    def memory_limit(self):
+        return 2**40
+
+    def plan(self, spec, algorithm, direction):
+        inner = cs.get_backend("numpy").plan(spec, "im2col", direction)
+
+        def launch(*operands):
+            assert all(o is None or isinstance(o, _Box) for o in operands)
+            inner(*(None if o is None else o.a for o in operands))
+
+        return launch
+
+
+def test_device_backend_gets_operands_through_its_protocol():
+    fake = _FakeDevice()
+    cs.register_backend(fake)
+    try:
+        y = cs.conv2d(X, W, B, padding=1, backend="fake_device")
+        assert isinstance(y, np.ndarray)  # NumPy in, NumPy out
+        np.testing.assert_allclose(y, cs.conv2d(X, W, B, padding=1, backend="numpy"), rtol=1e-6)
+        assert fake.moves == {"to_device": 3, "to_host": 1}
+        grads = cs.conv2d_backward(np.ones_like(y), X, W, padding=1, backend="fake_device")
+        want = cs.conv2d_backward(np.ones_like(y), X, W, padding=1, backend="numpy")
+        for got, expected in zip(grads, want):
+            assert isinstance(got, np.ndarray)
+            np.testing.assert_allclose(got, expected, rtol=1e-6)
+        from convsuite._instrument import record_kernel_times
+
+        with record_kernel_times() as times:
+            cs.conv2d(X, W, padding=1, backend="fake_device")
+        assert len(times) == 1 and times[0] > 0
+        explanation = cs.explain(X, W, padding=1)
+        assert ("fake_device", "computes on the fakegpu, the data is on the cpu") in explanation.considered
+    finally:
+        cs.unregister_backend("fake_device")
