@@ -88,23 +88,9 @@ def _distance(a: Sequence[float], b: Sequence[float]) -> float:
     return math.sqrt(sum((p - q) ** 2 for p, q in zip(a, b)))
 
 
-def rank(spec: ConvSpec, direction: str, labels: Sequence[str], device: str) -> Ranking | None:
-    """Rank candidate labels (``"backend/algorithm"``) for ``spec``; None without a table.
-
-    Returns
-    -------
-    Ranking or None
-        ``(label, score)`` pairs, lowest predicted relative time first; its
-        ``neighbours`` attribute names the measured problems that voted.
-    """
-    table = load_table(device)
-    if not table:
-        return None
-    rows = [row for row in table.get("cases", ()) if row.get("direction") == direction]
-    if not rows:
-        return None
-    point = features(spec)
-    nearest = sorted(rows, key=lambda row: _distance(point, row["features"]))[:NEIGHBOURS]
+def _rank_rows(point: Sequence[float], rows: Sequence[dict], labels: Sequence[str], neighbours: int) -> Ranking:
+    """Rank ``labels`` at ``point`` from measured ``rows`` (one direction)."""
+    nearest = sorted(rows, key=lambda row: _distance(point, row["features"]))[:neighbours]
     scores: dict[str, float] = {}
     for label in labels:
         log_sum, weight_sum = 0.0, 0.0
@@ -124,6 +110,42 @@ def rank(spec: ConvSpec, direction: str, labels: Sequence[str], device: str) -> 
     ranking = Ranking(measured + unmeasured)
     ranking.neighbours = tuple(row.get("name", "?") for row in nearest)
     return ranking
+
+
+def rank(spec: ConvSpec, direction: str, labels: Sequence[str], device: str) -> Ranking | None:
+    """Rank candidate labels (``"backend/algorithm"``) for ``spec``; None without a table.
+
+    Returns
+    -------
+    Ranking or None
+        ``(label, score)`` pairs, lowest predicted relative time first; its
+        ``neighbours`` attribute names the measured problems that voted.
+    """
+    table = load_table(device)
+    if not table:
+        return None
+    rows = [row for row in table.get("cases", ()) if row.get("direction") == direction]
+    if not rows:
+        return None
+    return _rank_rows(features(spec), rows, labels, int(table.get("neighbours", NEIGHBOURS)))
+
+
+def leave_one_out(cases: Sequence[dict], neighbours: int) -> list[float]:
+    """Regret of the rule on each measured problem when fitted on all the others.
+
+    Regret is the measured time of the rule's pick over the fastest measured
+    time of that problem; the crossover command uses it to choose
+    ``neighbours`` and prints it with the map.
+    """
+    regrets = []
+    for i, case in enumerate(cases):
+        rows = [c for j, c in enumerate(cases) if j != i and c["direction"] == case["direction"]]
+        if not rows:
+            continue
+        ranking = _rank_rows(case["features"], rows, list(case["times"]), neighbours)
+        pick = ranking[0][0]
+        regrets.append(case["times"][pick] / min(case["times"].values()))
+    return regrets
 
 
 def describe(device: str) -> dict[str, Any] | None:

@@ -347,3 +347,20 @@ def test_core_keeps_the_first_call_apart_and_abandons_the_slow():
     assert timings["slow"].low >= 0.01 and timings["slow"].median >= 0.01
     with pytest.raises(ValueError):
         measure_side_by_side({"fast": fast}, repeat=0)
+
+
+def test_leave_one_out_regret_of_the_rule():
+    def case(name, point, times):
+        return {"name": name, "direction": "forward", "features": point, "times": times}
+
+    cases = [
+        case("a", [0.0, 0.0], {"fast/x": 1.0, "slow/y": 3.0}),
+        case("b", [0.1, 0.0], {"fast/x": 1.0, "slow/y": 2.0}),
+        case("c", [9.0, 9.0], {"fast/x": 4.0, "slow/y": 1.0}),
+        case("d", [9.1, 9.0], {"fast/x": 5.0, "slow/y": 1.0}),
+    ]
+    assert _rule.leave_one_out(cases, 1) == [1.0, 1.0, 1.0, 1.0]  # each predicted by its close twin
+    # a problem whose near neighbours disagree with its own measurement: the pick costs 2x there
+    odd = case("e", [0.05, 0.0], {"fast/x": 2.0, "slow/y": 1.0})
+    assert _rule.leave_one_out([*cases, odd], 1)[-1] == 2.0
+    assert _rule.leave_one_out([*cases, odd], 3)[-1] == 2.0  # distance weights keep the far pair out

@@ -22,6 +22,7 @@ import json
 import math
 import platform
 import random
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -186,6 +187,22 @@ def _markdown(device: str, rows: list[dict], machine: str, date: str, seconds: f
     return "\n".join(lines) + "\n"
 
 
+def _loo_text(table: dict) -> str:
+    """The rule's leave-one-out regret on the fitting data, as a paragraph."""
+    if not table["leave_one_out"]:
+        return ""
+    parts = [
+        f"{k} neighbour{'s' if k != '1' else ''}: mean x{v['mean']:.2f}, worst x{v['worst']:.2f}, "
+        f"{v['over_1.5']} over 1.5x"
+        for k, v in table["leave_one_out"].items()
+    ]
+    return (
+        "\nLeave-one-out regret of the rule on these problems (each predicted from all the others): "
+        + "; ".join(parts)
+        + f". The rule uses {table['neighbours']}.\n"
+    )
+
+
 def _plot(device: str, rows: list[dict], path: Path) -> bool:
     """Winner per problem over (log work, log reduction length); False without matplotlib."""
     try:
@@ -257,8 +274,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows, seconds = run(args.device, fit_grid(forward=args.forward, backward=args.backward), skip)
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     machine = _machine(args.device)
+    # The number of voting neighbours is fitted too: the one with the lowest
+    # leave-one-out regret on the measured problems (mean, then worst).
+    loo = {k: regrets for k in (1, 2, 3, 5) if (regrets := _rule.leave_one_out(rows, k))}
+    neighbours = min(loo, key=lambda k: (statistics.fmean(loo[k]), max(loo[k]))) if loo else _rule.NEIGHBOURS
     table = {
         "device": args.device,
+        "neighbours": neighbours,
+        "leave_one_out": {
+            str(k): {"mean": statistics.fmean(v), "worst": max(v), "over_1.5": sum(r > 1.5 for r in v)}
+            for k, v in loo.items()
+        },
         "machine": machine,
         "date": date,
         "command": f"python -m convsuite.bench.crossover --device {args.device}",
@@ -270,9 +296,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     data_path.write_text(json.dumps(table, indent=1) + "\n")
     docs = Path(args.docs)
     docs.mkdir(parents=True, exist_ok=True)
-    (docs / f"crossover-{args.device}.md").write_text(_markdown(args.device, rows, machine, date, seconds))
+    text = _markdown(args.device, rows, machine, date, seconds) + _loo_text(table)
+    (docs / f"crossover-{args.device}.md").write_text(text)
     plotted = _plot(args.device, rows, docs / f"crossover-{args.device}.png")
-    print(_markdown(args.device, rows, machine, date, seconds))
+    print(text)
     print(f"wrote {data_path}, {docs / f'crossover-{args.device}.md'}" + (" and the plot" if plotted else ""))
     return 0
 
