@@ -303,14 +303,14 @@ conv1d_backward.__doc__ = _BACKWARD_DOC.format(ndim=1)
 conv2d_backward.__doc__ = _BACKWARD_DOC.format(ndim=2)
 
 
-def _op_of(w: Any) -> int:
-    """1 or 2 spatial dimensions, told by the rank of ``w`` (a shape or an array)."""
-    rank = len(w) if isinstance(w, tuple) else as_real_array(w, "w").ndim
+def _op_of(w: Any, *, is_shape: bool = False) -> int:
+    """1 or 2 spatial dimensions, told by the rank of ``w`` (an array, or a shape when ``is_shape``)."""
+    rank = len(w) if is_shape else as_real_array(w, "w").ndim
     ndim = {1: 1, 3: 1, 2: 2, 4: 2}.get(rank)
     if ndim is None:
         raise ValueError(
             "`w` must have rank 3 (conv1d), 4 (conv2d), or 1/2 for a plain signal/image; "
-            f"got {'shape ' + str(w) if isinstance(w, tuple) else 'shape ' + str(tuple(np.shape(w)))}"
+            f"got shape {tuple(w) if is_shape else tuple(np.shape(w))}"
         )
     return ndim
 
@@ -495,7 +495,7 @@ def plan(
     if dtype not in (np.float32, np.float64):
         raise TypeError(f"`dtype` must be 'float32' or 'float64'; got {dtype!r}")
     xs, ws, bs = _operands_for(x, w, bias, dtype)
-    ndim = _op_of(ws if not isinstance(w, tuple) else w)
+    ndim = _op_of(w, is_shape=True) if isinstance(w, tuple) else _op_of(ws)
     name, source = requested_backend(backend)
     if direction == "forward":
         return _build(ndim, direction, xs, ws, bs, stride, padding, dilation, groups, name, source, algorithm)
