@@ -64,13 +64,16 @@ _FILE_NAME = "tuning.json"
 
 #: Measurement settings of a tuning run: enough repeats for a stable median
 #: of small calls, few enough that the first call of a big layer stays short.
-REPEAT = 6
-ROUNDS = 3
+REPEAT = 10
+ROUNDS = 5
 #: A candidate slower than this multiple of the best after the first round is dropped.
 ABANDON_RATIO = 2.0
 #: Each block runs at least this long: short calls get many samples, so one
 #: preemption on a shared machine cannot move the median.
 MIN_BLOCK_S = 0.01
+#: Pause between candidates' blocks: OpenMP (numba) and OpenBLAS worker
+#: threads spin for a while after a call and would slow the next candidate.
+SETTLE_S = 0.02
 
 _scoped: ContextVar[bool | None] = ContextVar("convsuite_autotune_scope", default=None)
 _global: bool | None = None
@@ -348,6 +351,7 @@ def measure_candidates(
     repeat: int = REPEAT,
     rounds: int = ROUNDS,
     min_block_s: float = MIN_BLOCK_S,
+    settle_s: float = SETTLE_S,
 ) -> list[tuple[str, str, float | None, float | None, str]]:
     """Time each (backend, algorithm) on the spec; the table, fastest first.
 
@@ -375,7 +379,13 @@ def measure_candidates(
     timings = {}
     if contenders:
         timings = measure_side_by_side(
-            contenders, repeat=repeat, warmup=1, rounds=rounds, abandon_ratio=ABANDON_RATIO, min_block_s=min_block_s
+            contenders,
+            repeat=repeat,
+            warmup=1,
+            rounds=rounds,
+            abandon_ratio=ABANDON_RATIO,
+            min_block_s=min_block_s,
+            settle_s=settle_s,
         )
     rows = [
         (*labels[label], t.median, t.iqr_rel, "abandoned" if t.abandoned else "ok")

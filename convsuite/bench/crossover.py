@@ -147,7 +147,9 @@ def measure_problem(problem: Problem, device: str, skip: Sequence[str] = DEFAULT
     spec = spec_of(problem)
     pairs, _ = _registry.candidates(spec, "auto", problem.direction, device)
     pairs = [(b, a) for b, a in pairs if b.name not in skip]
-    rows = _tuning.measure_candidates(spec, problem.direction, pairs, repeat=10, rounds=5, min_block_s=0.03)
+    rows = _tuning.measure_candidates(
+        spec, problem.direction, pairs, repeat=10, rounds=5, min_block_s=0.03, settle_s=0.1
+    )
     return {f"{b}/{a}": median for b, a, median, _, status in rows if median is not None}
 
 
