@@ -417,7 +417,7 @@ def _measured(
     if entry is not None and (entry.get("backend"), entry.get("algorithm")) in runnable:
         how = "measured earlier (tuning cache)"
     elif measure:
-        rows = measure_candidates(spec, direction, pairs)
+        rows = measure_candidates(spec, direction, contenders(pairs))
         ok = [row for row in rows if row[2] is not None]
         if not ok:
             return None
@@ -442,7 +442,7 @@ def tune_now(spec: ConvSpec, direction: str, name: str, algorithm: str, home: Ba
     device = _data_device(home)
     pairs = _pairs(spec, direction, name, algorithm, device)[0]
     request = _request(name, algorithm)
-    rows = measure_candidates(spec, direction, pairs)
+    rows = measure_candidates(spec, direction, contenders(pairs))
     ok = [row for row in rows if row[2] is not None]
     if not ok:
         raise UnsupportedCaseError(f"no candidate could be timed: {rows}")
@@ -477,6 +477,12 @@ def _pairs(
     if not pairs:  # nothing on the data's device: any device will do
         pairs, considered = _registry.candidates(spec, algorithm, direction, None)
     return pairs, considered
+
+
+def contenders(pairs: Sequence[tuple[Backend, str]]) -> list[tuple[Backend, str]]:
+    """The candidates worth timing: backends that declare ``contender = False`` are left out."""
+    timed = [(b, a) for b, a in pairs if getattr(b, "contender", True)]
+    return timed or list(pairs)
 
 
 def choose(
@@ -519,7 +525,7 @@ def choose(
     if not pairs:
         details = "; ".join(f"{n}: {why}" for n, why in considered)
         raise UnsupportedCaseError(f"no backend can run this {direction} case ({details})")
-    if tuning and len(pairs) > 1:
+    if tuning and len(contenders(pairs)) > 1:
         found = _measured(spec, direction, pairs, request, device, measure=measure)
         if found is not None:
             (backend, algo), decision = found

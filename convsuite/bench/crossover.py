@@ -38,8 +38,8 @@ from .._validation import prepare_forward
 
 __all__ = ["Problem", "fit_grid", "measure_problem", "main", "spec_of"]
 
-#: Backends left out of the map by default: the readable definition is never a contender.
-DEFAULT_SKIP = ("python",)
+#: Backends left out of the map besides those that declare ``contender = False``.
+DEFAULT_SKIP: tuple[str, ...] = ()
 #: Largest forward work (multiply-adds) of a grid problem: keeps one sweep to minutes on 2 cores.
 MAX_MACS = 150_000_000
 
@@ -146,7 +146,7 @@ def measure_problem(problem: Problem, device: str, skip: Sequence[str] = DEFAULT
     """Median seconds of every candidate (``"backend/algorithm"``) on the problem, on ``device``."""
     spec = spec_of(problem)
     pairs, _ = _registry.candidates(spec, "auto", problem.direction, device)
-    pairs = [(b, a) for b, a in pairs if b.name not in skip]
+    pairs = [(b, a) for b, a in _tuning.contenders(pairs) if b.name not in skip]
     rows = _tuning.measure_candidates(
         spec, problem.direction, pairs, repeat=10, rounds=5, min_block_s=0.03, settle_s=0.1
     )
