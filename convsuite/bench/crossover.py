@@ -87,14 +87,16 @@ def spec_of(problem: Problem) -> ConvSpec:
     ).spec
 
 
-def fit_grid(seed: int = 0, forward: int = 48, backward: int = 20) -> list[Problem]:
+def fit_grid(seed: int = 0, forward: int = 72, backward: int = 24) -> list[Problem]:
     """The fitting grid: a fixed random sample of the product of the axes below, plus 1-D problems."""
     rng = random.Random(seed)
     axes_2d = []
     for batch in (1, 4, 16):
-        for channels in (1, 8, 32, 96):
-            for out_channels in (8, 32, 96):
-                for size in (12, 28, 56):
+        # Channels up to 256 and sizes down to 4: the deep, small-image end of
+        # a network is where BLAS and direct loops trade places.
+        for channels in (1, 8, 32, 96, 256):
+            for out_channels in (8, 32, 96, 256):
+                for size in (4, 12, 28, 56):
                     for kernel in (1, 3, 5):
                         for stride in (1, 2):
                             for depthwise in (False, True):
@@ -267,8 +269,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m convsuite.bench.crossover", description=__doc__.split("\n")[0])
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--skip", default=",".join(DEFAULT_SKIP), help="backends to leave out (comma-separated)")
-    parser.add_argument("--forward", type=int, default=48, help="forward 2-D problems in the grid")
-    parser.add_argument("--backward", type=int, default=20, help="backward 2-D problems in the grid")
+    parser.add_argument("--forward", type=int, default=72, help="forward 2-D problems in the grid")
+    parser.add_argument("--backward", type=int, default=24, help="backward 2-D problems in the grid")
     parser.add_argument("--docs", default="docs/measurements", help="where the table and the plot go")
     parser.add_argument("--data", default=None, help="where the rule's JSON goes (default: inside the package)")
     args = parser.parse_args(argv)
