@@ -12,9 +12,12 @@ helpers) goes through :func:`measure_side_by_side`:
 - each call is bracketed by the contender's own timer (a backend's
   :meth:`~convsuite.backends.base.Backend.timer`: ``perf_counter`` on the
   CPU, device events on a GPU), so device work is finished inside the window;
-- after the first round, a contender whose median is more than
-  ``abandon_ratio`` times the best one is dropped (it cannot win; timing it
-  further only costs time); its figures so far are kept and marked;
+- after the first round, a contender whose *fastest* call is more than
+  ``abandon_ratio`` times the fastest call of the best one is dropped (it
+  cannot win; timing it further only costs time); its figures so far are
+  kept and marked. Fastest calls, not medians, decide this because noise on
+  a shared machine only ever adds time: one preempted block must not drop a
+  contender that would have won;
 - the result of each contender is the median of its timed calls with the
   spread (min, max, and the interquartile range relative to the median).
 
@@ -138,8 +141,8 @@ def measure_side_by_side(
         Pause before each block, so the previous contender's spinning
         thread pools (OpenBLAS, OpenMP) go quiet before the next one runs.
     abandon_ratio : float, optional
-        After the first round, drop contenders whose median exceeds this
-        multiple of the best median (None: never drop).
+        After the first round, drop contenders whose fastest call exceeds
+        this multiple of the fastest call of any contender (None: never drop).
     min_block_s : float
         Keep calling within a block until at least this long has passed
         (more samples for very short calls); 0 runs exactly the share of
@@ -181,8 +184,8 @@ def measure_side_by_side(
                 samples[name].append(timer.stop())
                 done += 1
         if abandon_ratio is not None and r == 0 and len(live) > 1:
-            best = min(statistics.median(samples[n]) for n in live)
-            keep = [n for n in live if statistics.median(samples[n]) <= abandon_ratio * best]
+            best = min(min(samples[n]) for n in live)
+            keep = [n for n in live if min(samples[n]) <= abandon_ratio * best]
             dropped.update(set(live) - set(keep))
             live = keep
     return {name: _summarise(first[name], samples[name], name in dropped) for name in entries}

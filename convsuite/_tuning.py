@@ -66,8 +66,8 @@ _FILE_NAME = "tuning.json"
 #: of small calls, few enough that the first call of a big layer stays short.
 REPEAT = 10
 ROUNDS = 5
-#: A candidate slower than this multiple of the best after the first round is dropped.
-ABANDON_RATIO = 2.0
+#: After the first round, a candidate whose fastest call is slower than this multiple of the fastest is dropped.
+ABANDON_RATIO = 3.0
 #: Each block runs at least this long: short calls get many samples, so one
 #: preemption on a shared machine cannot move the median.
 MIN_BLOCK_S = 0.01
