@@ -12,7 +12,7 @@ EXTRAS ?= test,numba,bench,dask
 # A broken extension must fail the install here, not silently disable a backend.
 export CONVSUITE_REQUIRE_EXTENSION := 1
 
-.PHONY: install run test clean
+.PHONY: install run test lint format clean
 
 install: $(STAMP)
 
@@ -28,6 +28,15 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# ruff: the rule set and the formatter settings are in pyproject.toml.
+lint: $(STAMP)
+	$(BIN)/ruff check convsuite tests benchmarks tools setup.py
+	$(BIN)/ruff format --check convsuite tests benchmarks tools setup.py
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix convsuite tests benchmarks tools setup.py
+	$(BIN)/ruff format convsuite tests benchmarks tools setup.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info convsuite/_cython/*.so cython_src/*.c

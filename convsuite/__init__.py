@@ -10,11 +10,13 @@ Importing this package imports NumPy only; backends (and numba, cupy, the
 compiled extension) load the first time a call needs them.
 """
 
-from ._api import Explanation, conv1d, conv1d_backward, conv2d, conv2d_backward, explain
+from ._api import Explanation, conv1d, conv1d_backward, conv2d, conv2d_backward, explain, plan, tune
 from ._errors import BackendUnavailableError, UnsupportedCaseError
 from ._layers import Conv1D, Conv2D
+from ._plans import Plan, clear_plan_cache
 from ._registry import (
     BackendInfo,
+    get_backend,
     list_backends,
     register_backend,
     set_backend,
@@ -23,6 +25,7 @@ from ._registry import (
 )
 from ._spec import ConvSpec
 from ._threads import get_num_threads, set_num_threads
+from ._tuning import TuneResult, clear_tuning_cache, set_autotune, use_autotune
 
 __version__ = "0.1.0"
 
@@ -33,17 +36,26 @@ __all__ = [
     "Conv2D",
     "ConvSpec",
     "Explanation",
+    "Plan",
+    "TuneResult",
     "UnsupportedCaseError",
+    "clear_plan_cache",
+    "clear_tuning_cache",
     "conv1d",
     "conv1d_backward",
     "conv2d",
     "conv2d_backward",
     "explain",
+    "get_backend",
     "get_num_threads",
     "list_backends",
+    "plan",
     "register_backend",
+    "set_autotune",
     "set_backend",
     "set_num_threads",
+    "tune",
     "unregister_backend",
+    "use_autotune",
     "use_backend",
 ]

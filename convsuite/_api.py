@@ -1,28 +1,47 @@
-"""conv1d / conv2d, their backward passes and explain(): validate, pick, call."""
+"""conv1d / conv2d, their backward passes, plan(), tune() and explain().
+
+Every call is a plan lookup: :func:`_plan_key` gathers everything that
+determines the choice, and a hit in the plan cache runs the stored plan at
+once. A miss validates the call (:mod:`._validation`), chooses a backend and
+algorithm (:mod:`._tuning`: measured, fitted rule or priority), asks the
+backend for its launch and caches the resulting :class:`~._plans.Plan`.
+Nothing here knows an array library by name: the backends' device protocol
+moves operands and results.
+"""
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 
-from . import _buffers, _nonfinite, distributed
-from ._instrument import kernel_section
-from ._registry import select
+from . import _plans, _threads, _tuning, distributed
+from ._plans import Decision, Plan
+from ._registry import home_backend, requested_backend
 from ._spec import ConvSpec
-from ._validation import (
-    PreparedCall,
-    as_real_array,
-    check_memory,
-    convert_operands,
-    prepare_backward,
-    prepare_forward,
-    reserve_memory,
-)
+from ._validation import as_real_array, check_memory, prepare_backward, prepare_forward, reserve_memory
 
-__all__ = ["conv1d", "conv2d", "conv1d_backward", "conv2d_backward", "explain", "Explanation"]
+__all__ = [
+    "Explanation",
+    "conv1d",
+    "conv1d_backward",
+    "conv2d",
+    "conv2d_backward",
+    "explain",
+    "plan",
+    "tune",
+]
+
+#: An operand: a NumPy array, a device array a backend owns, or nested lists of numbers.
+ArrayLike = Any
+#: An int, or one int per spatial dimension.
+IntOrTuple = Union[int, "tuple[int, ...]"]
+#: An int, a tuple, per-side pairs, or 'valid' / 'same' / 'full'.
+Padding = Union[int, str, "tuple[int | tuple[int, int], ...]"]
+
+_OPS = {1: "conv1d", 2: "conv2d"}
+_CACHE = _plans.cache()
 
 
 def _check_algorithm_type(algorithm: Any) -> None:
@@ -30,79 +49,145 @@ def _check_algorithm_type(algorithm: Any) -> None:
         raise TypeError(f"`algorithm` must be a string such as 'auto'; got {algorithm!r}")
 
 
-def _backend_xp(device: str):
-    """numpy for CPU backends, cupy (importable whenever the backend is) for GPU ones."""
-    if device == "gpu":
-        import cupy
+def _freeze(value: Any) -> Any:
+    """A hashable stand-in for a geometry keyword that keeps its types.
 
-        return cupy
-    return np
-
-
-def _to_backend_device(call: PreparedCall, device: str, *arrays):
-    """Move operands to where the backend computes: arrays in = arrays out."""
-    if device == "cpu" and call.xp is not np:
-        return tuple(None if a is None else a.get() for a in arrays)
-    if device == "gpu" and call.xp is np:
-        xp = _backend_xp(device)
-        return tuple(None if a is None else xp.asarray(a) for a in arrays)
-    return arrays
-
-
-def _to_caller(call: PreparedCall, array):
-    """Return results where the inputs came from: arrays in = arrays out."""
-    if call.xp is not np and isinstance(array, np.ndarray):
-        array = sys.modules["cupy"].asarray(array)
-    elif call.xp is np and not isinstance(array, np.ndarray):
-        array = array.get()  # a GPU backend ran on NumPy input
-    return array
-
-
-def _allocate(backend, shapes, dtype):
-    """Output buffers on the backend's device, refused up front if they cannot fit.
-
-    Host memory was checked with the input (validation); a device backend
-    declares its own limit through ``memory_limit()``.
+    ``1``, ``True`` and ``1.0`` compare equal in Python but only the first is
+    a valid stride; tagging non-int values with their type keeps an invalid
+    call from hitting a valid call's plan. Unhashable values raise TypeError.
     """
-    memory_limit = getattr(backend, "memory_limit", None)
-    if memory_limit is not None:
-        nbytes = sum(int(np.prod(shape, dtype=object)) for shape in shapes) * np.dtype(dtype).itemsize
-        check_memory(nbytes, f"outputs of shapes {list(shapes)}", device=backend.device, limit=memory_limit())
-    xp = _backend_xp(backend.device)
-    return [_buffers.empty(shape, dtype, xp) for shape in shapes]
+    kind = type(value)
+    if kind is int or kind is str:
+        return value
+    if kind is tuple or kind is list:
+        return (kind, *map(_freeze, value))
+    return (kind, value)
 
 
-def _forward(op, ndim, x, w, bias, stride, padding, dilation, groups, backend, algorithm):
+def _operand_key(array: Any) -> tuple:
+    """Type, shape and dtype of one operand (AttributeError for non-arrays)."""
+    return (type(array), array.shape, array.dtype)
+
+
+def _plan_key(ndim, direction, a, b, c, stride, padding, dilation, groups, name, source, algorithm) -> tuple:
+    """Everything that determines a plan; raises AttributeError/TypeError when it cannot be keyed."""
+    return (
+        ndim,
+        direction,
+        type(a),
+        a.shape,
+        a.dtype,
+        b.shape,
+        b.dtype,
+        type(b),
+        None if c is None else _operand_key(c),
+        _freeze(stride),
+        _freeze(padding),
+        _freeze(dilation),
+        _freeze(groups),
+        name,
+        source,
+        algorithm,
+        _threads._requested,  # the thread setting (None: all), read without a call
+        _tuning.autotune_enabled(),
+        _plans._generation,
+    )
+
+
+def _build(ndim, direction, a, b, c, stride, padding, dilation, groups, name, source, algorithm, measure=None) -> Plan:
+    """Validate, choose and plan one problem (a plan-cache miss)."""
     _check_algorithm_type(algorithm)
-    call = prepare_forward(op, ndim, x, w, bias, stride, padding, dilation, groups, convert=False)
-    chosen = select(call.spec, backend, algorithm, "forward")
-    reserve_memory(call, chosen.backend, chosen.algorithm, "forward")  # before any copy
-    call = convert_operands(call)
-    xb, wb, bb = _to_backend_device(call, chosen.backend.device, call.x, call.w, call.bias)
-    (out,) = _allocate(chosen.backend, [call.spec.y_shape], call.spec.dtype)
-    with kernel_section(chosen.backend.device):
-        chosen.backend.forward(call.spec, xb, wb, bb, out, chosen.algorithm)
-    _nonfinite.fix_forward(call.spec, wb, out, _backend_xp(chosen.backend.device))
-    return _to_caller(call, call.to_user(out))
-
-
-def _backward(op, ndim, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm):
-    _check_algorithm_type(algorithm)
-    call, grad_y = prepare_backward(op, ndim, grad_y, x, w, stride, padding, dilation, groups, convert=False)
+    op = _OPS[ndim]
+    grad_y = None
+    if direction == "forward":
+        call = prepare_forward(op, ndim, a, b, c, stride, padding, dilation, groups, convert=False)
+        user_shapes = (tuple(np.shape(a)), tuple(np.shape(b)), None if c is None else tuple(np.shape(c)))
+    else:
+        call, grad_y = prepare_backward(op, ndim, a, b, c, stride, padding, dilation, groups, convert=False)
+        user_shapes = (tuple(np.shape(b)), tuple(np.shape(c)), None)
     spec = call.spec
-    chosen = select(spec, backend, algorithm, "backward")
-    reserve_memory(call, chosen.backend, chosen.algorithm, "backward", grad_y)  # before any copy
-    call = convert_operands(call)
-    grad_y = call.xp.ascontiguousarray(grad_y, dtype=spec.dtype)
-    gyb, xb, wb = _to_backend_device(call, chosen.backend.device, grad_y, call.x, call.w)
-    shapes = [spec.x_shape, spec.w_shape, (spec.out_channels,)]
-    grad_x, grad_w, grad_b = _allocate(chosen.backend, shapes, spec.dtype)
-    with kernel_section(chosen.backend.device):
-        chosen.backend.backward(spec, gyb, xb, wb, grad_x, grad_w, grad_b, chosen.algorithm)
-    _nonfinite.fix_backward(spec, gyb, grad_w, grad_b, _backend_xp(chosen.backend.device))
-    # grad_x takes the caller's layout of x; a plain-signal weight gets back (K,).
-    grad_w_user = grad_w.reshape(spec.kernel_size) if call.layout == "signal" else grad_w
-    return tuple(_to_caller(call, g) for g in (call.to_user(grad_x), grad_w_user, grad_b))
+    home = home_backend(call.x)
+    backend, algo, decision = _tuning.choose(spec, direction, name, source, algorithm, home, measure=measure)
+    # Copies, outputs and workspace of this first call, against memory available
+    # now, before anything is allocated; later calls re-check only large plans.
+    reserve_memory(call, backend, algo, direction, grad_y)
+    limit = backend.memory_limit()
+    if limit is not None:
+        shapes = [spec.y_shape] if direction == "forward" else [spec.x_shape, spec.w_shape, (spec.out_channels,)]
+        nbytes = sum(int(np.prod(s, dtype=object)) for s in shapes) * spec.itemsize
+        check_memory(nbytes, f"outputs of shapes {shapes}", device=backend.device, limit=limit)
+    launch = backend.plan(spec, algo, direction)
+    # Where operands move and results go back: asked of the backends, never by library name.
+    if backend.owns(call.x):
+        to_device = to_caller = None
+    elif home is None:
+        to_device, to_caller = backend.to_device, backend.to_host
+    else:
+
+        def to_device(array, home=home, backend=backend):
+            return backend.to_device(home.to_host(array))
+
+        def to_caller(array, home=home, backend=backend):
+            return home.to_device(backend.to_host(array))
+
+    return Plan(
+        op=op,
+        direction=direction,
+        spec=spec,
+        backend=backend,
+        algorithm=algo,
+        decision=decision,
+        layout=call.layout,
+        launch=launch,
+        user_shapes=user_shapes,
+        in_type=type(call.x) if home is not None else np.ndarray,
+        xp_in=np if home is None else home.array_module(),
+        to_device=to_device,
+        to_caller=to_caller,
+    )
+
+
+def _planned(ndim, direction, a, b, c, stride, padding, dilation, groups, backend, algorithm) -> Plan:
+    """The cached plan of a call, built on a miss."""
+    name, source = requested_backend(backend)
+    try:
+        key = _plan_key(ndim, direction, a, b, c, stride, padding, dilation, groups, name, source, algorithm)
+        found = _CACHE.get(key)
+    except (AttributeError, TypeError):  # lists, or unhashable keywords: validate every time
+        key = found = None
+    if found is None:
+        found = _build(ndim, direction, a, b, c, stride, padding, dilation, groups, name, source, algorithm)
+        # Only operands of exactly the array type the plan runs on may take the
+        # fast path later: subclasses (masked arrays) and other array-likes
+        # (__array__, DLPack) are validated and converted on every call.
+        kind = found.in_type
+        if key is not None and type(a) is kind and type(b) is kind and (c is None or type(c) is kind):
+            _CACHE.put(key, found)
+    return found
+
+
+def _as_plan_operands(plan_: Plan, names: tuple[str, ...], operands: tuple) -> tuple:
+    """Operands of another type than the plan's (lists, __array__, DLPack) read as arrays."""
+    kind = plan_.in_type
+    return tuple(
+        a if a is None or type(a) is kind else as_real_array(a, name) for name, a in zip(names, operands)
+    )
+
+
+def _forward(ndim, x, w, bias, stride, padding, dilation, groups, backend, algorithm):
+    plan_ = _planned(ndim, "forward", x, w, bias, stride, padding, dilation, groups, backend, algorithm)
+    kind = plan_.in_type
+    if type(x) is not kind or type(w) is not kind or (bias is not None and type(bias) is not kind):
+        x, w, bias = _as_plan_operands(plan_, ("x", "w", "bias"), (x, w, bias))
+    return plan_.run_forward(x, w, bias)
+
+
+def _backward(ndim, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm):
+    plan_ = _planned(ndim, "backward", grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
+    kind = plan_.in_type
+    if type(grad_y) is not kind or type(x) is not kind or type(w) is not kind:
+        grad_y, x, w = _as_plan_operands(plan_, ("grad_y", "x", "w"), (grad_y, x, w))
+    return plan_.run_backward(grad_y, x, w)
 
 
 _FORWARD_DOC = """{ndim}-D convolution (deep-learning cross-correlation, as in PyTorch).
@@ -118,6 +203,7 @@ _FORWARD_DOC = """{ndim}-D convolution (deep-learning cross-correlation, as in P
         Array-likes: NumPy and CuPy arrays, objects with ``__array__`` or
         (CPU) ``__dlpack__``, nested lists. Masked arrays and tensors that
         require grad are refused (TypeError); byte order does not matter.
+        A Dask array gives a lazy Dask array (see :mod:`convsuite.distributed`).
     w : array_like
         Weights ``(M, C/groups, {ks})`` (or ``({ks})`` for the plain form).
     bias : array_like, optional
@@ -163,16 +249,38 @@ _FORWARD_DOC = """{ndim}-D convolution (deep-learning cross-correlation, as in P
     """
 
 
-def conv1d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, backend=None, algorithm="auto"):
+def conv1d(
+    x: ArrayLike,
+    w: ArrayLike,
+    bias: ArrayLike | None = None,
+    *,
+    stride: IntOrTuple = 1,
+    padding: Padding = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
+    backend: str | None = None,
+    algorithm: str = "auto",
+) -> Any:
     if distributed.is_dask_array(x):  # Dask in, Dask out (lazy); convsuite.distributed
         return distributed.conv("conv1d", 1, x, w, bias, stride, padding, dilation, groups, backend, algorithm)
-    return _forward("conv1d", 1, x, w, bias, stride, padding, dilation, groups, backend, algorithm)
+    return _forward(1, x, w, bias, stride, padding, dilation, groups, backend, algorithm)
 
 
-def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, backend=None, algorithm="auto"):
+def conv2d(
+    x: ArrayLike,
+    w: ArrayLike,
+    bias: ArrayLike | None = None,
+    *,
+    stride: IntOrTuple = 1,
+    padding: Padding = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
+    backend: str | None = None,
+    algorithm: str = "auto",
+) -> Any:
     if distributed.is_dask_array(x):  # Dask in, Dask out (lazy); convsuite.distributed
         return distributed.conv("conv2d", 2, x, w, bias, stride, padding, dilation, groups, backend, algorithm)
-    return _forward("conv2d", 2, x, w, bias, stride, padding, dilation, groups, backend, algorithm)
+    return _forward(2, x, w, bias, stride, padding, dilation, groups, backend, algorithm)
 
 
 conv1d.__doc__ = _FORWARD_DOC.format(
@@ -198,22 +306,61 @@ _BACKWARD_DOC = """Gradients of a {ndim}-D convolution with respect to x, w and 
     """
 
 
-def conv1d_backward(grad_y, x, w, *, stride=1, padding=0, dilation=1, groups=1, backend=None, algorithm="auto"):
+def conv1d_backward(
+    grad_y: ArrayLike,
+    x: ArrayLike,
+    w: ArrayLike,
+    *,
+    stride: IntOrTuple = 1,
+    padding: Padding = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
+    backend: str | None = None,
+    algorithm: str = "auto",
+) -> tuple[Any, Any, Any]:
     if distributed.is_dask_array(x) or distributed.is_dask_array(grad_y):  # Dask in, Dask out (lazy)
         args = (grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
         return distributed.conv_backward("conv1d", 1, *args)
-    return _backward("conv1d", 1, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
+    return _backward(1, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
 
 
-def conv2d_backward(grad_y, x, w, *, stride=1, padding=0, dilation=1, groups=1, backend=None, algorithm="auto"):
+def conv2d_backward(
+    grad_y: ArrayLike,
+    x: ArrayLike,
+    w: ArrayLike,
+    *,
+    stride: IntOrTuple = 1,
+    padding: Padding = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
+    backend: str | None = None,
+    algorithm: str = "auto",
+) -> tuple[Any, Any, Any]:
     if distributed.is_dask_array(x) or distributed.is_dask_array(grad_y):  # Dask in, Dask out (lazy)
         args = (grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
         return distributed.conv_backward("conv2d", 2, *args)
-    return _backward("conv2d", 2, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
+    return _backward(2, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
 
 
 conv1d_backward.__doc__ = _BACKWARD_DOC.format(ndim=1)
 conv2d_backward.__doc__ = _BACKWARD_DOC.format(ndim=2)
+
+
+def _op_of(w: Any, *, is_shape: bool = False) -> int:
+    """1 or 2 spatial dimensions, told by the rank of ``w`` (an array, or a shape when ``is_shape``)."""
+    rank = len(w) if is_shape else as_real_array(w, "w").ndim
+    ndim = {1: 1, 3: 1, 2: 2, 4: 2}.get(rank)
+    if ndim is None:
+        raise ValueError(
+            "`w` must have rank 3 (conv1d), 4 (conv2d), or 1/2 for a plain signal/image; "
+            f"got shape {tuple(w) if is_shape else tuple(np.shape(w))}"
+        )
+    return ndim
+
+
+def _check_direction(direction: Any) -> None:
+    if direction not in ("forward", "backward"):
+        raise ValueError(f"`direction` must be 'forward' or 'backward'; got {direction!r}")
 
 
 @dataclass(frozen=True)
@@ -228,10 +375,17 @@ class Explanation:
         The choice.
     source : str
         Which setting asked for the backend (argument, use_backend, ...).
+    decided_by : str
+        ``"measurement"`` (autotune or :func:`tune`), ``"rule"`` (the fitted
+        default rule, or a named backend's own algorithm rule), ``"priority"``
+        (no fitted data for this device) or ``"request"`` (all pinned).
     reason : str
         Why this backend and algorithm.
     considered : tuple of (str, str)
-        Backends tried before it by ``"auto"``, with why each was skipped.
+        Backends skipped, with why.
+    measured : tuple
+        For a measured choice, ``(backend, algorithm, median_s, spread, status)``
+        of every candidate, fastest first; empty otherwise.
     spec : ConvSpec
         The normalised problem (shapes, padding, output size, dtype).
     """
@@ -241,8 +395,10 @@ class Explanation:
     backend: str
     algorithm: str
     source: str
+    decided_by: str
     reason: str
     considered: tuple[tuple[str, str], ...]
+    measured: tuple[tuple[str, str, float | None, float | None, str], ...]
     spec: ConvSpec
 
     def __str__(self) -> str:
@@ -250,57 +406,183 @@ class Explanation:
         lines = [
             f"{self.op} {self.direction}: x {s.x_shape} * w {s.w_shape} -> y {s.y_shape} "
             f"[{s.dtype}, stride {s.stride}, padding {s.padding}, dilation {s.dilation}, groups {s.groups}]",
-            f"backend {self.backend!r}, algorithm {self.algorithm!r}",
+            f"backend {self.backend!r}, algorithm {self.algorithm!r} (decided by {self.decided_by})",
             f"why: {self.reason}",
         ]
+        best = next((row[2] for row in self.measured if row[2] is not None), None)
+        for backend, algorithm, median, spread, status in self.measured:
+            if median is None:
+                lines.append(f"  measured {backend}/{algorithm}: {status}")
+            else:
+                lines.append(
+                    f"  measured {backend}/{algorithm}: {median * 1e6:.1f} us (x{median / best:.2f}, "
+                    f"spread {spread:.0%}) {status}"
+                )
         lines += [f"skipped {name}: {why}" for name, why in self.considered]
         return "\n".join(lines)
 
 
 def explain(
-    x,
-    w,
-    bias=None,
+    x: ArrayLike,
+    w: ArrayLike,
+    bias: ArrayLike | None = None,
     *,
-    stride=1,
-    padding=0,
-    dilation=1,
-    groups=1,
-    backend=None,
-    algorithm="auto",
-    direction="forward",
+    stride: IntOrTuple = 1,
+    padding: Padding = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
+    backend: str | None = None,
+    algorithm: str = "auto",
+    direction: str = "forward",
 ) -> Explanation:
     """Say which backend and algorithm a call would use, and why; run nothing.
 
     Takes the arguments of :func:`conv1d`/:func:`conv2d` (the operation is told
     by the rank of ``w``: 1 or 3 for 1-D, 2 or 4 for 2-D). ``direction`` is
-    ``"forward"`` or ``"backward"``.
+    ``"forward"`` or ``"backward"``. Under autotune, a problem already
+    measured reports the measurement and its table; one not yet measured
+    reports the rule (its first call will measure).
 
     Returns
     -------
     Explanation
-        Printable; its fields give the choice, the reason and the skipped backends.
+        Printable; its fields give the choice, how it was decided and the skipped backends.
     """
     _check_algorithm_type(algorithm)
-    if direction not in ("forward", "backward"):
-        raise ValueError(f"`direction` must be 'forward' or 'backward'; got {direction!r}")
-    w = as_real_array(w, "w")
-    ndim = {1: 1, 3: 1, 2: 2, 4: 2}.get(w.ndim)
-    if ndim is None:
-        raise ValueError(
-            "`w` must have rank 3 (conv1d), 4 (conv2d), or 1/2 for a plain signal/image; "
-            f"got shape {tuple(w.shape)}"
-        )
-    op = f"conv{ndim}d"
+    _check_direction(direction)
+    ndim = _op_of(w)
+    op = _OPS[ndim]
     call = prepare_forward(op, ndim, x, w, bias, stride, padding, dilation, groups, convert=False)
-    chosen = select(call.spec, backend, algorithm, direction)
+    name, source = requested_backend(backend)
+    home = home_backend(call.x)
+    chosen, algo, decision = _tuning.choose(call.spec, direction, name, source, algorithm, home, measure=False)
+    return _explanation(op, direction, chosen.name, algo, decision, call.spec)
+
+
+def _explanation(op: str, direction: str, backend: str, algorithm: str, decision: Decision, spec) -> Explanation:
     return Explanation(
         op=op,
         direction=direction,
-        backend=chosen.backend.name,
-        algorithm=chosen.algorithm,
-        source=chosen.source,
-        reason=chosen.reason,
-        considered=chosen.considered,
-        spec=call.spec,
+        backend=backend,
+        algorithm=algorithm,
+        source=decision.source,
+        decided_by=decision.decided_by,
+        reason=decision.reason,
+        considered=decision.considered,
+        measured=decision.measured,
+        spec=spec,
     )
+
+
+def _operands_for(x_or_shape, w_or_shape, bias, dtype):
+    """Arrays from arrays, or zero-strided stand-ins from shapes (nothing allocated)."""
+
+    def stand_in(value, name):
+        if isinstance(value, tuple):
+            if not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in value):
+                raise TypeError(f"`{name}` must be an array or a shape (tuple of ints); got {value!r}")
+            return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), tuple(value), (0,) * len(value))
+        return value
+
+    b = stand_in(bias, "bias") if bias is not None else None
+    return stand_in(x_or_shape, "x"), stand_in(w_or_shape, "w"), b
+
+
+def plan(
+    x: ArrayLike | tuple[int, ...],
+    w: ArrayLike | tuple[int, ...],
+    bias: ArrayLike | tuple[int, ...] | None = None,
+    *,
+    stride: IntOrTuple = 1,
+    padding: Padding = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
+    backend: str | None = None,
+    algorithm: str = "auto",
+    direction: str = "forward",
+    dtype: Any = "float32",
+) -> Plan:
+    """Validate and choose once; return a callable that runs the problem.
+
+    Parameters
+    ----------
+    x, w : array or tuple of int
+        The operands, or their shapes (then ``dtype`` gives their dtype and
+        the plan takes NumPy arrays). The operation is told by the rank of ``w``.
+    bias : array, tuple of int or None
+        The bias (or its shape ``(M,)``); forward only.
+    stride, padding, dilation, groups, backend, algorithm
+        As for :func:`conv2d`; resolved now, including the backend settings
+        in force (later ``use_backend``/``set_backend`` changes do not affect
+        the plan).
+    direction : {'forward', 'backward'}
+        What the plan computes.
+    dtype : {'float32', 'float64'}
+        dtype of operands given by shape.
+
+    Returns
+    -------
+    Plan
+        ``plan(x, w, bias=None) -> y`` (forward) or ``plan(grad_y, x, w) ->
+        (grad_x, grad_w, grad_b)`` (backward); it checks that operands match
+        its shapes, dtype and array type. ``plan.spec``, ``plan.backend``,
+        ``plan.algorithm`` and ``plan.decision`` say what it runs and why.
+    """
+    _check_direction(direction)
+    if direction == "backward" and bias is not None:
+        raise ValueError("`bias` does not take part in a backward plan (grad_b is always returned)")
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        dtype = None
+    if dtype not in (np.float32, np.float64):
+        raise TypeError(f"`dtype` must be 'float32' or 'float64'; got {dtype!r}")
+    xs, ws, bs = _operands_for(x, w, bias, dtype)
+    ndim = _op_of(w, is_shape=True) if isinstance(w, tuple) else _op_of(ws)
+    name, source = requested_backend(backend)
+    if direction == "forward":
+        return _build(ndim, direction, xs, ws, bs, stride, padding, dilation, groups, name, source, algorithm)
+    _check_algorithm_type(algorithm)
+    call = prepare_forward(_OPS[ndim], ndim, xs, ws, None, stride, padding, dilation, groups, convert=False)
+    gy = np.lib.stride_tricks.as_strided(
+        np.zeros(1, xs.dtype), call.user_shape(call.spec.y_shape), (0,) * len(call.user_shape(call.spec.y_shape))
+    )
+    return _build(ndim, direction, gy, xs, ws, stride, padding, dilation, groups, name, source, algorithm)
+
+
+def tune(
+    x: ArrayLike,
+    w: ArrayLike,
+    bias: ArrayLike | None = None,
+    *,
+    stride: IntOrTuple = 1,
+    padding: Padding = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
+    backend: str | None = None,
+    algorithm: str = "auto",
+    direction: str = "forward",
+) -> _tuning.TuneResult:
+    """Time every backend and algorithm that can run this problem now, and remember the fastest.
+
+    Candidates are those of the request (every backend on the data's device
+    for ``backend="auto"``, or the algorithms of a named backend), measured
+    with warm-up, interleaved repeats and early abandon of far slower ones on
+    random operands of the problem's shapes. The winner is stored in the
+    persistent tuning cache and used by later calls under autotune.
+
+    Returns
+    -------
+    TuneResult
+        The winner and the table of ``(backend, algorithm, median_s, spread, status)``.
+    """
+    _check_algorithm_type(algorithm)
+    _check_direction(direction)
+    ndim = _op_of(w)
+    call = prepare_forward(_OPS[ndim], ndim, x, w, bias, stride, padding, dilation, groups, convert=False)
+    name, _ = requested_backend(backend)
+    if name == "auto" and algorithm != "auto":
+        from ._registry import check_algorithm_exists
+
+        check_algorithm_exists(algorithm)
+    return _tuning.tune_now(call.spec, direction, name, algorithm, home_backend(call.x))

@@ -1,4 +1,11 @@
-"""Conv1D / Conv2D layer objects: weights with PyTorch's initialisation."""
+"""Conv1D / Conv2D layer objects: weights with PyTorch's initialisation.
+
+A layer holds the plans of its calls (one per input shape and direction, with
+the settings in force), so a call is a small lookup in the layer's own dict:
+no validation and no selection after the first call of a shape. Weights of a
+layer pinned to a device backend live on that device; moving them and the
+inputs goes through the backend's device protocol.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from . import _api
-from ._arrays import is_cupy_array
 from ._registry import _check_name, get_backend
 from ._validation import _show, as_int_tuple, parse_padding, positive_int
 
@@ -44,6 +50,8 @@ class _ConvLayer:
     """Shared body of :class:`Conv1D` and :class:`Conv2D`."""
 
     _ndim: ClassVar[int]
+    #: Plans a layer keeps (input shapes x directions x settings it has seen).
+    MAX_PLANS: ClassVar[int] = 16
 
     def __init__(
         self,
@@ -88,12 +96,13 @@ class _ConvLayer:
         self.weight = rng.uniform(-bound, bound, size=shape).astype(self.dtype)
         self.bias = rng.uniform(-bound, bound, size=self.out_channels).astype(self.dtype) if bias else None
         chosen = None if backend is None else get_backend(backend)
-        if chosen is not None and chosen.device == "gpu" and chosen.available() is True:
-            # A GPU layer keeps its weights on the device: no copy per call.
-            import cupy
-
-            self.weight = cupy.asarray(self.weight)
-            self.bias = None if self.bias is None else cupy.asarray(self.bias)
+        self._device_backend = None
+        if chosen is not None and chosen.device != "cpu" and chosen.available() is True:
+            # A device layer keeps its weights on the device: no copy per call.
+            self._device_backend = chosen
+            self.weight = chosen.to_device(self.weight)
+            self.bias = None if self.bias is None else chosen.to_device(self.bias)
+        self._plans: dict[tuple, Any] = {}
 
     def _keywords(self) -> dict[str, Any]:
         return dict(
@@ -106,30 +115,70 @@ class _ConvLayer:
 
     def _on_weight_device(self, *arrays):
         """Inputs moved to where the weights live, and a function to bring results back."""
-        if is_cupy_array(self.weight) and not any(is_cupy_array(a) for a in arrays):
-            import cupy
+        device = self._device_backend
+        if device is not None and not any(device.owns(a) for a in arrays):
+            return [device.to_device(a) for a in arrays], device.to_host
+        return list(arrays), None
 
-            return [cupy.asarray(a) for a in arrays], lambda r: r.get()
-        return list(arrays), lambda r: r
+    def _plan(self, direction: str, a, b, c):
+        """The layer's plan for these operands under the current settings (built once)."""
+        name, source = _api.requested_backend(self.backend)
+        try:
+            key = _api._plan_key(
+                self._ndim,
+                direction,
+                a,
+                b,
+                c,
+                self.stride,
+                self.padding,
+                self.dilation,
+                self.groups,
+                name,
+                source,
+                "auto",
+            )
+        except (AttributeError, TypeError):  # a list input: no key, plan every call
+            key = None
+        found = self._plans.get(key) if key is not None else None
+        if found is None:
+            found = _api._planned(
+                self._ndim,
+                direction,
+                a,
+                b,
+                c,
+                self.stride,
+                self.padding,
+                self.dilation,
+                self.groups,
+                self.backend,
+                "auto",
+            )
+            if key is not None:
+                if len(self._plans) >= self.MAX_PLANS:  # settings churn: start afresh
+                    self._plans.clear()
+                self._plans[key] = found
+        return found
 
     def __call__(self, x):
         """Apply the layer to ``x`` of shape ``(B, C, ...)`` (or ``(C, ...)``).
 
-        NumPy input gives NumPy output and CuPy input CuPy output, wherever the
-        weights live.
+        NumPy input gives NumPy output and device input device output, wherever
+        the weights live.
         """
-        forward = _api.conv1d if self._ndim == 1 else _api.conv2d
         (x,), back = self._on_weight_device(x)
-        return back(forward(x, self.weight, self.bias, **self._keywords()))
+        y = self._plan("forward", x, self.weight, self.bias).run_forward(x, self.weight, self.bias)
+        return y if back is None else back(y)
 
     def backward(self, grad_y, x):
         """Gradients ``(grad_x, grad_w, grad_b)`` for output gradient ``grad_y`` at input ``x``.
 
         ``grad_b`` is None when the layer has no bias.
         """
-        backward = _api.conv1d_backward if self._ndim == 1 else _api.conv2d_backward
         (grad_y, x), back = self._on_weight_device(grad_y, x)
-        grad_x, grad_w, grad_b = (back(g) for g in backward(grad_y, x, self.weight, **self._keywords()))
+        grads = self._plan("backward", grad_y, x, self.weight).run_backward(grad_y, x, self.weight)
+        grad_x, grad_w, grad_b = grads if back is None else (back(g) for g in grads)
         return grad_x, grad_w, (grad_b if self.bias is not None else None)
 
     def __repr__(self) -> str:

@@ -23,6 +23,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Iterator
 
+import numpy as np
+
+from . import _plans
 from ._errors import BackendUnavailableError, UnsupportedCaseError
 from ._spec import ConvSpec
 from .backends.base import Backend, Verdict
@@ -31,6 +34,8 @@ __all__ = [
     "BackendInfo",
     "Selection",
     "backend_names",
+    "candidates",
+    "home_backend",
     "get_backend",
     "list_backends",
     "register_backend",
@@ -101,6 +106,7 @@ def register_backend(backend: Backend | str, *, name: str | None = None, replace
         if name in _table and not replace:
             raise ValueError(f"a backend named {name!r} is already registered; pass replace=True")
         _table[name] = backend
+    _plans.invalidate()
 
 
 def unregister_backend(name: str) -> None:
@@ -112,6 +118,7 @@ def unregister_backend(name: str) -> None:
         del _table[name]
         if _global_choice == name:
             _global_choice = None
+    _plans.invalidate()
 
 
 def backend_names() -> list[str]:
@@ -221,11 +228,15 @@ def set_backend(name: str | None) -> None:
     if name is not None:
         _check_name(name, "`set_backend` name")
     _global_choice = None if name in (None, "auto") else name
+    _plans.invalidate()
 
 
 def requested_backend(explicit: str | None) -> tuple[str, str]:
     """The backend name a call asks for, and which setting asked for it."""
     if explicit is not None:
+        # The per-call path: a known name is one dict lookup, not a list of names.
+        if type(explicit) is str and (explicit == "auto" or explicit in _table):
+            return explicit, "the backend= argument"
         return _check_name(explicit, "`backend`"), "the backend= argument"
     scoped = _scoped.get()
     if scoped:
@@ -252,9 +263,7 @@ class Selection:
 def _check_algorithm(backend: Backend, algorithm: object) -> None:
     if algorithm != "auto" and algorithm not in backend.algorithms:
         valid = ", ".join(map(repr, ("auto", *backend.algorithms)))
-        raise ValueError(
-            f"`algorithm` must be one of {valid} for backend {backend.name!r}; got {algorithm!r}"
-        )
+        raise ValueError(f"`algorithm` must be one of {valid} for backend {backend.name!r}; got {algorithm!r}")
 
 
 def _pick_algorithm(backend: Backend, spec: ConvSpec, algorithm: str, direction: str) -> tuple[str, Verdict, str]:
@@ -266,16 +275,26 @@ def _pick_algorithm(backend: Backend, spec: ConvSpec, algorithm: str, direction:
     return algorithm, backend.can_run(spec, algorithm, direction), why
 
 
-def select(spec: ConvSpec, backend: str | None, algorithm: str, direction: str) -> Selection:
-    """Choose the backend and algorithm for one call, or raise saying why none fits."""
-    name, source = requested_backend(backend)
+def check_algorithm_exists(algorithm: str) -> None:
+    """A pinned algorithm that no backend has is a ValueError listing those that exist."""
+    backends = _by_priority()
+    if algorithm != "auto" and not any(algorithm in b.algorithms for b in backends):
+        every = sorted({a for b in backends for a in b.algorithms})
+        raise ValueError(f"`algorithm` must be 'auto' or one of {', '.join(map(repr, every))}; got {algorithm!r}")
+
+
+def select(spec: ConvSpec, backend: str | None, algorithm: str, direction: str, source: str | None = None) -> Selection:
+    """Choose the backend and algorithm for one call by priority, or raise saying why none fits.
+
+    ``source`` names the setting that asked for ``backend`` when the caller
+    has already resolved it (see :func:`requested_backend`).
+    """
+    name, source = requested_backend(backend) if source is None else (backend, source)
     if name != "auto":
         chosen = get_backend(name)
         verdict = chosen.available()
         if verdict is not True:
-            raise BackendUnavailableError(
-                f"backend {name!r} (requested by {source}) is unavailable: {verdict}"
-            )
+            raise BackendUnavailableError(f"backend {name!r} (requested by {source}) is unavailable: {verdict}")
         _check_algorithm(chosen, algorithm)
         algo, verdict, why = _pick_algorithm(chosen, spec, algorithm, direction)
         if verdict is not True:
@@ -286,11 +305,7 @@ def select(spec: ConvSpec, backend: str | None, algorithm: str, direction: str) 
         return Selection(chosen, algo, source, f"requested by {source}; algorithm: {why}", ())
 
     backends = _by_priority()
-    if algorithm != "auto" and not any(algorithm in b.algorithms for b in backends):
-        every = sorted({a for b in backends for a in b.algorithms})
-        raise ValueError(
-            f"`algorithm` must be 'auto' or one of {', '.join(map(repr, every))}; got {algorithm!r}"
-        )
+    check_algorithm_exists(algorithm)
     considered: list[tuple[str, str]] = []
     for candidate in backends:
         verdict = candidate.available()
@@ -308,3 +323,52 @@ def select(spec: ConvSpec, backend: str | None, algorithm: str, direction: str) 
         return Selection(candidate, algo, source, reason, tuple(considered))
     details = "; ".join(f"{n}: {why}" for n, why in considered)
     raise UnsupportedCaseError(f"no backend can run this {direction} case ({details})")
+
+
+def home_backend(array: object) -> Backend | None:
+    """The device backend that owns ``array``, or None for a host (NumPy) array.
+
+    Asks each available non-CPU backend through the device protocol
+    (:meth:`Backend.owns`), so the front end never names an array library.
+    """
+    if isinstance(array, np.ndarray):
+        return None
+    for backend in _by_priority():
+        if backend.device != "cpu" and backend.available() is True and backend.owns(array):
+            return backend
+    return None
+
+
+def candidates(
+    spec: ConvSpec, algorithm: str, direction: str, device: str | None = None
+) -> tuple[list[tuple[Backend, str]], list[tuple[str, str]]]:
+    """Every (backend, algorithm) that can run the case, by priority, and the skipped with why.
+
+    ``algorithm="auto"`` lists each algorithm of each backend that can run;
+    a pinned name lists only that one. ``device`` keeps only backends of that
+    device (``"cpu"``, ``"gpu"``).
+    """
+    able: list[tuple[Backend, str]] = []
+    considered: list[tuple[str, str]] = []
+    for backend in _by_priority():
+        if device is not None and backend.device != device:
+            considered.append((backend.name, f"computes on the {backend.device}, the data is on the {device}"))
+            continue
+        verdict = backend.available()
+        if verdict is not True:
+            considered.append((backend.name, f"unavailable: {verdict}"))
+            continue
+        names = backend.algorithms if algorithm == "auto" else (algorithm,)
+        if algorithm != "auto" and algorithm not in backend.algorithms:
+            considered.append((backend.name, f"has no algorithm {algorithm!r}"))
+            continue
+        refusals = []
+        for name in names:
+            verdict = backend.can_run(spec, name, direction)
+            if verdict is True:
+                able.append((backend, name))
+            else:
+                refusals.append(f"{name}: {verdict}")
+        if refusals and not any(b is backend for b, _ in able):
+            considered.append((backend.name, f"cannot run this case ({'; '.join(refusals)})"))
+    return able, considered

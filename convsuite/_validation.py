@@ -493,6 +493,24 @@ def copy_bytes(array: Any, dtype: Any) -> int:
 SMALL_CALL_BYTES = 16 * 2**20
 
 
+def check_call_memory(plan: Any, direction: str, operands: tuple) -> None:
+    """The per-call memory check of a large cached plan (see :func:`reserve_memory`).
+
+    Counts the operand copies this call makes, the plan's outputs and its
+    backend's workspace against the memory available now.
+    """
+    spec = plan.spec
+    parts = {"operand copies": sum(copy_bytes(a, spec.dtype) for a in operands)}
+    if plan.backend.device == "cpu":
+        if direction == "forward":
+            outputs = math.prod(spec.y_shape)
+        else:
+            outputs = math.prod(spec.x_shape) + math.prod(spec.w_shape) + spec.out_channels
+        parts["outputs"] = outputs * spec.itemsize
+        parts["workspace"] = int(plan.backend.workspace_bytes(spec, plan.algorithm, direction))
+    _refuse_if_short(parts, direction)
+
+
 def reserve_memory(
     call: PreparedCall, backend: Any, algorithm: str, direction: str, grad_y: Any = None
 ) -> None:
@@ -519,6 +537,11 @@ def reserve_memory(
         parts["outputs"] = outputs * spec.itemsize
         workspace = getattr(backend, "workspace_bytes", None)
         parts["workspace"] = 0 if workspace is None else int(workspace(spec, algorithm, direction))
+    _refuse_if_short(parts, direction)
+
+
+def _refuse_if_short(parts: dict, direction: str) -> None:
+    """MemoryError when the buffers in ``parts`` exceed the memory available now."""
     total = sum(parts.values())
     if total <= SMALL_CALL_BYTES:
         return

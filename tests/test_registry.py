@@ -10,6 +10,7 @@ import threading
 import numpy as np
 import pytest
 
+import convsuite
 import convsuite as cs
 from convsuite._registry import ENV_VAR
 from convsuite.backends.base import Backend
@@ -49,8 +50,13 @@ class MockBackend(Backend):
 
 @pytest.fixture
 def mocks(monkeypatch):
-    """Two mock backends above every real one; cleaned up afterwards."""
+    """Two mock backends above every real one; cleaned up afterwards.
+
+    The fitted rule is switched off (as on a device without fitted data), so
+    ``auto`` walks backends by priority: these tests are about precedence.
+    """
     monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.setitem(convsuite._rule._tables, "cpu", None)
     made = {
         "mock_a": MockBackend("mock_a", priority=1000, marker=1.0),
         "mock_b": MockBackend("mock_b", priority=900, marker=2.0),
@@ -227,7 +233,8 @@ def test_list_backends_rows():
 def test_import_loads_no_optional_dependency():
     code = (
         "import sys, convsuite;"
-        "bad = {'numba', 'cupy', 'scipy', 'torch', 'convsuite.backends.numpy_backend', 'convsuite._cython'} & set(sys.modules);"
+        "bad = {'numba', 'cupy', 'scipy', 'torch', 'platformdirs', 'convsuite.backends.numpy_backend',"
+        " 'convsuite._cython'} & set(sys.modules);"
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -54,6 +54,56 @@ class KernelModuleBackend(Backend):
         (sh, sw), (dh, dw) = s.stride, s.dilation
         return (sh, sw, dh, dw, s.padding[0][0], s.padding[1][0], s.groups)
 
+    def plan(self, spec: ConvSpec, algorithm: str, direction: str):
+        """A launch with the module, the geometry and the 4-D shapes resolved once.
+
+        Only :meth:`_launch` runs per call, so subclasses that set threads or
+        take locks there keep doing so.
+        """
+        s = spec.as_2d()
+        geometry = self._geometry(s)
+        launch = self._launch
+        if direction == "forward":
+            kernel = self.kernels().forward
+            x_shape, w_shape, y_shape = s.x_shape, s.w_shape, s.y_shape
+            zero_bias = np.zeros(s.out_channels, dtype=s.dtype)  # read-only to the kernel: shared by calls
+            forward_extra = self._forward_extra
+            if spec.ndim == 2:  # operands arrive in their 4-D shapes: no reshapes per call
+
+                def run_forward_2d(x, w, bias, out):
+                    launch(kernel, x, w, zero_bias if bias is None else bias, out, *geometry, *forward_extra(s))
+
+                return run_forward_2d
+
+            def run_forward(x, w, bias, out):
+                launch(
+                    kernel,
+                    x.reshape(x_shape),
+                    w.reshape(w_shape),
+                    zero_bias if bias is None else bias,
+                    out.reshape(y_shape),
+                    *geometry,
+                    *forward_extra(s),
+                )
+
+            return run_forward
+        kernel = self.kernels().backward
+        x_shape, w_shape, y_shape = s.x_shape, s.w_shape, s.y_shape
+
+        def run_backward(grad_y, x, w, grad_x, grad_w, grad_b):
+            launch(
+                kernel,
+                grad_y.reshape(y_shape),
+                x.reshape(x_shape),
+                w.reshape(w_shape),
+                grad_x.reshape(x_shape),
+                grad_w.reshape(w_shape),
+                grad_b,
+                *geometry,
+            )
+
+        return run_backward
+
     def forward(self, spec, x, w, bias, out, algorithm):
         s = spec.as_2d()
         if bias is None:

@@ -236,6 +236,17 @@ class Backend(abc.ABC):
         """A fresh timer whose ``start()``/``stop()`` bracket device work."""
         return WallTimer()
 
+    def ieee_padding(self, spec: ConvSpec, algorithm: str, direction: str) -> bool:
+        """Whether ``algorithm`` multiplies padding zeros like any other input (IEEE, as torch).
+
+        Kernels that skip halo taps instead (faster) answer False, and the
+        front end then applies the fix-up of :mod:`convsuite._nonfinite` after
+        them, with the backend's own array module, when an operand is
+        non-finite. Default: False (the fix-up is idempotent, so it is always
+        correct).
+        """
+        return False
+
     def workspace_bytes(self, spec: ConvSpec, algorithm: str, direction: str) -> int:
         """Host bytes of scratch memory one call allocates beyond its outputs.
 

@@ -25,9 +25,9 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from .._spec import ConvSpec
 from . import _numpy_taps
-from .base import Backend
+from .base import Algorithm, Backend, Launch
 
-__all__ = ["NumpyBackend", "WORKSPACE_BYTES"]
+__all__ = ["ALGORITHMS", "NumpyBackend", "WORKSPACE_BYTES"]
 
 #: Target size of one im2col tile: large enough for BLAS to run at speed,
 #: small enough to stay out of the way of the rest of memory.
@@ -118,101 +118,152 @@ def _im2col(windows: np.ndarray, s: ConvSpec, bs: slice, rs: slice, cs: slice) -
     return np.ascontiguousarray(tile).reshape(Bt, G, Cg * KH * KW, Rt * Ct)
 
 
+def _forward(s: ConvSpec, x, w, bias, out) -> None:
+    """Write the forward of the 2-D view ``s`` into ``out``."""
+    G, Mg = s.groups, s.out_channels_per_group
+    windows = _windows(_padded_source(x.reshape(s.x_shape), s), s)
+    w_mat = w.reshape(G, Mg, -1)
+    out4 = out.reshape(s.y_shape)
+    for bs, rs, cs in _tiles(s):
+        cols = _im2col(windows, s, bs, rs, cs)
+        tile = np.matmul(w_mat, cols)  # (Bt, G, Mg, L): NCHW order already
+        if bias is not None:
+            tile += bias.reshape(G, Mg, 1)
+        Bt = tile.shape[0]
+        out4[bs, :, rs, cs] = tile.reshape(Bt, s.out_channels, rs.stop - rs.start, cs.stop - cs.start)
+
+
+def _backward(s: ConvSpec, grad_y, x, w, grad_x, grad_w, grad_b) -> None:
+    """Write the three gradients of the 2-D view ``s``."""
+    G, Cg, Mg = s.groups, s.channels_per_group, s.out_channels_per_group
+    KH, KW = s.kernel_size
+    (sh, sw), (dh, dw) = s.stride, s.dilation
+    x4 = x.reshape(s.x_shape)
+    source = _padded_source(x4, s)
+    windows = _windows(source, s)
+    gy4 = grad_y.reshape(s.y_shape)
+    w_mat = w.reshape(G, Mg, -1)
+    w_mat_t = np.ascontiguousarray(w_mat.transpose(0, 2, 1))
+    grad_w_acc = np.zeros_like(w_mat)
+    # The gradient with respect to the padded, cut source; its interior is
+    # copied to grad_x at the end (padding positions have no input).
+    grad_source = np.zeros(source.shape, dtype=source.dtype)
+
+    grad_b[...] = gy4.sum(axis=(0, 2, 3))
+    for bs, rs, cs in _tiles(s):
+        Rt, Ct = rs.stop - rs.start, cs.stop - cs.start
+        cols = _im2col(windows, s, bs, rs, cs)
+        Bt = cols.shape[0]
+        gy_tile = np.ascontiguousarray(gy4[bs, :, rs, cs]).reshape(Bt, G, Mg, Rt * Ct)
+        # dL/dw = sum over batch and positions of grad_y times the window.
+        grad_w_acc += np.matmul(gy_tile, cols.transpose(0, 1, 3, 2)).sum(axis=0)
+        # dL/dcols, then col2im: each kernel tap scatters one strided slab.
+        grad_cols = np.matmul(w_mat_t, gy_tile).reshape(Bt, G * Cg, KH, KW, Rt, Ct)
+        for p in range(KH):
+            h0 = rs.start * sh + p * dh
+            for q in range(KW):
+                w0 = cs.start * sw + q * dw
+                grad_source[bs, :, h0 : h0 + (Rt - 1) * sh + 1 : sh, w0 : w0 + (Ct - 1) * sw + 1 : sw] += grad_cols[
+                    :, :, p, q
+                ]
+    grad_w.reshape(G, Mg, -1)[...] = grad_w_acc
+
+    (top, _), (left, _) = s.padding
+    H, W = s.in_size
+    gx4 = grad_x.reshape(s.x_shape)
+    rows = max(0, min(H, source.shape[2] - top))
+    cols_in = max(0, min(W, source.shape[3] - left))
+    gx4[...] = 0  # inputs no output reads get zero gradient
+    gx4[:, :, :rows, :cols_in] = grad_source[:, :, top : top + rows, left : left + cols_in]
+
+
+def _padding_too_large(s: ConvSpec) -> bool:
+    """Whether im2col would materialise more zero padding than the allowance."""
+    input_bytes = s.batch * s.in_channels * s.in_size[0] * s.in_size[1] * s.itemsize
+    padding_bytes = _source_elements(s) * s.itemsize - input_bytes
+    return padding_bytes > max(PADDING_ALLOWANCE_BYTES, input_bytes)
+
+
+def _workspace_bytes(spec: ConvSpec, direction: str) -> int:
+    """Padded source (twice in backward: its gradient), one im2col tile and its product."""
+    s = spec.as_2d()
+    if _padding_too_large(s):
+        return _numpy_taps.workspace_bytes(s, direction)
+    source = _source_elements(s) * s.itemsize
+    if direction == "forward":
+        return source + _tile_bytes(s)
+    # backward: grad_source like the source (a full one even when the source
+    # is a view), the transposed weights and grad_w accumulator, two tiles.
+    full_source = max(_source_elements(s), s.batch * s.in_channels * s.in_size[0] * s.in_size[1])
+    weights = 2 * s.out_channels * s.channels_per_group * s.kernel_size[0] * s.kernel_size[1]
+    return source + full_source * s.itemsize + weights * s.itemsize + 2 * _tile_bytes(s)
+
+
+def _forward_taps(s: ConvSpec, x, w, bias, out) -> None:
+    """Forward tap by tap on slices of the unpadded input (no padded copy)."""
+    _numpy_taps.forward(s, x.reshape(s.x_shape), w.reshape(s.w_shape), bias, out.reshape(s.y_shape))
+
+
+def _backward_taps(s: ConvSpec, grad_y, x, w, grad_x, grad_w, grad_b) -> None:
+    """Backward tap by tap on slices of the unpadded input (no padded copy)."""
+    shapes = (s.y_shape, s.x_shape, s.w_shape, s.x_shape, s.w_shape)
+    arrays = (grad_y, x, w, grad_x, grad_w)
+    _numpy_taps.backward(s, *(a.reshape(shape) for a, shape in zip(arrays, shapes)), grad_b)
+
+
+def _plan_im2col(spec: ConvSpec, direction: str) -> Launch:
+    """Resolve the 2-D view (and im2col or tap-by-tap) once; the launch runs one call.
+
+    Non-finite operands follow IEEE arithmetic (NaN * 0 = NaN, as on every
+    backend); NumPy's "invalid value" warnings would only say that happened,
+    so each launch runs under a fresh ``errstate`` (one cannot be re-entered).
+    """
+    s = spec.as_2d()
+    taps = _padding_too_large(s)
+    if direction == "forward":
+        run_forward = _forward_taps if taps else _forward
+
+        def forward(x, w, bias, out):
+            with np.errstate(invalid="ignore", over="ignore"):
+                run_forward(s, x, w, bias, out)
+
+        return forward
+    run_backward = _backward_taps if taps else _backward
+
+    def backward(grad_y, x, w, grad_x, grad_w, grad_b):
+        with np.errstate(invalid="ignore", over="ignore"):
+            run_backward(s, grad_y, x, w, grad_x, grad_w, grad_b)
+
+    return backward
+
+
+ALGORITHMS = {
+    "im2col": Algorithm(
+        name="im2col",
+        summary="sliding_window_view im2col tiles + one batched BLAS matmul per tile; col2im for backward",
+        plan=_plan_im2col,
+        directions=("forward", "backward"),
+    ),
+}
+
+
 class NumpyBackend(Backend):
     """Vectorised NumPy: im2col tiles and one batched BLAS product per tile."""
 
     name = "numpy"
     device = "cpu"
     priority = 10
-    algorithms = ("im2col",)
+    algorithms = tuple(ALGORITHMS)
     description = "NumPy im2col (sliding_window_view) + batched BLAS matmul"
 
-    @staticmethod
-    def _padding_too_large(s: ConvSpec) -> bool:
-        """Whether im2col would materialise more zero padding than the allowance."""
-        input_bytes = s.batch * s.in_channels * s.in_size[0] * s.in_size[1] * s.itemsize
-        padding_bytes = _source_elements(s) * s.itemsize - input_bytes
-        return padding_bytes > max(PADDING_ALLOWANCE_BYTES, input_bytes)
+    def ieee_padding(self, spec: ConvSpec, algorithm: str, direction: str) -> bool:
+        """im2col copies padding zeros into its columns and multiplies them; the tap path skips them."""
+        return not _padding_too_large(spec.as_2d())
 
     def workspace_bytes(self, spec: ConvSpec, algorithm: str, direction: str) -> int:
         """Padded source (twice in backward: its gradient), one im2col tile and its product."""
-        s = spec.as_2d()
-        if self._padding_too_large(s):
-            return _numpy_taps.workspace_bytes(s, direction)
-        source = _source_elements(s) * s.itemsize
-        if direction == "forward":
-            return source + _tile_bytes(s)
-        # backward: grad_source like the source (a full one even when the source
-        # is a view), the transposed weights and grad_w accumulator, two tiles.
-        full_source = max(_source_elements(s), s.batch * s.in_channels * s.in_size[0] * s.in_size[1])
-        weights = 2 * s.out_channels * s.channels_per_group * s.kernel_size[0] * s.kernel_size[1]
-        return source + full_source * s.itemsize + weights * s.itemsize + 2 * _tile_bytes(s)
+        return _workspace_bytes(spec, direction)
 
-    # Non-finite operands follow IEEE arithmetic (NaN * 0 = NaN, as on every
-    # backend); NumPy's "invalid value" warnings would only say that happened.
-    @np.errstate(invalid="ignore", over="ignore")
-    def forward(self, spec, x, w, bias, out, algorithm):
-        s = spec.as_2d()
-        if self._padding_too_large(s):  # tap by tap, no padded copy
-            _numpy_taps.forward(s, x.reshape(s.x_shape), w.reshape(s.w_shape), bias, out.reshape(s.y_shape))
-            return
-        G, Mg = s.groups, s.out_channels_per_group
-        windows = _windows(_padded_source(x.reshape(s.x_shape), s), s)
-        w_mat = w.reshape(G, Mg, -1)
-        out4 = out.reshape(s.y_shape)
-        for bs, rs, cs in _tiles(s):
-            cols = _im2col(windows, s, bs, rs, cs)
-            tile = np.matmul(w_mat, cols)  # (Bt, G, Mg, L): NCHW order already
-            if bias is not None:
-                tile += bias.reshape(G, Mg, 1)
-            Bt = tile.shape[0]
-            out4[bs, :, rs, cs] = tile.reshape(Bt, s.out_channels, rs.stop - rs.start, cs.stop - cs.start)
-
-    @np.errstate(invalid="ignore", over="ignore")
-    def backward(self, spec, grad_y, x, w, grad_x, grad_w, grad_b, algorithm):
-        s = spec.as_2d()
-        if self._padding_too_large(s):  # tap by tap, no padded copy
-            shapes = (s.y_shape, s.x_shape, s.w_shape, s.x_shape, s.w_shape)
-            arrays = (grad_y, x, w, grad_x, grad_w)
-            _numpy_taps.backward(s, *(a.reshape(shape) for a, shape in zip(arrays, shapes)), grad_b)
-            return
-        G, Cg, Mg = s.groups, s.channels_per_group, s.out_channels_per_group
-        KH, KW = s.kernel_size
-        (sh, sw), (dh, dw) = s.stride, s.dilation
-        x4 = x.reshape(s.x_shape)
-        source = _padded_source(x4, s)
-        windows = _windows(source, s)
-        gy4 = grad_y.reshape(s.y_shape)
-        w_mat = w.reshape(G, Mg, -1)
-        w_mat_t = np.ascontiguousarray(w_mat.transpose(0, 2, 1))
-        grad_w_acc = np.zeros_like(w_mat)
-        # The gradient with respect to the padded, cut source; its interior is
-        # copied to grad_x at the end (padding positions have no input).
-        grad_source = np.zeros(source.shape, dtype=source.dtype)
-
-        grad_b[...] = gy4.sum(axis=(0, 2, 3))
-        for bs, rs, cs in _tiles(s):
-            Rt, Ct = rs.stop - rs.start, cs.stop - cs.start
-            cols = _im2col(windows, s, bs, rs, cs)
-            Bt = cols.shape[0]
-            gy_tile = np.ascontiguousarray(gy4[bs, :, rs, cs]).reshape(Bt, G, Mg, Rt * Ct)
-            # dL/dw = sum over batch and positions of grad_y times the window.
-            grad_w_acc += np.matmul(gy_tile, cols.transpose(0, 1, 3, 2)).sum(axis=0)
-            # dL/dcols, then col2im: each kernel tap scatters one strided slab.
-            grad_cols = np.matmul(w_mat_t, gy_tile).reshape(Bt, G * Cg, KH, KW, Rt, Ct)
-            for p in range(KH):
-                h0 = rs.start * sh + p * dh
-                for q in range(KW):
-                    w0 = cs.start * sw + q * dw
-                    grad_source[bs, :, h0 : h0 + (Rt - 1) * sh + 1 : sh, w0 : w0 + (Ct - 1) * sw + 1 : sw] += grad_cols[
-                        :, :, p, q
-                    ]
-        grad_w.reshape(G, Mg, -1)[...] = grad_w_acc
-
-        (top, _), (left, _) = s.padding
-        H, W = s.in_size
-        gx4 = grad_x.reshape(s.x_shape)
-        rows = max(0, min(H, source.shape[2] - top))
-        cols_in = max(0, min(W, source.shape[3] - left))
-        gx4[...] = 0  # inputs no output reads get zero gradient
-        gx4[:, :, :rows, :cols_in] = grad_source[:, :, top : top + rows, left : left + cols_in]
+    def algorithm_table(self):
+        """The one record, ``im2col``."""
+        return ALGORITHMS

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
+
+from .._timing import measure_side_by_side
 
 __all__ = ["Ceilings", "measure_cpu_ceilings", "measure_gpu_ceilings"]
 
@@ -30,6 +31,7 @@ class Ceilings:
     how: str
 
     def as_dict(self) -> dict:
+        """The fields as a plain dict (for JSON)."""
         return asdict(self)
 
     def roof(self, intensity: float) -> float:
@@ -38,13 +40,8 @@ class Ceilings:
 
 
 def _median_seconds(fn, repeat: int) -> float:
-    fn()
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return float(np.median(samples))
+    """Median host seconds of ``fn`` after a warm-up call (the measuring core)."""
+    return measure_side_by_side({"fn": fn}, repeat=repeat, warmup=0, rounds=1)["fn"].median
 
 
 def measure_cpu_ceilings(copy_mib: int = 256, gemm_n: int = 2048, repeat: int = 5) -> Ceilings:

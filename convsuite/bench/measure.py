@@ -20,7 +20,6 @@ sums over the whole batch, is re-run on those items for the comparison.
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -30,6 +29,7 @@ import convsuite as cs
 from .._errors import BackendUnavailableError, UnsupportedCaseError
 from .._instrument import record_kernel_times
 from .._registry import get_backend, select
+from .._timing import measure_side_by_side
 from .._validation import prepare_forward
 from ..testing import backward_tolerances, forward_tolerance, reference_backward, reference_forward
 from .anchors import anchor_callable
@@ -81,6 +81,7 @@ class Result:
     error_ok: bool | None = None
 
     def as_dict(self) -> dict:
+        """The fields as a plain dict (for JSON)."""
         return asdict(self)
 
 
@@ -93,26 +94,20 @@ def _host(array):
     return np.asarray(array)
 
 
-def _transfer_times(x, w, bias, out, repeat: int) -> tuple[float, float]:
-    """Median seconds to copy the inputs to the GPU, and the output back."""
-    import cupy as cp
+def _transfer_times(backend, x, w, bias, out, repeat: int) -> tuple[float, float]:
+    """Median seconds to copy the inputs to the backend's device, and the output back."""
 
     def to_device():
-        arrays = [cp.asarray(a) for a in (x, w, bias) if a is not None]
-        cp.cuda.get_current_stream().synchronize()
+        arrays = [backend.to_device(a) for a in (x, w, bias) if a is not None]
+        backend.synchronize()
         return arrays
 
-    on_device = cp.asarray(_host(out[0] if isinstance(out, tuple) else out))
-    cp.cuda.get_current_stream().synchronize()
-    h2d, d2h = [], []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        to_device()
-        h2d.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        on_device.get()
-        d2h.append(time.perf_counter() - start)
-    return statistics.median(h2d), statistics.median(d2h)
+    on_device = backend.to_device(_host(out[0] if isinstance(out, tuple) else out))
+    backend.synchronize()
+    timings = measure_side_by_side(
+        {"h2d": to_device, "d2h": lambda: backend.to_host(on_device)}, repeat=repeat, warmup=0, rounds=1
+    )
+    return timings["h2d"].median, timings["d2h"].median
 
 
 def _spec(case: Case, x, w, bias):
@@ -203,19 +198,18 @@ def _check_backward(case: Case, run_on_slice, x, w) -> tuple[float, bool]:
 
 
 def _time(fn, repeat: int):
-    time.sleep(SETTLE_S)
-    start = time.perf_counter()
-    fn()
-    first = time.perf_counter() - start
-    fn()  # warm-up
-    e2e, kernel, out = [], [], None
-    for _ in range(repeat):
+    """First call, end-to-end samples, the kernel time inside each, and the last output (the measuring core)."""
+    kernels: list[float | None] = []
+    last = [None]
+
+    def run():
         with record_kernel_times() as inner:
-            start = time.perf_counter()
-            out = fn()
-            e2e.append(time.perf_counter() - start)
-        kernel.append(sum(inner) if inner else None)
-    return first, e2e, kernel, out
+            last[0] = fn()
+        kernels.append(sum(inner) if inner else None)
+
+    timing = measure_side_by_side({"fn": run}, repeat=repeat, warmup=1, rounds=1, settle_s=SETTLE_S)["fn"]
+    # The first call and the warm-up call come first; the last `repeat` calls are the timed ones.
+    return timing.first_call, list(timing.samples), kernels[-repeat:], last[0]
 
 
 def measure(case: Case, contender: str, kind: str, dtype: str, repeat: int, ceilings: Ceilings | None) -> Result:
@@ -235,19 +229,18 @@ def measure(case: Case, contender: str, kind: str, dtype: str, repeat: int, ceil
         y_shape = spec.out_size if len(case.x_shape) == 1 else spec.y_shape
         grad_y = rng.standard_normal(y_shape).astype(dtype)
     if kind == "backend":
-        on_gpu = get_backend(contender).device == "gpu"
-        if on_gpu:
+        backend = get_backend(contender)
+        on_device = not backend.owns(x)
+        if on_device:
             # Like the GPU anchors, start from device-resident data and finish
             # the device work inside the timed call; the copies to and from the
             # device are timed on their own (h2d_s, d2h_s).
-            import cupy as cp
-
-            dev = [None if a is None else cp.asarray(a) for a in (x, w, bias, grad_y)]
+            dev = [None if a is None else backend.to_device(a) for a in (x, w, bias, grad_y)]
             call = _call_backend(case, contender, *dev)
 
             def fn():
                 result = call()
-                cp.cuda.get_current_stream().synchronize()
+                backend.synchronize()
                 return result
 
         else:
@@ -273,8 +266,8 @@ def measure(case: Case, contender: str, kind: str, dtype: str, repeat: int, ceil
     if all(k is not None for k in kernel):
         result.kernel_s = statistics.median(kernel)
         result.kernel_range_s = (min(kernel), max(kernel))
-    if kind == "backend" and on_gpu:
-        result.h2d_s, result.d2h_s = _transfer_times(x, w, bias, out, repeat)
+    if kind == "backend" and on_device:
+        result.h2d_s, result.d2h_s = _transfer_times(backend, x, w, bias, out, repeat)
     flops = spec.flops * (2 if case.direction == "backward" else 1)
     traffic = spec.compulsory_bytes * (2 if case.direction == "backward" else 1)
     result.flops, result.bytes = flops, traffic

@@ -1,21 +1,21 @@
-"""Side-by-side timing: blocks of back-to-back calls, alternated over rounds.
+"""Side-by-side timing for the target scripts, on the measuring core.
 
-Each contender is timed in blocks of consecutive calls (its steady state,
-with only its own thread pool awake), after a pause that lets the previous
-contender's spinning threads (OpenBLAS, OpenMP) go to sleep. Blocks alternate
-over several rounds (A, B, A, B, ...) so a slow moment of a shared, noisy
-machine hits every contender alike; each figure is the median of all its
-timed calls, and ratios are only ever formed within one run.
+Both functions here are thin shapes over :func:`convsuite._timing.measure_side_by_side`
+(first call apart, warm-up, contenders in alternating blocks, medians and
+spread, device sync through a backend's timer), kept for the scripts that
+call them by these names. New code should call the core directly:
+
+    from convsuite._timing import Contender, measure_side_by_side
+    timings = measure_side_by_side({"ours": Contender(run, backend.timer), "torch": run_torch}, repeat=7)
 """
 
 from __future__ import annotations
 
-import statistics
-import time
-from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["Timing", "time_side_by_side", "SETTLE_S", "cuda_events_median"]
+from .._timing import Contender, Timing, measure_side_by_side
+
+__all__ = ["SETTLE_S", "Timing", "cuda_events_median", "events_median", "time_side_by_side"]
 
 #: Pause whenever the contender changes: thread pools of the previous one
 #: (OpenBLAS, OpenMP in torch and numba) spin-wait after their last call and
@@ -23,68 +23,38 @@ __all__ = ["Timing", "time_side_by_side", "SETTLE_S", "cuda_events_median"]
 SETTLE_S = 0.25
 
 
-@dataclass(frozen=True)
-class Timing:
-    """Seconds of one contender: first call, then the median of warm repeats."""
-
-    first_call: float
-    median: float
-    low: float
-    high: float
-    repeats: int
-
-
 def time_side_by_side(
     contenders: dict[str, Callable[[], object]], repeat: int = 7, warmup: int = 1, rounds: int = 3
 ) -> dict[str, Timing]:
-    """Time every callable; the first call (compile, cache load) is kept apart.
+    """Time every callable, interleaved; the first call (compile, cache load) is kept apart.
 
     Parameters
     ----------
-    contenders : dict of name -> zero-argument callable
-        Each callable must finish its work before returning (synchronise GPUs).
+    contenders : dict of name -> zero-argument callable or Contender
+        A bare callable must finish its work before returning (synchronise GPUs).
     repeat : int
         Timed calls per contender, spread over ``rounds`` blocks.
     warmup : int
         Untimed calls at the start of every block.
     rounds : int
         How many times the contenders take turns.
+
+    Returns
+    -------
+    dict of str to Timing
+        ``first_call``, ``median``, ``low``, ``high``, ``iqr_rel``, ``repeats``.
     """
-    first = {}
-    for name, fn in contenders.items():
-        time.sleep(SETTLE_S)
-        start = time.perf_counter()
-        fn()
-        first[name] = time.perf_counter() - start
-    rounds = max(1, min(rounds, repeat))
-    samples: dict[str, list[float]] = {name: [] for name in contenders}
-    for r in range(rounds):
-        calls = repeat // rounds + (1 if r < repeat % rounds else 0)
-        for name, fn in contenders.items():
-            time.sleep(SETTLE_S)
-            for _ in range(warmup):
-                fn()
-            for _ in range(calls):
-                start = time.perf_counter()
-                fn()
-                samples[name].append(time.perf_counter() - start)
-    return {
-        name: Timing(first[name], statistics.median(s), min(s), max(s), len(s)) for name, s in samples.items()
-    }
+    return measure_side_by_side(contenders, repeat=repeat, warmup=warmup, rounds=rounds, settle_s=SETTLE_S)
+
+
+def events_median(fn: Callable[[], object], timer: Callable[[], object], repeat: int, warmup: int = 2) -> float:
+    """Median seconds of ``fn``, each call bracketed by ``timer()`` (a backend's device timer)."""
+    timing = measure_side_by_side({"fn": Contender(fn, timer)}, repeat=repeat, warmup=warmup, rounds=1)
+    return timing["fn"].median
 
 
 def cuda_events_median(fn: Callable[[], object], repeat: int, warmup: int = 2) -> float:
-    """Median seconds of ``fn`` on the GPU, each call between two CUDA events."""
-    import cupy as cp
+    """Median seconds of ``fn`` on the GPU, each call between two device events (the cupy backend's timer)."""
+    from .._registry import get_backend
 
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(repeat):
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        samples.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
-    return statistics.median(samples)
+    return events_median(fn, get_backend("cupy").timer, repeat, warmup)

@@ -1,0 +1,364 @@
+"""Plans: validation and selection done once per problem, not once per call.
+
+A :class:`Plan` holds everything a call needs that depends only on the
+problem and the settings: the validated :class:`~convsuite._spec.ConvSpec`,
+the chosen backend and algorithm (and why), the backend's launch callable
+(from :meth:`Backend.plan`, with its geometry and kernel handles), where the
+operands must move and how the result is shaped for the caller.
+
+:class:`PlanCache` maps a key of everything that determines those (op,
+direction, operand shapes, dtypes and array types, the geometry keywords as
+given, the requested backend and which setting asked for it, the algorithm,
+the thread count, the autotune state and a settings generation) to its plan.
+A hit costs a dictionary lookup; the cache is a bounded LRU, safe to share
+between threads, and emptied (generation bumped) whenever a setting that
+could change a choice changes: backends registered or removed,
+``set_backend``, ``set_autotune``, the tuning cache cleared.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable
+
+import numpy as np
+
+from . import _buffers, _instrument, _nonfinite
+from ._validation import SMALL_CALL_BYTES, check_call_memory
+from ._spec import ConvSpec
+from .backends.base import Backend
+
+__all__ = ["Decision", "Plan", "PlanCache", "clear_plan_cache", "generation", "invalidate", "plan_cache_info"]
+
+#: Plans kept at once; a network of a few hundred layers fits, and a plan is small.
+DEFAULT_MAX_PLANS = 1024
+
+_generation = 0
+_generation_lock = threading.Lock()
+
+
+def generation() -> int:
+    """The settings generation: part of every plan key, bumped by :func:`invalidate`."""
+    return _generation
+
+
+class PlanCache:
+    """A bounded, thread-safe LRU of plans by key.
+
+    Lookups take no lock: ``OrderedDict.get`` and ``move_to_end`` are single
+    C calls under the GIL. Insertion and eviction take the lock so that two
+    threads building plans at once cannot both evict.
+    """
+
+    def __init__(self, maxsize: int = DEFAULT_MAX_PLANS) -> None:
+        self.maxsize = maxsize
+        self._plans: OrderedDict[Hashable, Plan] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: Hashable) -> Plan | None:
+        """The plan under ``key`` (marked most recently used), or None."""
+        plan = self._plans.get(key)
+        if plan is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        try:
+            self._plans.move_to_end(key)
+        except KeyError:  # evicted or cleared by another thread meanwhile: still a valid plan
+            pass
+        return plan
+
+    def put(self, key: Hashable, plan: Plan) -> None:
+        """Remember ``plan``, evicting the least recently used beyond ``maxsize``."""
+        with self._lock:
+            self._plans[key] = plan
+            self._plans.move_to_end(key)
+            while len(self._plans) > self.maxsize:
+                self._plans.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget every plan."""
+        with self._lock:
+            self._plans.clear()
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+
+_CACHE = PlanCache()
+
+
+def cache() -> PlanCache:
+    """The process-wide plan cache."""
+    return _CACHE
+
+
+def invalidate() -> None:
+    """A setting changed: bump the generation and drop every cached plan."""
+    global _generation
+    with _generation_lock:
+        _generation += 1
+    _CACHE.clear()
+
+
+def clear_plan_cache() -> None:
+    """Drop every cached plan, so the next call validates and chooses again.
+
+    Settings changes made through convsuite's functions do this by
+    themselves; call it after changing something convsuite cannot see, such
+    as a registered backend object's own state.
+    """
+    invalidate()
+
+
+def plan_cache_info() -> dict[str, int]:
+    """Hits, misses, current size and capacity of the plan cache."""
+    return {"hits": _CACHE.hits, "misses": _CACHE.misses, "size": len(_CACHE), "maxsize": _CACHE.maxsize}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """How a plan's backend and algorithm were chosen.
+
+    Attributes
+    ----------
+    source : str
+        Which setting asked for the backend (argument, use_backend, ...).
+    decided_by : str
+        ``"request"`` (a named backend and algorithm), ``"rule"`` (the fitted
+        default rule or the backend's own algorithm rule), ``"priority"`` (no
+        fitted data for this device), or ``"measurement"`` (autotune).
+    reason : str
+        One sentence: why this backend and algorithm.
+    considered : tuple of (str, str)
+        Backends skipped, with why.
+    measured : tuple, optional
+        For a measured choice, the table ``(backend, algorithm, median_s,
+        iqr_rel, status)`` of every candidate, fastest first.
+    """
+
+    source: str
+    decided_by: str
+    reason: str
+    considered: tuple[tuple[str, str], ...] = ()
+    measured: tuple[tuple[str, str, float | None, float | None, str], ...] = ()
+
+
+class Plan:
+    """A validated, chosen convolution, ready to run on operands of its shapes.
+
+    Build one with :func:`convsuite.plan`; ``cs.conv2d`` and the layers build
+    and cache theirs. Calling a forward plan as ``plan(x, w, bias=None)``
+    returns ``y``; a backward plan as ``plan(grad_y, x, w)`` returns
+    ``(grad_x, grad_w, grad_b)``. A plan keeps the choice made when it was
+    built: later ``set_backend``/``use_backend`` changes do not affect it.
+
+    Attributes
+    ----------
+    op, direction : str
+        ``"conv1d"``/``"conv2d"`` and ``"forward"``/``"backward"``.
+    spec : ConvSpec
+        The normalised problem.
+    backend : Backend
+        The backend that runs it.
+    algorithm : str
+        Its algorithm.
+    decision : Decision
+        How the choice was made.
+    """
+
+    __slots__ = (
+        "op",
+        "direction",
+        "spec",
+        "backend",
+        "algorithm",
+        "decision",
+        "layout",
+        "dtype",
+        "_launch",
+        "_x_shape",
+        "_w_shape",
+        "_bias_shape",
+        "_gy_shape",
+        "_in_type",
+        "_xp_in",
+        "_xp_out",
+        "_to_device",
+        "_to_caller",
+        "_out_shapes",
+        "_user_y_shape",
+        "_grad_w_shape",
+        "_padded",
+        "_large",
+    )
+
+    def __init__(
+        self,
+        *,
+        op: str,
+        direction: str,
+        spec: ConvSpec,
+        backend: Backend,
+        algorithm: str,
+        decision: Decision,
+        layout: str,
+        launch: Callable[..., None],
+        user_shapes: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...] | None],
+        in_type: type,
+        xp_in: Any,
+        to_device: Callable[[Any], Any] | None,
+        to_caller: Callable[[Any], Any] | None,
+    ) -> None:
+        self.op, self.direction, self.spec = op, direction, spec
+        self.backend, self.algorithm, self.decision = backend, algorithm, decision
+        self.layout = layout
+        self.dtype = np.dtype(spec.dtype)
+        self._launch = launch
+        self._x_shape, self._w_shape, self._bias_shape = user_shapes
+        self._in_type = in_type
+        self._xp_in = xp_in
+        self._xp_out = backend.array_module()
+        self._to_device = to_device
+        self._to_caller = to_caller
+        drop = {"batched": 0, "unbatched": 1, "signal": 2}[layout]
+        self._user_y_shape = spec.y_shape[drop:]
+        self._gy_shape = self._user_y_shape
+        self._grad_w_shape = spec.kernel_size if layout == "signal" else spec.w_shape
+        if direction == "forward":
+            self._out_shapes = (spec.y_shape,)
+        else:
+            self._out_shapes = (spec.x_shape, spec.w_shape, (spec.out_channels,))
+        # Non-finite operands meeting padding need the IEEE fix-up (_nonfinite);
+        # without padding there is nothing to check on the per-call path.
+        self._padded = any(before or after for before, after in spec.padding) and not backend.ieee_padding(
+            spec, algorithm, direction
+        )
+        # Memory was reserved for the first call; a plan whose worst case (every
+        # operand copied, outputs, workspace) is small skips the per-call check.
+        operands = [self._x_shape, self._w_shape, self._bias_shape, self._gy_shape if direction == "backward" else None]
+        worst = sum(int(np.prod(shape, dtype=object)) for shape in operands if shape is not None)
+        worst += sum(int(np.prod(shape, dtype=object)) for shape in self._out_shapes)
+        worst *= spec.itemsize
+        worst += int(backend.workspace_bytes(spec, algorithm, direction)) if backend.device == "cpu" else 0
+        self._large = worst > SMALL_CALL_BYTES
+
+    @property
+    def in_type(self) -> type:
+        """The array type the plan's operands must have (NumPy's, or a device array type)."""
+        return self._in_type
+
+    # --- the per-call path: operands already known to match the plan ----------
+
+    def _operand(self, array):
+        """One operand: contiguous, of the plan's dtype, canonical shape, on the backend's device."""
+        array = self._xp_in.ascontiguousarray(array, dtype=self.dtype)
+        if self._to_device is not None:
+            array = self._to_device(array)
+        return array
+
+    def _outputs(self) -> list:
+        """Fresh output buffers on the backend's device."""
+        return [_buffers.empty(shape, self.dtype, self._xp_out) for shape in self._out_shapes]
+
+    def run_forward(self, x, w, bias):
+        """Run on operands whose shapes, dtypes and types match the plan (unchecked)."""
+        # The hot path: written out rather than through _operand, one call per call saved.
+        contiguous, dtype = self._xp_in.ascontiguousarray, self.dtype
+        if self._large:
+            check_call_memory(self, "forward", (x, w, bias))
+        x = contiguous(x, dtype=dtype)
+        w = contiguous(w, dtype=dtype)
+        if bias is not None:
+            bias = contiguous(bias, dtype=dtype)
+        if self._to_device is not None:
+            to_device = self._to_device
+            x, w = to_device(x), to_device(w)
+            bias = None if bias is None else to_device(bias)
+        if self.layout != "batched":
+            x = x.reshape(self.spec.x_shape)
+            w = w.reshape(self.spec.w_shape)
+        out = _buffers.empty(self._out_shapes[0], dtype, self._xp_out)
+        _instrument.run_kernel(self.backend, self._launch, x, w, bias, out)
+        if self._padded:
+            _nonfinite.fix_forward(self.spec, w, out, self._xp_out)
+        if self.layout != "batched":
+            out = out.reshape(self._user_y_shape)
+        return out if self._to_caller is None else self._to_caller(out)
+
+    def run_backward(self, grad_y, x, w):
+        """Run on operands whose shapes, dtypes and types match the plan (unchecked)."""
+        spec = self.spec
+        if self._large:
+            check_call_memory(self, "backward", (grad_y, x, w))
+        grad_y = self._operand(grad_y)
+        x = self._operand(x)
+        w = self._operand(w)
+        if self.layout != "batched":
+            grad_y = grad_y.reshape(spec.y_shape)
+            x = x.reshape(spec.x_shape)
+            w = w.reshape(spec.w_shape)
+        grad_x, grad_w, grad_b = self._outputs()
+        _instrument.run_kernel(self.backend, self._launch, grad_y, x, w, grad_x, grad_w, grad_b)
+        if self._padded:
+            _nonfinite.fix_backward(spec, grad_y, grad_w, grad_b, self._xp_out)
+        grads = (grad_x.reshape(self._x_shape), grad_w.reshape(self._grad_w_shape), grad_b)
+        return grads if self._to_caller is None else tuple(self._to_caller(g) for g in grads)
+
+    # --- the public, checked entry point ---------------------------------------
+
+    def _check(self, name: str, array, expected: tuple[int, ...]) -> None:
+        """Refuse an operand that does not match the plan, saying how."""
+        shape = getattr(array, "shape", None)
+        if type(array) is not self._in_type or shape is None:
+            raise TypeError(
+                f"`{name}` must be a {self._in_type.__module__}.{self._in_type.__name__} as when the plan "
+                f"was built; got {type(array).__name__}"
+            )
+        if tuple(shape) != tuple(expected):
+            raise ValueError(
+                f"`{name}` must have shape {tuple(expected)} for this plan; got {tuple(shape)} "
+                "(build another plan for other shapes)"
+            )
+        if array.dtype.kind not in "iuf" or (self.dtype == np.float32 and array.dtype != np.float32):
+            raise TypeError(
+                f"`{name}` must have dtype {self.dtype} for this plan; got {array.dtype} "
+                "(build another plan for other dtypes)"
+            )
+
+    def __call__(self, *operands, bias=None):
+        """Run the plan: ``plan(x, w, bias=None)`` forward, ``plan(grad_y, x, w)`` backward."""
+        if self.direction == "forward":
+            if len(operands) == 3 and bias is None:
+                operands, bias = operands[:2], operands[2]
+            if len(operands) != 2:
+                raise TypeError(f"a forward plan takes (x, w, bias=None); got {len(operands)} positional operands")
+            x, w = operands
+            self._check("x", x, self._x_shape)
+            self._check("w", w, self._w_shape)
+            if (bias is None) != (self._bias_shape is None):
+                raise ValueError(
+                    "this plan was built "
+                    + ("without a bias; pass none" if self._bias_shape is None else "with a bias; pass one")
+                )
+            if bias is not None:
+                self._check("bias", bias, self._bias_shape)
+            return self.run_forward(x, w, bias)
+        if len(operands) != 3 or bias is not None:
+            raise TypeError("a backward plan takes (grad_y, x, w)")
+        grad_y, x, w = operands
+        self._check("grad_y", grad_y, self._gy_shape)
+        self._check("x", x, self._x_shape)
+        self._check("w", w, self._w_shape)
+        return self.run_backward(grad_y, x, w)
+
+    def __repr__(self) -> str:
+        s = self.spec
+        return (
+            f"<convsuite plan {self.op} {self.direction}: x {s.x_shape} * w {s.w_shape} -> {s.y_shape} "
+            f"{s.dtype} on {self.backend.name}/{self.algorithm} ({self.decision.decided_by})>"
+        )

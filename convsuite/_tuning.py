@@ -1,0 +1,554 @@
+"""Choosing a backend and algorithm: measured (autotune), by the fitted rule, or by priority.
+
+With autotune on (:func:`set_autotune`, :func:`use_autotune`,
+``CONVSUITE_AUTOTUNE=1``) the first call of a new problem times every backend
+and algorithm that can run it on the data's device, with the measuring core
+(:mod:`convsuite._timing`: warm-up, interleaved repeats, early abandon of
+far slower candidates), keeps the fastest and remembers it in a persistent
+cache. :func:`tune` does the same explicitly and returns the table.
+
+The cache is one JSON file in the user cache directory (``platformdirs``;
+``CONVSUITE_CACHE_DIR`` overrides). Each entry's key carries the device name,
+the library versions, convsuite's version and the thread count, so an entry
+measured elsewhere or with other software is never used. Writers take an
+exclusive ``flock`` on a lock file, merge with what is on disk and replace the
+file atomically (temporary file + ``os.replace``), so two processes tuning at
+once lose nothing and a reader never sees half a file. A file that cannot be
+read is ignored with a warning (and rewritten on the next store).
+
+Without autotune, ``backend="auto"`` uses the fitted rule (:mod:`._rule`);
+where there is no fitted data it takes backends by priority.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+import threading
+import warnings
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from . import _plans, _registry, _rule
+from ._errors import BackendUnavailableError, UnsupportedCaseError
+from ._plans import Decision
+from ._spec import ConvSpec
+from ._threads import get_num_threads
+from ._timing import Contender, measure_side_by_side
+from .backends.base import Backend
+
+__all__ = [
+    "AUTOTUNE_ENV",
+    "CACHE_DIR_ENV",
+    "TuneResult",
+    "autotune_enabled",
+    "cache_file",
+    "choose",
+    "clear_tuning_cache",
+    "set_autotune",
+    "use_autotune",
+]
+
+AUTOTUNE_ENV = "CONVSUITE_AUTOTUNE"
+CACHE_DIR_ENV = "CONVSUITE_CACHE_DIR"
+CACHE_FORMAT = 1
+_FILE_NAME = "tuning.json"
+
+#: Measurement settings of a tuning run: enough repeats for a stable median
+#: of small calls, few enough that the first call of a big layer stays short.
+REPEAT = 10
+ROUNDS = 5
+#: After the first round, a candidate whose fastest call is slower than this multiple of the fastest is dropped.
+ABANDON_RATIO = 3.0
+#: Each block runs at least this long: short calls get many samples, so one
+#: preemption on a shared machine cannot move the median.
+MIN_BLOCK_S = 0.01
+#: Pause between candidates' blocks: OpenMP (numba) and OpenBLAS worker
+#: threads spin for a while after a call and would slow the next candidate.
+SETTLE_S = 0.02
+
+_scoped: ContextVar[bool | None] = ContextVar("convsuite_autotune_scope", default=None)
+_global: bool | None = None
+_memory: dict[str, dict] = {}
+_memory_lock = threading.Lock()
+_fingerprints: dict[str, str] = {}
+
+
+# --- the switch -----------------------------------------------------------
+
+
+def set_autotune(enabled: bool | None) -> None:
+    """Turn measured selection on or off process-wide (``None``: follow ``CONVSUITE_AUTOTUNE``).
+
+    ``use_autotune`` blocks take precedence.
+    """
+    global _global
+    if enabled is not None and not isinstance(enabled, (bool, np.bool_)):
+        raise TypeError(f"`enabled` must be True, False or None; got {enabled!r}")
+    _global = None if enabled is None else bool(enabled)
+    _plans.invalidate()
+
+
+@contextmanager
+def use_autotune(enabled: bool = True) -> Iterator[None]:
+    """Turn measured selection on (or off) inside the ``with`` block.
+
+    Blocks nest (the innermost wins) and are private to the thread or asyncio
+    task that entered them, like ``use_backend``.
+    """
+    if not isinstance(enabled, (bool, np.bool_)):
+        raise TypeError(f"`enabled` must be True or False; got {enabled!r}")
+    token = _scoped.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _scoped.reset(token)
+
+
+def autotune_enabled() -> bool:
+    """Whether calls made here measure: the innermost block, then ``set_autotune``, then the environment."""
+    scoped = _scoped.get()
+    if scoped is not None:
+        return scoped
+    if _global is not None:
+        return _global
+    return os.environ.get(AUTOTUNE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+# --- the persistent cache ---------------------------------------------------
+
+
+def cache_dir() -> Path:
+    """The directory of the tuning cache: ``$CONVSUITE_CACHE_DIR`` or the user cache dir."""
+    override = os.environ.get(CACHE_DIR_ENV, "").strip()
+    if override:
+        return Path(override)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("convsuite"))
+
+
+def cache_file() -> Path:
+    """The tuning cache file."""
+    return cache_dir() / _FILE_NAME
+
+
+def _versions() -> str:
+    """Versions of the libraries whose code is timed, as one string."""
+    from importlib import metadata
+
+    from . import __version__
+
+    parts = [f"convsuite={__version__}", f"python={platform.python_version()}", f"numpy={np.__version__}"]
+    for dist in ("numba", "Cython", "cupy-cuda13x", "cupy-cuda12x"):
+        try:
+            parts.append(f"{dist}={metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            continue
+    return ",".join(parts)
+
+
+def _cpu_name() -> str:
+    """The CPU's model name (from /proc/cpuinfo where there is one)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_name(device: str, backend: Backend | None = None) -> str:
+    """A name that tells this device from another: CPU model, or what a device backend reports."""
+    if device == "cpu":
+        return f"{_cpu_name()} x{os.cpu_count()}"
+    describe = getattr(backend, "device_name", None)
+    if callable(describe):
+        return describe()
+    # No name from the backend: its memory size at least tells an H100 from an H200.
+    memory = backend.memory_limit() if backend is not None else None
+    return f"{device}:{getattr(backend, 'name', '?')}:{memory or 0}B"
+
+
+def fingerprint(device: str, backend: Backend | None = None) -> str:
+    """Device name, library versions and thread count: an entry made under others is never used."""
+    base = _fingerprints.get(device)
+    if base is None:
+        base = f"{device_name(device, backend)}|{_versions()}"
+        _fingerprints[device] = base
+    return f"{base}|threads={get_num_threads()}"
+
+
+def problem_key(spec: ConvSpec, direction: str, request: str) -> str:
+    """The problem and what was asked for, as a string."""
+    return (
+        f"{direction}|x{spec.x_shape}|w{spec.w_shape}|bias={spec.has_bias}|{spec.dtype}|s{spec.stride}"
+        f"|p{spec.padding}|d{spec.dilation}|g{spec.groups}|{request}"
+    )
+
+
+def _read(path: Path) -> dict[str, dict]:
+    """The entries on disk; an unreadable file is ignored with a warning."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        warnings.warn(f"convsuite tuning cache {path} cannot be read ({exc}); ignoring it", stacklevel=3)
+        return {}
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT or not isinstance(data["entries"], dict):
+            raise ValueError("not a convsuite tuning cache of this format")
+        return data["entries"]
+    except (ValueError, KeyError, TypeError) as exc:
+        warnings.warn(
+            f"convsuite tuning cache {path} is corrupt or of another format ({exc}); ignoring it "
+            "(it is rewritten on the next tuning)",
+            stacklevel=3,
+        )
+        return {}
+
+
+@contextmanager
+def _file_lock(directory: Path) -> Iterator[None]:
+    """An exclusive lock between processes (``flock``; a no-op where there is none)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: os.replace keeps files whole; merges may race
+        yield
+        return
+    with open(directory / ".tuning.lock", "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _store(key: str, entry: dict) -> None:
+    """Merge one entry into the file under the lock and replace it atomically."""
+    with _memory_lock:
+        _memory[key] = entry
+    directory = cache_dir()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with _file_lock(directory):
+            entries = _read(directory / _FILE_NAME)
+            entries[key] = entry
+            fd, tmp = tempfile.mkstemp(prefix=".tuning-", suffix=".tmp", dir=directory)
+            try:
+                with os.fdopen(fd, "w") as f:
+                    json.dump({"format": CACHE_FORMAT, "entries": entries}, f, indent=1, sort_keys=True)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, directory / _FILE_NAME)
+            except BaseException:
+                os.unlink(tmp)
+                raise
+    except OSError as exc:  # a read-only home must not break a convolution
+        warnings.warn(f"convsuite could not write its tuning cache in {directory} ({exc})", stacklevel=3)
+
+
+def _lookup(key: str) -> dict | None:
+    """An entry from memory, else from the file (another process may have tuned it)."""
+    entry = _memory.get(key)
+    if entry is not None:
+        return entry
+    entries = _read(cache_file())
+    with _memory_lock:
+        _memory.update(entries)
+    return entries.get(key)
+
+
+def clear_tuning_cache() -> None:
+    """Forget every measured choice, in this process and on disk."""
+    with _memory_lock:
+        _memory.clear()
+    directory = cache_dir()
+    if directory.exists():
+        with _file_lock(directory):
+            try:
+                os.unlink(directory / _FILE_NAME)
+            except FileNotFoundError:
+                pass
+    _plans.invalidate()
+
+
+# --- measuring -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """What :func:`convsuite.tune` measured.
+
+    Attributes
+    ----------
+    backend, algorithm : str
+        The fastest candidate, which later calls of this problem use under autotune.
+    table : tuple of (str, str, float or None, float or None, str)
+        ``(backend, algorithm, median seconds, relative spread, status)``,
+        fastest first; status is ``"ok"``, ``"abandoned"`` (dropped early,
+        far slower) or why the candidate failed.
+    device : str
+        The device measured, with its name.
+    key : str
+        The cache key of the problem.
+    """
+
+    backend: str
+    algorithm: str
+    table: tuple[tuple[str, str, float | None, float | None, str], ...]
+    device: str
+    key: str
+
+    def __str__(self) -> str:
+        lines = [f"measured on {self.device}; fastest: {self.backend}/{self.algorithm}"]
+        best = next((row[2] for row in self.table if row[2] is not None), None)
+        for backend, algorithm, median, spread, status in self.table:
+            if median is None:
+                lines.append(f"  {backend}/{algorithm}: {status}")
+                continue
+            ratio = median / best if best else float("nan")
+            lines.append(
+                f"  {backend}/{algorithm}: {median * 1e6:10.1f} us  (x{ratio:.2f}, spread {spread:.0%}) {status}"
+            )
+        return "\n".join(lines)
+
+
+def _operands(spec: ConvSpec, direction: str, backend: Backend) -> tuple:
+    """Random operands of the spec's shapes on the backend's device, and fresh outputs."""
+    rng = np.random.default_rng(0)
+    dtype = spec.dtype
+
+    def make(shape):
+        return backend.to_device(rng.standard_normal(shape).astype(dtype))
+
+    xp = backend.array_module()
+    x, w = make(spec.x_shape), make(spec.w_shape)
+    if direction == "forward":
+        bias = make((spec.out_channels,)) if spec.has_bias else None
+        return (x, w, bias, xp.empty(spec.y_shape, dtype=dtype))
+    shapes = (spec.x_shape, spec.w_shape, (spec.out_channels,))
+    return (make(spec.y_shape), x, w, *(xp.empty(s, dtype=dtype) for s in shapes))
+
+
+def measure_candidates(
+    spec: ConvSpec,
+    direction: str,
+    pairs: Sequence[tuple[Backend, str]],
+    *,
+    repeat: int = REPEAT,
+    rounds: int = ROUNDS,
+    min_block_s: float = MIN_BLOCK_S,
+    settle_s: float = SETTLE_S,
+) -> list[tuple[str, str, float | None, float | None, str]]:
+    """Time each (backend, algorithm) on the spec; the table, fastest first.
+
+    Operands are random, of the spec's shapes, on each backend's device; each
+    call is bracketed by the backend's timer and followed by its sync.
+    """
+    contenders: dict[str, Contender] = {}
+    failed: list[tuple[str, str, None, None, str]] = []
+    labels: dict[str, tuple[str, str]] = {}
+    for backend, algorithm in pairs:
+        label = f"{backend.name}/{algorithm}"
+        try:
+            launch = backend.plan(spec, algorithm, direction)
+            operands = _operands(spec, direction, backend)
+        except Exception as exc:  # a candidate that cannot even start is reported, not fatal
+            failed.append((backend.name, algorithm, None, None, f"failed to start: {exc!r}"))
+            continue
+
+        def run(launch=launch, operands=operands, backend=backend):
+            launch(*operands)
+            backend.synchronize()
+
+        contenders[label] = Contender(run, backend.timer)
+        labels[label] = (backend.name, algorithm)
+    timings = {}
+    if contenders:
+        timings = measure_side_by_side(
+            contenders,
+            repeat=repeat,
+            warmup=1,
+            rounds=rounds,
+            abandon_ratio=ABANDON_RATIO,
+            min_block_s=min_block_s,
+            settle_s=settle_s,
+        )
+    rows = [
+        (*labels[label], t.median, t.iqr_rel, "abandoned" if t.abandoned else "ok")
+        for label, t in sorted(timings.items(), key=lambda item: item[1].median)
+    ]
+    return rows + failed
+
+
+# --- choosing -----------------------------------------------------------------
+
+
+def _request(name: str, algorithm: str) -> str:
+    return f"{name}/{algorithm}"
+
+
+def _data_device(home: Backend | None) -> str:
+    return "cpu" if home is None else home.device
+
+
+def _measured(
+    spec: ConvSpec, direction: str, pairs: list[tuple[Backend, str]], request: str, device: str, *, measure: bool
+) -> tuple[tuple[Backend, str], Decision] | None:
+    """A measured choice from the cache or, if ``measure``, from timing now."""
+    backend_of = {b.name: b for b, _ in pairs}
+    device_backend = next((b for b, _ in pairs if b.device == device), None)
+    key = f"{fingerprint(device, device_backend)}|{problem_key(spec, direction, request)}"
+    entry = _lookup(key)
+    runnable = {(b.name, a) for b, a in pairs}
+    if entry is not None and (entry.get("backend"), entry.get("algorithm")) in runnable:
+        how = "measured earlier (tuning cache)"
+    elif measure:
+        rows = measure_candidates(spec, direction, contenders(pairs))
+        ok = [row for row in rows if row[2] is not None]
+        if not ok:
+            return None
+        entry = {
+            "backend": ok[0][0],
+            "algorithm": ok[0][1],
+            "table": [list(row) for row in rows],
+            "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+        _store(key, entry)
+        how = "measured now"
+    else:
+        return None
+    table = tuple(tuple(row) for row in entry["table"])
+    best = backend_of[entry["backend"]]
+    reason = f"fastest of {len(table)} candidates timed on this {device} ({how})"
+    return (best, entry["algorithm"]), Decision("", "measurement", reason, (), table)
+
+
+def tune_now(spec: ConvSpec, direction: str, name: str, algorithm: str, home: Backend | None) -> TuneResult:
+    """Measure every candidate of the request now, store the winner, return the table."""
+    device = _data_device(home)
+    pairs = _pairs(spec, direction, name, algorithm, device)[0]
+    request = _request(name, algorithm)
+    rows = measure_candidates(spec, direction, contenders(pairs))
+    ok = [row for row in rows if row[2] is not None]
+    if not ok:
+        raise UnsupportedCaseError(f"no candidate could be timed: {rows}")
+    device_backend = next((b for b, _ in pairs if b.device == device), None)
+    key = f"{fingerprint(device, device_backend)}|{problem_key(spec, direction, request)}"
+    _store(
+        key,
+        {
+            "backend": ok[0][0],
+            "algorithm": ok[0][1],
+            "table": [list(row) for row in rows],
+            "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        },
+    )
+    _plans.invalidate()
+    return TuneResult(ok[0][0], ok[0][1], tuple(rows), f"{device} ({device_name(device, device_backend)})", key)
+
+
+def _pairs(
+    spec: ConvSpec, direction: str, name: str, algorithm: str, device: str
+) -> tuple[list[tuple[Backend, str]], list[tuple[str, str]]]:
+    """Candidates of a request: one named backend's algorithms, or every backend on the data's device."""
+    if name != "auto":
+        backend = _registry.get_backend(name)
+        verdict = backend.available()
+        if verdict is not True:
+            raise BackendUnavailableError(f"backend {name!r} is unavailable: {verdict}")
+        names = backend.algorithms if algorithm == "auto" else (algorithm,)
+        pairs = [(backend, a) for a in names if backend.can_run(spec, a, direction) is True]
+        return pairs, []
+    pairs, considered = _registry.candidates(spec, algorithm, direction, device)
+    if not pairs:  # nothing on the data's device: any device will do
+        pairs, considered = _registry.candidates(spec, algorithm, direction, None)
+    return pairs, considered
+
+
+def contenders(pairs: Sequence[tuple[Backend, str]]) -> list[tuple[Backend, str]]:
+    """The candidates worth timing: backends that declare ``contender = False`` are left out."""
+    timed = [(b, a) for b, a in pairs if getattr(b, "contender", True)]
+    return timed or list(pairs)
+
+
+def choose(
+    spec: ConvSpec,
+    direction: str,
+    name: str,
+    source: str,
+    algorithm: str,
+    home: Backend | None,
+    *,
+    measure: bool | None = None,
+) -> tuple[Backend, str, Decision]:
+    """The backend and algorithm for one problem, and how they were decided.
+
+    ``measure=None`` measures when autotune is on; ``False`` only consults
+    the tuning cache (``explain`` runs nothing).
+    """
+    tuning = autotune_enabled()
+    if measure is None:
+        measure = tuning
+    device = _data_device(home)
+    request = _request(name, algorithm)
+
+    if name != "auto":
+        chosen = _registry.select(spec, name, algorithm, direction, source)
+        backend = chosen.backend
+        if algorithm == "auto" and len(backend.algorithms) > 1 and tuning:
+            pairs = _pairs(spec, direction, name, algorithm, device)[0]
+            if len(pairs) > 1:
+                found = _measured(spec, direction, pairs, request, device, measure=measure)
+                if found is not None:
+                    (backend, algo), decision = found
+                    return backend, algo, _with_source(decision, source, chosen.considered)
+        decided_by = "rule" if algorithm == "auto" and len(backend.algorithms) > 1 else "request"
+        return backend, chosen.algorithm, Decision(source, decided_by, chosen.reason, chosen.considered)
+
+    if algorithm != "auto":
+        _registry.check_algorithm_exists(algorithm)
+    pairs, considered = _pairs(spec, direction, name, algorithm, device)
+    if not pairs:
+        details = "; ".join(f"{n}: {why}" for n, why in considered)
+        raise UnsupportedCaseError(f"no backend can run this {direction} case ({details})")
+    if tuning and len(contenders(pairs)) > 1:
+        found = _measured(spec, direction, pairs, request, device, measure=measure)
+        if found is not None:
+            (backend, algo), decision = found
+            return backend, algo, _with_source(decision, source, tuple(considered))
+    labels = {f"{b.name}/{a}": (b, a) for b, a in pairs}
+    ranking = _rule.rank(spec, direction, list(labels), pairs[0][0].device)
+    if ranking and ranking[0][1] is not None:
+        label, score = ranking[0]
+        backend, algo = labels[label]
+        others = ", ".join(f"{lbl} x{s:.2f}" for lbl, s in ranking[1:4] if s is not None)
+        reason = (
+            f"fitted rule: predicted x{score:.2f} of the best on its {len(ranking.neighbours)} nearest "
+            f"measured problems ({', '.join(ranking.neighbours)})" + (f"; next: {others}" if others else "")
+        )
+        return backend, algo, Decision(source, "rule", reason, tuple(considered))
+    first = pairs[0][0]
+    algo, why = first.choose_algorithm(spec, direction)
+    if (first, algo) not in pairs:
+        algo = next(a for b, a in pairs if b is first)
+    reason = f"highest-priority backend that is available and can run the case (no fitted rule data); algorithm: {why}"
+    return first, algo, Decision(source, "priority", reason, tuple(considered))
+
+
+def _with_source(decision: Decision, source: str, considered) -> Decision:
+    """The decision with who asked, and the skipped backends, filled in."""
+    return Decision(source, decision.decided_by, decision.reason, tuple(considered), decision.measured)

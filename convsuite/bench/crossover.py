@@ -1,0 +1,312 @@
+"""The crossover map: which backend and algorithm wins where, and the rule fitted from it.
+
+``python -m convsuite.bench.crossover --device cpu`` (or ``gpu`` on a
+machine with one) times every backend and algorithm that can run each
+problem of a grid (batch, channels, size, kernel, stride, groups; 2-D and
+1-D; forward and backward) side by side with the measuring core, then writes
+
+- ``convsuite/data/rule-<device>.json``: the times, which *are* the default
+  rule (:mod:`convsuite._rule` ranks candidates by their relative time on the
+  nearest measured problems);
+- ``docs/measurements/crossover-<device>.md``: the table, with machine and date;
+- ``docs/measurements/crossover-<device>.png``: the map (winner per problem,
+  by work and reduction length), when matplotlib is installed.
+
+Re-run it whenever a backend gains an algorithm: the rule follows the data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import random
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .. import _registry, _rule, _tuning
+from .._spec import ConvSpec
+from .._validation import prepare_forward
+
+__all__ = ["Problem", "fit_grid", "measure_problem", "main", "spec_of"]
+
+#: Backends left out of the map besides those that declare ``contender = False``.
+DEFAULT_SKIP: tuple[str, ...] = ()
+#: Largest forward work (multiply-adds) of a grid problem: keeps one sweep to minutes on 2 cores.
+MAX_MACS = 150_000_000
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One convolution problem of a grid or a held-out set."""
+
+    name: str
+    x_shape: tuple[int, ...]
+    w_shape: tuple[int, ...]
+    stride: int = 1
+    padding: object = 0
+    groups: int = 1
+    direction: str = "forward"
+    dtype: str = "float32"
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def ndim(self) -> int:
+        """Spatial dimensions (1 or 2); a plain kernel ``(K,)``/``(KH, KW)`` has no channel axes."""
+        rank = len(self.w_shape)
+        return rank - 2 if rank > 2 else rank
+
+
+def spec_of(problem: Problem) -> ConvSpec:
+    """The validated spec of a problem, without allocating its operands."""
+    dtype = np.dtype(problem.dtype)
+
+    def stand_in(shape):
+        return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape, (0,) * len(shape))
+
+    op = f"conv{problem.ndim}d"
+    return prepare_forward(
+        op,
+        problem.ndim,
+        stand_in(problem.x_shape),
+        stand_in(problem.w_shape),
+        None,
+        problem.stride,
+        problem.padding,
+        1,
+        problem.groups,
+        convert=False,
+    ).spec
+
+
+def fit_grid(seed: int = 0, forward: int = 72, backward: int = 24) -> list[Problem]:
+    """The fitting grid: a fixed random sample of the product of the axes below, plus 1-D problems."""
+    rng = random.Random(seed)
+    axes_2d = []
+    for batch in (1, 4, 16):
+        # Channels up to 256 and sizes down to 4: the deep, small-image end of
+        # a network is where BLAS and direct loops trade places.
+        for channels in (1, 8, 32, 96, 256):
+            for out_channels in (8, 32, 96, 256):
+                for size in (4, 12, 28, 56):
+                    for kernel in (1, 3, 5):
+                        for stride in (1, 2):
+                            for depthwise in (False, True):
+                                axes_2d.append((batch, channels, out_channels, size, kernel, stride, depthwise))
+    rng.shuffle(axes_2d)
+    problems: list[Problem] = []
+    quota = {"forward": forward, "backward": backward}
+    for batch, channels, out_channels, size, kernel, stride, depthwise in axes_2d:
+        direction = "forward" if quota["forward"] else "backward"
+        if not quota[direction]:
+            break
+        if depthwise:
+            if channels == 1:
+                continue
+            out_channels, groups = channels, channels
+        else:
+            groups = 1
+        if kernel > size:
+            continue
+        problem = Problem(
+            name=f"B{batch} C{channels} M{out_channels} {size}x{size} k{kernel} s{stride}"
+            + (" dw" if depthwise else ""),
+            x_shape=(batch, channels, size, size),
+            w_shape=(out_channels, channels // groups, kernel, kernel),
+            stride=stride,
+            padding=kernel // 2,
+            groups=groups,
+            direction=direction,
+        )
+        if spec_of(problem).macs > MAX_MACS:
+            continue
+        quota[direction] -= 1
+        problems.append(problem)
+    for length in (1_000, 100_000):
+        for kernel in (3, 7, 31):
+            for channels in (1, 8):
+                problem = Problem(
+                    name=f"1-D B1 C{channels} M{channels} N{length} k{kernel}",
+                    x_shape=(1, channels, length),
+                    w_shape=(channels, channels, kernel),
+                    padding="same",
+                )
+                if spec_of(problem).macs <= MAX_MACS:
+                    problems.append(problem)
+    return problems
+
+
+def measure_problem(problem: Problem, device: str, skip: Sequence[str] = DEFAULT_SKIP) -> dict[str, float]:
+    """Median seconds of every candidate (``"backend/algorithm"``) on the problem, on ``device``."""
+    spec = spec_of(problem)
+    pairs, _ = _registry.candidates(spec, "auto", problem.direction, device)
+    pairs = [(b, a) for b, a in _tuning.contenders(pairs) if b.name not in skip]
+    rows = _tuning.measure_candidates(
+        spec, problem.direction, pairs, repeat=10, rounds=5, min_block_s=0.03, settle_s=0.1
+    )
+    return {f"{b}/{a}": median for b, a, median, _, status in rows if median is not None}
+
+
+def _machine(device: str) -> str:
+    return f"{_tuning.device_name(device)}; {platform.platform()}; threads {_tuning.get_num_threads()}"
+
+
+def _markdown(device: str, rows: list[dict], machine: str, date: str, seconds: float) -> str:
+    labels = sorted({label for row in rows for label in row["times"]})
+    head = "| problem | direction | " + " | ".join(labels) + " | winner |"
+    lines = [
+        f"# Crossover map ({device})",
+        "",
+        f"Measured {date} on {machine}, float32, in {seconds:.0f} s by "
+        f"`python -m convsuite.bench.crossover --device {device}`. Each cell is the candidate's median time "
+        "over the fastest one's on that problem (1.00 = the winner), all candidates of a problem timed side "
+        "by side (warm-up, interleaved blocks, medians; far slower ones abandoned after the first round). "
+        "The same times are the default rule's data (`convsuite/data/rule-"
+        f"{device}.json`). The machine is shared, so single figures are noisy; ratios are what to read.",
+        "",
+        head,
+        "|" + "---|" * (len(labels) + 3),
+    ]
+    for row in rows:
+        times = row["times"]
+        best = min(times.values())
+        winner = min(times, key=times.get)
+        cells = [f"{times[label] / best:.2f}" if label in times else "-" for label in labels]
+        lines.append(
+            f"| {row['name']} | {row['direction']} | " + " | ".join(cells) + f" | {winner} ({best * 1e6:.0f} us) |"
+        )
+    wins: dict[str, int] = {}
+    for row in rows:
+        winner = min(row["times"], key=row["times"].get)
+        wins[winner] = wins.get(winner, 0) + 1
+    lines += ["", "Wins: " + ", ".join(f"{label} {n}" for label, n in sorted(wins.items(), key=lambda kv: -kv[1]))]
+    return "\n".join(lines) + "\n"
+
+
+def _loo_text(table: dict) -> str:
+    """The rule's leave-one-out regret on the fitting data, as a paragraph."""
+    if not table["leave_one_out"]:
+        return ""
+    parts = [
+        f"{k} neighbour{'s' if k != '1' else ''}: mean x{v['mean']:.2f}, worst x{v['worst']:.2f}, "
+        f"{v['over_1.5']} over 1.5x"
+        for k, v in table["leave_one_out"].items()
+    ]
+    return (
+        "\nLeave-one-out regret of the rule on these problems (each predicted from all the others): "
+        + "; ".join(parts)
+        + f". The rule uses {table['neighbours']}.\n"
+    )
+
+
+def _plot(device: str, rows: list[dict], path: Path) -> bool:
+    """Winner per problem over (log work, log reduction length); False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    labels = sorted({min(r["times"], key=r["times"].get) for r in rows})
+    colours = {label: plt.cm.tab10(i % 10) for i, label in enumerate(labels)}
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    for row in rows:
+        winner = min(row["times"], key=row["times"].get)
+        marker = "o" if row["direction"] == "forward" else "^"
+        ax.scatter(math.log10(row["macs"]), math.log10(row["reduction"]), color=colours[winner], marker=marker, s=40)
+    for label in labels:
+        ax.scatter([], [], color=colours[label], label=label)
+    ax.scatter([], [], color="grey", marker="o", label="forward")
+    ax.scatter([], [], color="grey", marker="^", label="backward")
+    ax.set_xlabel("log10 multiply-adds per call")
+    ax.set_ylabel("log10 reduction length (C/groups x kernel taps)")
+    ax.set_title(f"Fastest backend/algorithm per problem ({device})")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def run(
+    device: str, problems: Iterable[Problem], skip: Sequence[str], progress: bool = True
+) -> tuple[list[dict], float]:
+    """Measure every problem; rows of the table (name, direction, features, times)."""
+    rows, start = [], time.perf_counter()
+    problems = list(problems)
+    for i, problem in enumerate(problems, 1):
+        spec = spec_of(problem)
+        times = measure_problem(problem, device, skip)
+        if not times:
+            continue
+        rows.append(
+            {
+                "name": problem.name,
+                "direction": problem.direction,
+                "features": list(_rule.features(spec)),
+                "macs": spec.macs,
+                "reduction": spec.reduction_length,
+                "times": times,
+            }
+        )
+        if progress:
+            winner = min(times, key=times.get)
+            print(f"[{i}/{len(problems)}] {problem.name} {problem.direction}: {winner}", file=sys.stderr)
+    return rows, time.perf_counter() - start
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Regenerate the crossover map and the rule's data for one device."""
+    parser = argparse.ArgumentParser(prog="python -m convsuite.bench.crossover", description=__doc__.split("\n")[0])
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    parser.add_argument("--skip", default=",".join(DEFAULT_SKIP), help="backends to leave out (comma-separated)")
+    parser.add_argument("--forward", type=int, default=72, help="forward 2-D problems in the grid")
+    parser.add_argument("--backward", type=int, default=24, help="backward 2-D problems in the grid")
+    parser.add_argument("--docs", default="docs/measurements", help="where the table and the plot go")
+    parser.add_argument("--data", default=None, help="where the rule's JSON goes (default: inside the package)")
+    args = parser.parse_args(argv)
+    skip = tuple(s for s in args.skip.split(",") if s)
+    rows, seconds = run(args.device, fit_grid(forward=args.forward, backward=args.backward), skip)
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    machine = _machine(args.device)
+    # The number of voting neighbours is fitted too: the one with the lowest
+    # leave-one-out regret on the measured problems (mean, then worst).
+    loo = {k: regrets for k in (1, 2, 3, 5) if (regrets := _rule.leave_one_out(rows, k))}
+    neighbours = min(loo, key=lambda k: (statistics.fmean(loo[k]), max(loo[k]))) if loo else _rule.NEIGHBOURS
+    table = {
+        "device": args.device,
+        "neighbours": neighbours,
+        "leave_one_out": {
+            str(k): {"mean": statistics.fmean(v), "worst": max(v), "over_1.5": sum(r > 1.5 for r in v)}
+            for k, v in loo.items()
+        },
+        "machine": machine,
+        "date": date,
+        "command": f"python -m convsuite.bench.crossover --device {args.device}",
+        "features": list(_rule.FEATURE_NAMES),
+        "cases": rows,
+    }
+    data_path = Path(args.data) if args.data else Path(str(_rule.table_path(args.device)))
+    data_path.parent.mkdir(parents=True, exist_ok=True)
+    data_path.write_text(json.dumps(table, indent=1) + "\n")
+    docs = Path(args.docs)
+    docs.mkdir(parents=True, exist_ok=True)
+    text = _markdown(args.device, rows, machine, date, seconds) + _loo_text(table)
+    (docs / f"crossover-{args.device}.md").write_text(text)
+    plotted = _plot(args.device, rows, docs / f"crossover-{args.device}.png")
+    print(text)
+    print(f"wrote {data_path}, {docs / f'crossover-{args.device}.md'}" + (" and the plot" if plotted else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

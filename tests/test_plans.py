@@ -1,0 +1,298 @@
+"""Plans: cached per problem, invalidated by settings, correct on every path."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import convsuite as cs
+from convsuite import _plans
+from convsuite._plans import PlanCache
+from convsuite.backends.base import Backend
+from convsuite.testing import reference_forward
+
+RNG = np.random.default_rng(7)
+X = RNG.standard_normal((2, 4, 9, 9)).astype(np.float32)
+W = RNG.standard_normal((6, 4, 3, 3)).astype(np.float32)
+B = RNG.standard_normal(6).astype(np.float32)
+
+
+def _info():
+    return _plans.plan_cache_info()
+
+
+def test_second_call_is_a_hit_and_agrees():
+    cs.clear_plan_cache()
+    first = cs.conv2d(X, W, B, padding=1, backend="numpy")
+    before = _info()
+    second = cs.conv2d(X, W, B, padding=1, backend="numpy")
+    after = _info()
+    assert after["hits"] == before["hits"] + 1 and after["misses"] == before["misses"]
+    np.testing.assert_array_equal(first, second)
+    spec = cs.explain(X, W, B, padding=1).spec
+    np.testing.assert_allclose(second, reference_forward(spec, X, W, B), rtol=1e-4, atol=1e-4)
+
+
+def test_each_distinguishing_argument_misses():
+    cs.clear_plan_cache()
+    cs.conv2d(X, W, padding=1, backend="numpy")
+    variants = [
+        dict(padding=0),
+        dict(padding=(1, 1)),
+        dict(padding=1, stride=2),
+        dict(padding=1, dilation=2),
+        dict(padding=1, backend="cython"),
+        dict(padding=1, backend="python"),
+    ]
+    for kw in variants:
+        misses = _info()["misses"]
+        cs.conv2d(X, W, **{"backend": "numpy", **kw})
+        assert _info()["misses"] == misses + 1, kw
+    misses = _info()["misses"]
+    cs.conv2d(X.astype(np.float64), W, padding=1, backend="numpy")
+    cs.conv2d(X[:1], W, padding=1, backend="numpy")
+    cs.conv2d(X, W, B, padding=1, backend="numpy")
+    assert _info()["misses"] == misses + 3
+
+
+@pytest.mark.parametrize("bad", [dict(stride=True), dict(stride=1.0), dict(padding=1.0), dict(groups=True)])
+def test_invalid_keywords_never_hit_a_valid_plan(bad):
+    cs.conv2d(X, W, stride=1, padding=1, groups=1, backend="numpy")  # a valid plan with equal-comparing values
+    kw = {"stride": 1, "padding": 1, "groups": 1, **bad}
+    with pytest.raises(TypeError):
+        cs.conv2d(X, W, backend="numpy", **kw)
+
+
+def test_lists_and_non_contiguous_inputs_run_through_plans():
+    y = cs.conv2d(X, W, padding=1, backend="numpy")
+    np.testing.assert_allclose(cs.conv2d(X.tolist(), W.tolist(), padding=1, backend="numpy"), y, rtol=1e-4, atol=1e-4)
+    wide = np.zeros((2, 4, 9, 18), np.float32)
+    wide[..., ::2] = X
+    np.testing.assert_array_equal(cs.conv2d(wide[..., ::2], W, padding=1, backend="numpy"), y)
+
+
+@pytest.mark.parametrize("change", ["set_backend", "register", "set_autotune", "clear_tuning_cache"])
+def test_settings_changes_invalidate(change, tmp_path, monkeypatch):
+    monkeypatch.setenv("CONVSUITE_CACHE_DIR", str(tmp_path))
+    cs.conv2d(X, W, padding=1)
+    size_before = _info()["size"]
+    assert size_before >= 1
+    generation = _plans.generation()
+    if change == "set_backend":
+        cs.set_backend("numpy")
+        cs.set_backend(None)
+    elif change == "register":
+        cs.register_backend("convsuite.backends.numpy_backend:NumpyBackend", name="numpy_again")
+        cs.unregister_backend("numpy_again")
+    elif change == "set_autotune":
+        cs.set_autotune(False)
+        cs.set_autotune(None)
+    else:
+        cs.clear_tuning_cache()
+    assert _plans.generation() > generation
+    assert _info()["size"] == 0
+
+
+def test_thread_count_is_part_of_the_key():
+    cs.set_num_threads(1)
+    try:
+        cs.conv2d(X, W, padding=1, backend="numba")
+        misses = _info()["misses"]
+        cs.set_num_threads(None)
+        cs.conv2d(X, W, padding=1, backend="numba")
+        assert _info()["misses"] == misses + 1
+    finally:
+        cs.set_num_threads(None)
+
+
+def test_set_backend_takes_effect_on_a_cached_problem():
+    class Marker(Backend):
+        name = "marker_backend"
+        algorithms = ("only",)
+
+        def forward(self, spec, x, w, bias, out, algorithm):
+            out[...] = 7.0
+
+        def backward(self, spec, grad_y, x, w, grad_x, grad_w, grad_b, algorithm):
+            grad_x[...] = grad_w[...] = grad_b[...] = 7.0
+
+    cs.conv2d(X, W, padding=1)
+    cs.register_backend(Marker())
+    try:
+        cs.set_backend("marker_backend")
+        assert float(cs.conv2d(X, W, padding=1)[0, 0, 0, 0]) == 7.0
+        cs.set_backend(None)
+        assert float(cs.conv2d(X, W, padding=1)[0, 0, 0, 0]) != 7.0
+    finally:
+        cs.set_backend(None)
+        cs.unregister_backend("marker_backend")
+
+
+def test_lru_bound_and_order():
+    cache = PlanCache(maxsize=2)
+    a, b, c = object(), object(), object()
+    cache.put("a", a)
+    cache.put("b", b)
+    assert cache.get("a") is a  # a is now the most recently used
+    cache.put("c", c)
+    assert cache.get("b") is None and cache.get("a") is a and cache.get("c") is c
+    assert len(cache) == 2
+
+
+def test_concurrent_calls_from_threads_agree():
+    shapes = [(1, 4, 8 + i, 8 + i) for i in range(6)]
+    inputs = [RNG.standard_normal(s).astype(np.float32) for s in shapes]
+    expected = [cs.conv2d(x, W, padding=1, backend="numpy") for x in inputs]
+    cs.clear_plan_cache()
+    errors = []
+
+    def work(offset):
+        try:
+            for i in range(30):
+                k = (i + offset) % len(inputs)
+                np.testing.assert_array_equal(cs.conv2d(inputs[k], W, padding=1, backend="numpy"), expected[k])
+        except Exception as exc:  # reported below, with the thread's failure
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_public_plan_from_arrays_and_from_shapes():
+    p = cs.plan(X, W, B, padding=1, backend="numpy")
+    assert isinstance(p, cs.Plan) and p.backend.name == "numpy" and p.spec.y_shape == (2, 6, 9, 9)
+    np.testing.assert_array_equal(p(X, W, B), cs.conv2d(X, W, B, padding=1, backend="numpy"))
+    q = cs.plan((2, 4, 9, 9), (6, 4, 3, 3), padding=1, backend="numpy")
+    np.testing.assert_array_equal(q(X, W), cs.conv2d(X, W, padding=1, backend="numpy"))
+    with pytest.raises(ValueError, match=r"`x` must have shape \(2, 4, 9, 9\)"):
+        q(X[:1], W)
+    with pytest.raises(TypeError, match="dtype float32"):
+        q(X.astype(np.float64), W)
+    with pytest.raises(ValueError, match="without a bias"):
+        q(X, W, B)
+    with pytest.raises(ValueError, match="`direction`"):
+        cs.plan(X, W, direction="sideways")
+
+
+def test_public_backward_plan_matches_the_function():
+    gy = RNG.standard_normal((2, 6, 9, 9)).astype(np.float32)
+    p = cs.plan(X.shape, W.shape, padding=1, backend="numpy", direction="backward")
+    got = p(gy, X, W)
+    want = cs.conv2d_backward(gy, X, W, padding=1, backend="numpy")
+    for g, h in zip(got, want):
+        np.testing.assert_array_equal(g, h)
+
+
+def test_plain_signal_layout_through_a_plan():
+    x = RNG.standard_normal(50).astype(np.float32)
+    w = RNG.standard_normal(5).astype(np.float32)
+    y = cs.conv1d(x, w, padding="same", backend="numpy")
+    assert y.shape == (50,)
+    gx, gw, gb = cs.conv1d_backward(np.ones_like(y), x, w, padding="same", backend="numpy")
+    assert gx.shape == (50,) and gw.shape == (5,) and gb.shape == (1,)
+    np.testing.assert_array_equal(cs.conv1d(x, w, padding="same", backend="numpy"), y)
+
+
+def test_layers_hold_their_plans_and_follow_settings():
+    layer = cs.Conv2D(4, 6, 3, padding=1, seed=0)
+    y = layer(X)
+    assert len(layer._plans) == 1
+    np.testing.assert_allclose(y, cs.conv2d(X, layer.weight, layer.bias, padding=1), rtol=1e-5, atol=1e-6)
+    layer(X)
+    assert len(layer._plans) == 1
+    with cs.use_backend("python"):
+        held = layer._plan("forward", X, layer.weight, layer.bias)
+        assert held.backend.name == "python"
+    assert layer._plan("forward", X, layer.weight, layer.bias).backend.name != "python"
+    grads = layer.backward(np.ones_like(y), X)
+    assert grads[0].shape == X.shape and len(layer._plans) >= 2
+
+
+class _Box:
+    """A stand-in for a device array: the front end must move data through the backend, never touch it."""
+
+    def __init__(self, array):
+        self.a = array
+        self.shape, self.dtype = array.shape, array.dtype
+
+    def reshape(self, *shape):
+        return _Box(self.a.reshape(*shape))
+
+    def fill(self, value):
+        self.a.fill(value)
+
+
+class _BoxModule:
+    @staticmethod
+    def empty(shape, dtype):
+        return _Box(np.empty(shape, dtype))
+
+
+class _FakeDevice(Backend):
+    """A 'device' backend whose arrays are _Box objects; computes with the numpy backend's launch."""
+
+    name = "fake_device"
+    device = "fakegpu"
+    algorithms = ("boxed",)
+
+    def __init__(self):
+        self.moves = {"to_device": 0, "to_host": 0}
+
+    def array_module(self):
+        return _BoxModule
+
+    def owns(self, array):
+        return isinstance(array, _Box)
+
+    def to_device(self, array):
+        self.moves["to_device"] += 1
+        return _Box(np.array(array))
+
+    def to_host(self, array):
+        self.moves["to_host"] += 1
+        return array.a.copy()
+
+    def memory_limit(self):
+        return 2**40
+
+    def ieee_padding(self, spec, algorithm, direction):
+        return True  # the numpy im2col launch multiplies padding zeros: no fix-up touches the boxes
+
+    def plan(self, spec, algorithm, direction):
+        inner = cs.get_backend("numpy").plan(spec, "im2col", direction)
+
+        def launch(*operands):
+            assert all(o is None or isinstance(o, _Box) for o in operands)
+            inner(*(None if o is None else o.a for o in operands))
+
+        return launch
+
+
+def test_device_backend_gets_operands_through_its_protocol():
+    fake = _FakeDevice()
+    cs.register_backend(fake)
+    try:
+        y = cs.conv2d(X, W, B, padding=1, backend="fake_device")
+        assert isinstance(y, np.ndarray)  # NumPy in, NumPy out
+        np.testing.assert_allclose(y, cs.conv2d(X, W, B, padding=1, backend="numpy"), rtol=1e-6)
+        assert fake.moves == {"to_device": 3, "to_host": 1}
+        grads = cs.conv2d_backward(np.ones_like(y), X, W, padding=1, backend="fake_device")
+        want = cs.conv2d_backward(np.ones_like(y), X, W, padding=1, backend="numpy")
+        for got, expected in zip(grads, want):
+            assert isinstance(got, np.ndarray)
+            np.testing.assert_allclose(got, expected, rtol=1e-6)
+        from convsuite._instrument import record_kernel_times
+
+        with record_kernel_times() as times:
+            cs.conv2d(X, W, padding=1, backend="fake_device")
+        assert len(times) == 1 and times[0] > 0
+        explanation = cs.explain(X, W, padding=1)
+        assert ("fake_device", "computes on the fakegpu, the data is on the cpu") in explanation.considered
+    finally:
+        cs.unregister_backend("fake_device")

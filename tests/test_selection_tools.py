@@ -1,0 +1,83 @@
+"""The crossover, regret and overhead commands: grids valid, held-out disjoint, tables written."""
+
+from __future__ import annotations
+
+import json
+
+from convsuite import _rule
+from convsuite.bench import crossover, overhead, regret
+from convsuite.bench.crossover import Problem
+
+
+def test_fit_grid_is_valid_and_bounded():
+    grid = crossover.fit_grid()
+    assert len(grid) >= 60
+    directions = {p.direction for p in grid}
+    assert directions == {"forward", "backward"}
+    for problem in grid:
+        spec = crossover.spec_of(problem)
+        assert spec.macs <= crossover.MAX_MACS
+    assert any(crossover.spec_of(p).is_depthwise for p in grid)
+    assert any(p.stride == 2 for p in grid) and any(p.ndim == 1 for p in grid)
+
+
+def test_held_out_set_is_not_in_the_fitting_grid():
+    fitted = {(p.x_shape, p.w_shape, p.stride, p.groups, p.direction) for p in crossover.fit_grid()}
+    held = regret.held_out()
+    assert len(held) >= 20
+    names = " ".join(p.name for p in held)
+    for family in ("ece408", "mnv2", "strided", "dw", "1x1", "bwd", "1-D"):
+        assert family in names
+    for problem in held:
+        crossover.spec_of(problem)  # valid
+        assert (problem.x_shape, problem.w_shape, problem.stride, problem.groups, problem.direction) not in fitted
+
+
+def test_crossover_writes_the_rule_table_the_rule_reads(tmp_path, monkeypatch):
+    tiny = [
+        Problem("tiny fwd", (1, 2, 6, 6), (3, 2, 3, 3), padding=1),
+        Problem("tiny bwd", (1, 2, 6, 6), (3, 2, 3, 3), padding=1, direction="backward"),
+    ]
+    monkeypatch.setattr(crossover, "fit_grid", lambda **kw: tiny)
+    data = tmp_path / "rule-cpu.json"
+    assert crossover.main(["--data", str(data), "--docs", str(tmp_path)]) == 0
+    table = json.loads(data.read_text())
+    assert [c["name"] for c in table["cases"]] == ["tiny fwd", "tiny bwd"]
+    assert {"numpy/im2col", "cython/direct"} <= set(table["cases"][0]["times"])
+    assert "python/direct" not in table["cases"][0]["times"]  # skipped by default
+    text = (tmp_path / "crossover-cpu.md").read_text()
+    assert "tiny fwd" in text and "Wins:" in text
+    monkeypatch.setitem(_rule._tables, "cpu", table)
+    spec = crossover.spec_of(tiny[0])
+    ranking = _rule.rank(spec, "forward", list(table["cases"][0]["times"]), "cpu")
+    winner = min(table["cases"][0]["times"], key=table["cases"][0]["times"].get)
+    assert ranking[0][0] == winner  # on a measured point the rule returns its measured winner
+
+
+def test_regret_rows_are_consistent():
+    rows = regret.regrets([Problem("tiny", (1, 2, 6, 6), (3, 2, 3, 3), padding=1)], "cpu", ("python",), progress=False)
+    (row,) = rows
+    assert row["rule_regret"] >= 1.0 and row["tuned_regret"] >= 1.0 and row["priority_regret"] >= 1.0
+    for pick in ("rule", "tuned", "priority"):
+        if row[pick] == row["best"]:
+            assert row[f"{pick}_regret"] == 1.0
+    assert "| tiny |" in regret._markdown("cpu", rows, "machine", "date")
+
+
+def test_mobilenet_v2_has_52_convolutions_of_the_right_shapes():
+    layers = overhead.mobilenet_v2_convs()
+    assert len(layers) == 52
+    assert layers[0] == (3, 32, 224, 3, 2, 1) and layers[-1] == (320, 1280, 7, 1, 1, 1)
+    assert sum(1 for c, m, h, k, s, g in layers if g > 1) == 17  # one depthwise conv per block
+    # the layers of the kitten report's loop table: 1x1 96->24 at 56, depthwise 960 at 7, 1x1 576->160 at 7
+    assert {(96, 24, 56, 1, 1, 1), (960, 960, 7, 3, 1, 960), (576, 160, 7, 1, 1, 1)} <= set(layers)
+
+
+def test_overhead_contenders_run_and_agree():
+    contenders = overhead.tiny_contenders("cpu", calls=2)
+    assert "cs.conv2d backend=cython" in contenders and "cs.conv2d auto" in contenders
+    for contender in contenders.values():
+        contender.run()
+    timings = overhead.measure_side_by_side(contenders, repeat=1, rounds=1, warmup=0)
+    table = overhead._table(timings, 2, "torch F.conv2d")
+    assert all(name in table for name in contenders)
