@@ -403,3 +403,52 @@ def test_gpu_comparison_taxonomy(tmp_path):
     cudnn = [r for r in results if r.contender.startswith("cuDNN") and r.status == "ok"]
     assert cudnn and all(r.error_ok for r in cudnn)
     assert (tmp_path / "report.md").is_file()
+
+
+_NONFINITE_CASES = [
+    # (x shape, w shape, keywords): padded 2-D cases, a grouped one, a depthwise one (compiled K and general)
+    ((2, 4, 9, 11), (6, 4, 3, 3), dict(padding=1)),
+    ((1, 6, 8, 8), (6, 2, 3, 3), dict(padding=(2, 1), groups=3, stride=2)),
+    ((2, 8, 10, 10), (8, 1, 3, 3), dict(padding=1, groups=8)),
+    ((1, 4, 9, 9), (4, 1, 5, 3), dict(padding="same", groups=4, dilation=2)),
+    ((1, 3, 40), (5, 3, 7), dict(padding="full")),
+]
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+@pytest.mark.parametrize("case", range(len(_NONFINITE_CASES)))
+def test_nonfinite_follow_ieee_on_every_algorithm(case, direction):
+    """NaN/inf weights (forward) and grad_y (backward) meeting padding give torch's NaN pattern.
+
+    The numpy backend's im2col multiplies padding zeros (IEEE); every cupy
+    algorithm, whether its kernel multiplies zeros (``ieee_padding``) or gets
+    the front end's fix-up, must give the same non-finite pattern.
+    """
+    x_shape, w_shape, kw = _NONFINITE_CASES[case]
+    rng = np.random.default_rng(case)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    fwd, bwd = (cs.conv1d, cs.conv1d_backward) if len(x_shape) == 3 else (cs.conv2d, cs.conv2d_backward)
+    spec = cs.explain(x, w, backend="numpy", **kw).spec
+    if direction == "forward":
+        w.flat[0], w.flat[-1] = np.nan, np.inf
+        want = fwd(x, w, backend="numpy", **kw)
+    else:
+        gy = rng.standard_normal(spec.y_shape).astype(np.float32)
+        gy.flat[0], gy.flat[-1] = np.inf, np.nan
+        want = bwd(gy, x, w, backend="numpy", **kw)[1]
+    backend = cs._registry.get_backend("cupy")
+    ran = 0
+    for algorithm in backend.algorithms:
+        if backend.can_run(spec, algorithm, direction) is not True:
+            continue
+        with cs.testing.poisoned_outputs():
+            if direction == "forward":
+                got = fwd(x, w, backend="cupy", algorithm=algorithm, **kw)
+            else:
+                got = bwd(gy, x, w, backend="cupy", algorithm=algorithm, **kw)[1]
+        got = _cupy().asnumpy(got) if not isinstance(got, np.ndarray) else got
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"{algorithm} {direction}")
+        np.testing.assert_array_equal(np.isinf(got), np.isinf(want), err_msg=f"{algorithm} {direction}")
+        ran += 1
+    assert ran >= 1

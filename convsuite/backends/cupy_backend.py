@@ -39,7 +39,7 @@ from collections import OrderedDict
 
 from .._spec import ConvSpec
 from . import _cupy_runtime as rt
-from ._cupy_algorithms import ALGORITHMS, ONE_D_ALGORITHMS, RECORDS, TWO_D_ALGORITHMS
+from ._cupy_algorithms import ALGORITHMS, ONE_D_ALGORITHMS, RECORDS, TWO_D_ALGORITHMS, _depthwise_fixed
 from .base import Backend, Launch, Verdict
 
 __all__ = ["CupyBackend", "ALGORITHMS", "ONE_D_ALGORITHMS", "TWO_D_ALGORITHMS"]
@@ -47,6 +47,11 @@ __all__ = ["CupyBackend", "ALGORITHMS", "ONE_D_ALGORITHMS", "TWO_D_ALGORITHMS"]
 _PLAN_CACHE_SIZE = 256
 _POINTWISE_MOST = 160  # output channels per group up to which the pointwise kernel beat cuBLAS (5 passes over x)
 _BIG_ENOUGH = 128  # big block tiles (about one per multiprocessor) before igemm_big beats the 64x64 kernel
+
+
+#: Forward kernels whose input tiles hold padding as zeros that are multiplied
+#: like any other input (load_patch, the implicit-GEMM gathers).
+_IEEE_FORWARD = frozenset({"tiled_shared", "register_tiled", "fused_gemm", "igemm_big"})
 
 
 def _int32_geometry(spec: ConvSpec) -> int:
@@ -148,6 +153,21 @@ class CupyBackend(Backend):
                 "the kernels' 32-bit int geometry; the 'cython' and 'numba' backends index with 64 bits"
             )
         return super().can_run(spec, algorithm, direction)
+
+    def ieee_padding(self, spec: ConvSpec, algorithm: str, direction: str) -> bool:
+        """Kernels that load padding as zeros into their tiles or registers and multiply them.
+
+        Those give IEEE results with non-finite weights (as torch), so the
+        front end's fix-up, which would synchronise with the host (and break
+        CUDA-graph capture), is skipped for them.
+        """
+        if algorithm == "im2col_gemm":
+            return True  # zero-filled columns through cuBLAS, forward and weight gradient
+        if direction != "forward":
+            return False
+        if algorithm == "depthwise":
+            return _depthwise_fixed(spec.as_2d()) != (0, 0)  # the compiled-K path reads zero rows
+        return algorithm in _IEEE_FORWARD
 
     def choose_algorithm(self, spec: ConvSpec, direction: str) -> tuple[str, str]:
         """The first rule of the module docstring that applies and can run, with its reason."""
