@@ -103,12 +103,12 @@ class Module:
         if name in self._buffers and not isinstance(value, (Parameter, Module)):
             object.__setattr__(self, name, value)  # a buffer stays a buffer when reassigned
             return
+        target = self._parameters if isinstance(value, Parameter) else self._modules if isinstance(value, Module) else None
         for table in (self._parameters, self._buffers, self._modules):
-            table.pop(name, None)
-        if isinstance(value, Parameter):
-            self._parameters[name] = value
-        elif isinstance(value, Module):
-            self._modules[name] = value
+            if table is not target:
+                table.pop(name, None)
+        if target is not None:
+            target[name] = value  # an existing name keeps its place (Sequential order, state_dict order)
         object.__setattr__(self, name, value)
 
     def register_buffer(self, name: str, value) -> None:
