@@ -16,7 +16,7 @@ to float32:
 - other ``*.weight`` (convolution, linear): normal(0, 1) * sqrt(2 / fan_in),
   fan_in = product of every axis after the first.
 
-Input: ``default_rng(input_seed).standard_normal(input_shape)`` as float32.
+Inputs: ``default_rng(input_seed).standard_normal(shape)`` as float32, for each shape of ``INPUTS``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ import numpy as np
 
 WEIGHT_SEED = 20261121
 INPUT_SEED = 13
-INPUT_SHAPE = (2, 3, 224, 224)
+#: Inputs of the fixture: ImageNet size, and a small one that the pure-Python backend runs in seconds.
+INPUTS = {"224": (2, 3, 224, 224), "32": (1, 3, 32, 32)}
 FIXTURE = "mobilenet_v2_logits.npz"
 
 
@@ -52,6 +53,6 @@ def seeded_state_dict(keys_and_shapes, weight_seed: int = WEIGHT_SEED) -> dict[s
     return out
 
 
-def seeded_input(input_seed: int = INPUT_SEED, shape=INPUT_SHAPE) -> np.ndarray:
+def seeded_input(input_seed: int = INPUT_SEED, shape=INPUTS["224"]) -> np.ndarray:
     """The fixture's input batch."""
     return np.random.default_rng(input_seed).standard_normal(shape).astype(np.float32)

@@ -28,10 +28,12 @@ def main() -> None:
     keys_and_shapes = [(k, tuple(v.shape)) for k, v in model.state_dict().items() if "num_batches_tracked" not in k]
     weights = recipe.seeded_state_dict(keys_and_shapes)
     model.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()}, strict=False)
-    x = recipe.seeded_input()
-    with torch.no_grad():
-        logits32 = model(torch.from_numpy(x)).numpy()
-        logits64 = model.double()(torch.from_numpy(x).double()).numpy()
+    logits = {}
+    for name, shape in recipe.INPUTS.items():
+        x = torch.from_numpy(recipe.seeded_input(shape=shape))
+        with torch.no_grad():
+            logits[f"logits_float32_{name}"] = model.float()(x).numpy()
+            logits[f"logits_float64_{name}"] = model.double()(x.double()).numpy()
     shapes = np.full((len(keys_and_shapes), 4), -1, dtype=np.int64)
     for row, (_, shape) in enumerate(keys_and_shapes):
         shapes[row, : len(shape)] = shape
@@ -42,14 +44,16 @@ def main() -> None:
         shapes=shapes,
         weight_seed=recipe.WEIGHT_SEED,
         input_seed=recipe.INPUT_SEED,
-        input_shape=np.array(recipe.INPUT_SHAPE),
-        logits_float32=logits32,
-        logits_float64=logits64,
+        **{f"input_shape_{name}": np.array(shape) for name, shape in recipe.INPUTS.items()},
+        **logits,
         versions=np.array([f"torch {torch.__version__}", f"torchvision {torchvision.__version__}",
                            f"numpy {np.__version__}"]),
     )
-    print(f"wrote {out} ({out.stat().st_size} bytes); logits range {logits64.min():.3f}..{logits64.max():.3f}, "
-          f"float32 vs float64 max rel {np.abs(logits32 - logits64).max() / np.abs(logits64).max():.2e}")
+    for name in recipe.INPUTS:
+        l32, l64 = logits[f"logits_float32_{name}"], logits[f"logits_float64_{name}"]
+        print(f"{name}: logits {l64.min():.3f}..{l64.max():.3f}, float32 vs float64 max rel "
+              f"{np.abs(l32 - l64).max() / np.abs(l64).max():.2e}")
+    print(f"wrote {out} ({out.stat().st_size} bytes)")
 
 
 if __name__ == "__main__":
