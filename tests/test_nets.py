@@ -188,3 +188,18 @@ def test_mobilenet_profile_has_the_kitten_layer_counts():
     assert counts["convolution"]["layers"] == 52
     assert counts["element-wise"]["layers"] == 10 + 1  # residual adds and the classifier's dropout
     assert counts["pooling"]["layers"] == 1 and counts["fully connected"]["layers"] == 1
+
+
+def test_captured_network_checks_its_arguments():
+    """The checks come before anything touches CUDA (graph replay itself: tests/test_nets_gpu.py)."""
+    with pytest.raises(TypeError, match="convsuite.nn.Module"):
+        nn.CapturedNetwork(object())
+    with pytest.raises(ValueError, match="'recapture' or 'eager'"):
+        nn.CapturedNetwork(nn.ReLU(), on_new_shape="never")
+    with pytest.raises(ValueError, match="`max_graphs`"):
+        nn.CapturedNetwork(nn.ReLU(), max_graphs=0)
+    net = nets.lenet5()
+    with pytest.raises(ValueError, match="evaluation mode"):
+        nn.CapturedNetwork(net)(np.zeros((1, 1, 32, 32), np.float32))
+    with pytest.raises(TypeError, match="CuPy array"):
+        nn.CapturedNetwork(net.eval())(np.zeros((1, 1, 32, 32), np.float32))

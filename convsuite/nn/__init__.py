@@ -18,6 +18,7 @@ array module, so NumPy in gives NumPy out and CuPy in stays on the GPU.
 
 from ._timing import LayerTimes, record_layer_times
 from .conv import Conv1D, Conv2D
+from .cuda_graph import CapturedNetwork
 from .layers import Add, Dropout, Flatten, Identity, Linear, ReLU, ReLU6
 from .loss import CrossEntropyLoss
 from .module import Module, Parameter, Sequential, grad_enabled, no_grad
@@ -31,6 +32,7 @@ __all__ = [
     "Add",
     "AvgPool2D",
     "BatchNorm2D",
+    "CapturedNetwork",
     "Conv1D",
     "Conv2D",
     "CrossEntropyLoss",

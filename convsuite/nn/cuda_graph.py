@@ -121,9 +121,9 @@ class CapturedNetwork:
 
     def __call__(self, x):
         """The network's output for ``x`` (a new CuPy array), from a graph replay when possible."""
+        self._check(x)
         import cupy
 
-        self._check(x)
         key = (tuple(x.shape), x.dtype.str)
         entry = self._graphs.get(key)
         if entry is not None and entry.weights != self._weights():
