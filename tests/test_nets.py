@@ -203,3 +203,17 @@ def test_captured_network_checks_its_arguments():
         nn.CapturedNetwork(net)(np.zeros((1, 1, 32, 32), np.float32))
     with pytest.raises(TypeError, match="CuPy array"):
         nn.CapturedNetwork(net.eval())(np.zeros((1, 1, 32, 32), np.float32))
+
+
+def test_ece408_times_split_op_and_layer_time():
+    net = nets.lenet5("ece408-fa21")
+    rng = np.random.default_rng(0)
+    x = rng.random((6, 1, 86, 86), dtype=np.float32)
+    with nn.no_grad():
+        labels = net.eval()(x).argmax(axis=1)
+    report = nets.ece408_times(net, x, labels, batch=4)
+    assert report["accuracy"] == 1.0 and report["images"] == 6
+    assert len(report["op_time_s"]) == len(report["layer_time_s"]) == 2
+    for op, layer in zip(report["op_time_s"], report["layer_time_s"]):
+        assert 0 < op <= layer  # the kernel window lies inside the layer's
+    assert report["total_layer_time_s"] <= report["whole_network_s"]

@@ -20,7 +20,7 @@ import torchvision
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
-import mobilenet_recipe as recipe  # noqa: E402
+import mobilenet_recipe as recipe
 
 
 def main() -> None:

@@ -34,7 +34,7 @@ from .. import nets, nn
 from .timing import time_side_by_side
 from .torch_nets import to_torch, torch_category
 
-__all__ = ["main", "mobilenet_table", "lenet_training_step"]
+__all__ = ["lenet_training_step", "main", "mobilenet_table"]
 
 
 def _cpu_backends(requested: list[str] | None) -> list[str]:

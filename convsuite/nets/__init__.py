@@ -11,7 +11,7 @@ digits (the ``convsuite train`` command).
 
 from .lenet import LENET5_VARIANTS, lenet5
 from .mobilenet import MobileNetV2, mobilenet_v2
-from .profile import NetworkProfile, profile
+from .profile import NetworkProfile, ece408_times, profile
 from .train import TrainConfig, evaluate, train_lenet5
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "MobileNetV2",
     "NetworkProfile",
     "TrainConfig",
+    "ece408_times",
     "evaluate",
     "lenet5",
     "mobilenet_v2",

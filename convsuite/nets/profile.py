@@ -22,7 +22,7 @@ from .._arrays import is_cupy_array
 from ..nn._timing import device_timer
 from ..nn._xp import array_module
 
-__all__ = ["NetworkProfile", "profile"]
+__all__ = ["NetworkProfile", "ece408_times", "profile"]
 
 
 @dataclass
@@ -202,3 +202,69 @@ def profile(network: nn.Module, x, repeat: int = 5, *, backward: bool = False, w
         repeat=repeat,
         spread={d: (min(t), max(t)) for d, t in totals.items()},
     )
+
+
+def ece408_times(network: nn.Module, x, labels=None, *, batch: int | None = None, warmup: bool = True) -> dict:
+    """The ECE408 course's figures for one inference pass: accuracy, "Op Time", "Layer Time".
+
+    "Op Time" is the time inside the convolution kernels only (the backend
+    call, measured by the front end's kernel recorder; CUDA events on the
+    GPU); "Layer Time" is the time of the whole convolution layers (the
+    ``convsuite.conv2d`` call around it: validation, dispatch, allocation).
+    Both are summed over the pass and reported per convolution layer.
+
+    Parameters
+    ----------
+    network : convsuite.nn.Module
+        Set to evaluation mode here.
+    x : ndarray
+        The images, ``(N, 1, H, W)``; on the GPU when the network is.
+    labels : array_like, optional
+        Integer classes; when given, ``accuracy`` is reported.
+    batch : int, optional
+        Images per forward pass (default: all at once).
+    warmup : bool, default True
+        Run the first batch once, untimed, first (JIT compilation, kernel loading).
+
+    Returns
+    -------
+    dict
+        ``op_time_s``, ``layer_time_s`` (lists, one per convolution layer, in
+        call order), their totals, ``whole_network_s`` and ``accuracy``.
+    """
+    from .._instrument import record_kernel_times
+
+    network.eval()
+    n = len(x)
+    batch = n if batch is None else batch
+    convs = [name for name, m in network.named_modules() if m.category == "convolution"]
+    op: dict[str, float] = dict.fromkeys(convs, 0.0)
+    layer: dict[str, float] = dict.fromkeys(convs, 0.0)
+    correct = 0
+    if warmup:
+        with nn.no_grad():
+            network(x[:batch])
+    timer = device_timer(_network_device(network))
+    timer.start()
+    with nn.no_grad(), nn.record_layer_times(network) as times:
+        for start in range(0, n, batch):
+            with record_kernel_times() as kernels:
+                logits = network(x[start : start + batch])
+            # The kernel recorder sees every backend call, in call order: the convolutions.
+            for name, seconds in zip(convs, kernels):
+                op[name] += seconds
+            if labels is not None:
+                predicted = nn._xp.to_numpy(logits.argmax(axis=1))
+                correct += int((predicted == np.asarray(labels[start : start + batch])).sum())
+    whole = timer.stop()
+    for name in convs:
+        layer[name] = sum(times.samples.get((name, "forward"), []))
+    return {
+        "op_time_s": [op[c] for c in convs],
+        "layer_time_s": [layer[c] for c in convs],
+        "total_op_time_s": sum(op.values()),
+        "total_layer_time_s": sum(layer.values()),
+        "whole_network_s": whole,
+        "accuracy": None if labels is None else correct / n,
+        "images": n,
+    }

@@ -10,10 +10,10 @@ one context-variable lookup.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from .._arrays import is_cupy_array
 from .._registry import get_backend

@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from ._xp import array_module
 from .conv import _float_dtype, _rng
 from .module import Module, Parameter
-from ._xp import array_module
 
 __all__ = ["Add", "Dropout", "Flatten", "Identity", "Linear", "ReLU", "ReLU6"]
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .module import Module
 from ._xp import array_module
+from .module import Module
 
 __all__ = ["CrossEntropyLoss"]
 

@@ -10,9 +10,10 @@ and *adds* the gradients of its parameters into ``Parameter.grad``, as
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -103,7 +104,11 @@ class Module:
         if name in self._buffers and not isinstance(value, (Parameter, Module)):
             object.__setattr__(self, name, value)  # a buffer stays a buffer when reassigned
             return
-        target = self._parameters if isinstance(value, Parameter) else self._modules if isinstance(value, Module) else None
+        target = None
+        if isinstance(value, Parameter):
+            target = self._parameters
+        elif isinstance(value, Module):
+            target = self._modules
         for table in (self._parameters, self._buffers, self._modules):
             if table is not target:
                 table.pop(name, None)

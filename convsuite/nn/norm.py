@@ -5,12 +5,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import numpy as np
+
+from ._xp import array_module
 from .conv import _Conv, _float_dtype
 from .layers import Identity
 from .module import Module, Parameter, Sequential
-from ._xp import array_module
-
-import numpy as np
 
 __all__ = ["BatchNorm2D", "fold_batchnorm", "fold_batchnorms"]
 

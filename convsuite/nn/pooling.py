@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from .._validation import as_int_tuple
-from .module import Module
 from ._xp import array_module
+from .module import Module
 
 __all__ = ["AdaptiveAvgPool2D", "AvgPool2D", "MaxPool1D", "MaxPool2D"]
 
