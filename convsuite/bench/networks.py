@@ -10,7 +10,10 @@ Prints, for this machine:
    each, timed side by side (alternating blocks, medians, min-max spread).
 2. One LeNet-5 training step at batch 64 (forward, cross-entropy, backward,
    SGD with momentum) per backend vs torch eager, on real digits.
-3. With ``--train``: the test accuracy of ``convsuite train``'s defaults on
+3. With ``--gpu``: MobileNetV2 batch 1 on the GPU (cupy eager, BN folded,
+   replayed from a CUDA graph) next to torch eager (cuDNN, TF32 off) and
+   torch's own CUDA graph, CUDA events around each call.
+4. With ``--train``: the test accuracy of ``convsuite train``'s defaults on
    every CPU backend (minutes).
 
 Every contender's output is compared with torch's before it is timed. The
@@ -180,6 +183,72 @@ def lenet_training_step(backends: list[str], batch: int = 64, repeat: int = 10) 
     }
 
 
+def gpu_mobilenet(repeat: int = 50) -> dict:
+    """MobileNetV2 batch 1 on the GPU, device-resident input: cupy eager, BN folded, CUDA graph, torch.
+
+    Every figure is the median of ``repeat`` calls between CUDA events
+    (warm-up first); torch runs cuDNN with TF32 off (``cudnn.benchmark``
+    on), eager and replaying its own CUDA graph, when torch has CUDA.
+    """
+    import cupy
+
+    from .timing import cuda_events_median
+
+    x_host = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    x = cupy.asarray(x_host)
+    built = nets.mobilenet_v2(backend="cupy", seed=0).eval()
+    folded = nn.fold_batchnorms(built)
+    expected_net = to_torch(built).eval()
+    built.to("gpu")
+    folded.to("gpu")
+    graph = nn.CapturedNetwork(folded)
+
+    def eager(net):
+        def run():
+            with nn.no_grad():
+                return net(x)
+        return run
+
+    contenders = {
+        "cupy": eager(built),
+        "cupy (BN folded)": eager(folded),
+        "cupy (BN folded, CUDA graph)": lambda: graph(x),
+    }
+    import torch
+
+    with torch.inference_mode():
+        expected = expected_net(torch.from_numpy(x_host)).numpy()
+    errors = {name: _relative_error(cupy.asnumpy(fn()), expected) for name, fn in contenders.items()}
+    result = {"median_s": {}, "max_relative_error": errors, "graph_fallback": graph.fallback_reason}
+    for name, fn in contenders.items():
+        result["median_s"][name] = cuda_events_median(fn, repeat, warmup=3)
+    if torch.cuda.is_available():
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.benchmark = True
+        model = expected_net.cuda()
+        tx = torch.from_numpy(x_host).cuda()
+
+        def torch_eager():
+            with torch.inference_mode():
+                return model(tx)
+
+        result["median_s"]["torch eager (cuDNN FP32)"] = cuda_events_median(torch_eager, repeat, warmup=3)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side), torch.inference_mode():
+            for _ in range(3):
+                model(tx)
+        torch.cuda.current_stream().wait_stream(side)
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured), torch.inference_mode():
+            model(tx)
+        result["median_s"]["torch CUDA graph"] = cuda_events_median(captured.replay, repeat, warmup=3)
+    base = result["median_s"].get("torch eager (cuDNN FP32)")
+    result["speedup_vs_torch_eager"] = {n: base / t for n, t in result["median_s"].items()} if base else {}
+    return result
+
+
 def training_accuracy(backends: list[str]) -> dict[str, dict]:
     """``convsuite train``'s defaults on each backend: test accuracy and seconds."""
     out = {}
@@ -225,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=10, help="timed calls per contender (default 10)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     parser.add_argument("--only", choices=["mobilenet", "lenet"], default=None, help="run one of the two")
+    parser.add_argument("--gpu", action="store_true",
+                        help="also MobileNetV2 batch 1 on the GPU: cupy eager, BN folded, CUDA graph, torch")
     parser.add_argument("--train", action="store_true", help="also train LeNet-5 with the defaults per backend")
     parser.add_argument("--out", default=None, help="write the figures as JSON to this file")
     args = parser.parse_args(argv)
@@ -249,6 +320,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "lenet"):
         report["lenet5_train_step"] = lenet_training_step(backends, 64, args.repeat)
         _print_lenet(report["lenet5_train_step"])
+    if args.gpu:
+        report["mobilenet_v2_batch1_gpu"] = gpu = gpu_mobilenet(max(args.repeat, 20))
+        print("\nMobileNetV2-1.0, batch 1, GPU, device-resident input (CUDA events, medians)")
+        for name, seconds in gpu["median_s"].items():
+            ratio = gpu["speedup_vs_torch_eager"].get(name)
+            err = gpu["max_relative_error"].get(name)
+            print(f"{name:<30} {seconds * 1e3:>8.3f} ms  {'' if ratio is None else f'{ratio:.2f}x torch eager':>18}"
+                  f"  {'' if err is None else f'max rel err {err:.1e}'}")
+        if gpu["graph_fallback"]:
+            print(f"CUDA graph capture failed, ran eagerly: {gpu['graph_fallback']}")
     if args.train:
         report["lenet5_digits_accuracy"] = training_accuracy(backends)
         print("\nLeNet-5 on digits, convsuite train defaults")
