@@ -23,6 +23,7 @@ from ._registry import (
 )
 from ._spec import ConvSpec
 from ._threads import get_num_threads, set_num_threads
+from . import nets, nn  # networks on top of the functions above (imports numpy only)
 
 __version__ = "0.1.0"
 
@@ -40,6 +41,8 @@ __all__ = [
     "conv2d_backward",
     "explain",
     "get_num_threads",
+    "nets",
+    "nn",
     "list_backends",
     "register_backend",
     "set_backend",
