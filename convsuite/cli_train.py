@@ -3,7 +3,8 @@
 ``convsuite train lenet5 --data digits --backend numba --out DIR`` trains
 LeNet-5 on scikit-learn's bundled 8x8 digits (no download), shows a
 progress bar with the running loss, prints the test accuracy on the
-held-out split and writes ``DIR/train.json``.
+held-out split and writes ``DIR/train.json`` and the trained weights,
+``DIR/lenet5-VARIANT.npz`` (``net.load_state_dict(numpy.load(path))``).
 """
 
 from __future__ import annotations
@@ -70,7 +71,10 @@ def _device_of(backend: str | None) -> str:
 
 def cmd_train(args: argparse.Namespace) -> int:
     """Train, print the test accuracy and write ``train.json``."""
+    import numpy as np
+
     import convsuite
+    from convsuite import nn
     from convsuite.nets.train import TrainConfig, train_lenet5
 
     names = [b.name for b in convsuite.list_backends()]
@@ -122,6 +126,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         "layer_seconds": result.layer_seconds(),
         "category_seconds": {d: result.layer_times.by_category(d) for d in ("forward", "backward")},
     }
+    weights = out / f"lenet5-{config.variant}.npz"
+    np.savez(weights, **{k: nn._xp.to_numpy(v) for k, v in result.network.state_dict().items()})
+    report["weights"] = weights.name
     (out / "train.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {out / 'train.json'}")
+    print(f"wrote {out / 'train.json'} and {weights} (load with net.load_state_dict(numpy.load(path)))")
     return 0

@@ -150,6 +150,10 @@ def test_train_command_writes_train_json(tmp_path, capsys):
     layers = report["layer_seconds"]
     assert layers["0"]["category"] == "convolution" and layers["0"]["forward"] > 0 and layers["0"]["backward"] > 0
     assert "test accuracy" in capsys.readouterr().out
+    trained = nets.lenet5()
+    trained.load_state_dict(np.load(tmp_path / report["weights"]))
+    data = nets.data.load_digits_split(32, seed=1)
+    assert nets.evaluate(trained, data.x_test, data.y_test) == report["test_accuracy"]
 
 
 @pytest.mark.parametrize("argv, message", [
