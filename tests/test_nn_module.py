@@ -137,3 +137,8 @@ def test_to_cpu_keeps_numpy_and_rejects_unknown_devices():
     assert all(isinstance(p.data, np.ndarray) for p in net.parameters())
     with pytest.raises(ValueError, match="'cpu' or 'gpu'"):
         net.to("tpu")
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="needs CuPy"):
+            net.to("gpu")

@@ -258,8 +258,10 @@ class Module:
         if device not in ("cpu", "gpu"):
             raise ValueError(f"`device` must be 'cpu' or 'gpu'; got {device!r}")
         if device == "gpu":
-            import cupy
-
+            try:
+                import cupy
+            except ImportError as exc:
+                raise ImportError("to('gpu') needs CuPy: pip install 'convsuite[cuda]' (cupy-cuda13x)") from exc
             move = cupy.asarray
         else:
             move = to_numpy
