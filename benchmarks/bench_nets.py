@@ -49,9 +49,9 @@ class MobileNetV2Forward:
             net.to("gpu")
             x = cupy.asarray(x)
         self.net, self.x = net, x
-        self.time_forward()
+        self.time_forward(backend, network)
 
-    def time_forward(self):
+    def time_forward(self, backend, network):
         with nn.no_grad():
             _sync(self.net(self.x))
 
@@ -76,9 +76,9 @@ class LeNet5TrainingStep:
             self.x, self.y = cupy.asarray(self.x), cupy.asarray(self.y)
         self.loss = nn.CrossEntropyLoss()
         self.optimiser = nn.SGD(self.net.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
-        self.time_step()
+        self.time_step(backend, batch)
 
-    def time_step(self):
+    def time_step(self, backend, batch):
         self.optimiser.zero_grad()
         self.loss(self.net(self.x), self.y)
         grad = self.net.backward(self.loss.backward())
