@@ -26,6 +26,7 @@ from ._registry import (
 from ._spec import ConvSpec
 from ._threads import get_num_threads, set_num_threads
 from ._tuning import TuneResult, clear_tuning_cache, set_autotune, use_autotune
+from . import nets, nn  # networks on top of the functions above (imports numpy only)
 
 __version__ = "0.1.0"
 
@@ -50,6 +51,8 @@ __all__ = [
     "get_num_threads",
     "list_backends",
     "plan",
+    "nets",
+    "nn",
     "register_backend",
     "set_autotune",
     "set_backend",

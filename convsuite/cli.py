@@ -153,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--out", default="compare-out", help="folder for the reports (default compare-out)")
     compare.add_argument("--no-anchors", action="store_true", help="leave out torch / numpy / scipy rows")
     compare.set_defaults(func=cmd_compare)
+    from convsuite.cli_train import add_train_parser  # the `train` command (issue 13)
+
+    add_train_parser(sub)
     return parser
 
 

@@ -1,0 +1,184 @@
+"""Convolution layers: every call goes through ``convsuite.conv1d/conv2d`` and their backward."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .. import _api
+from .._validation import as_int_tuple, parse_padding, positive_int
+from .module import Module, Parameter
+
+__all__ = ["Conv1D", "Conv2D"]
+
+
+def _float_dtype(dtype: Any) -> np.dtype:
+    """float32 or float64, or a TypeError naming ``dtype``."""
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        dtype = None
+    if dtype not in (np.float32, np.float64):
+        raise TypeError(f"`dtype` must be 'float32' or 'float64'; got {dtype!r}")
+    return dtype
+
+
+def _rng(seed) -> np.random.Generator:
+    """A Generator from None, an int or a Generator, or a TypeError naming ``seed``."""
+    if seed is not None and not isinstance(seed, (int, np.integer, np.random.Generator)):
+        raise TypeError(f"`seed` must be None, an int or a numpy Generator; got {seed!r}")
+    return np.random.default_rng(seed)
+
+
+class _Conv(Module):
+    """Shared body of :class:`Conv1D` and :class:`Conv2D`."""
+
+    _ndim: ClassVar[int]
+    category = "convolution"
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding: Any = 0,
+        dilation=1,
+        groups: int = 1,
+        bias: bool = True,
+        *,
+        backend: str | None = None,
+        algorithm: str = "auto",
+        dtype: Any = "float32",
+        seed=None,
+    ) -> None:
+        super().__init__()
+        nd = self._ndim
+        self.in_channels = positive_int(in_channels, "in_channels")
+        self.out_channels = positive_int(out_channels, "out_channels")
+        self.kernel_size = as_int_tuple(kernel_size, nd, "kernel_size")
+        self.stride = as_int_tuple(stride, nd, "stride")
+        self.dilation = as_int_tuple(dilation, nd, "dilation")
+        self.padding = parse_padding(padding, nd)
+        self.groups = positive_int(groups, "groups")
+        if self.in_channels % self.groups or self.out_channels % self.groups:
+            raise ValueError(
+                f"`groups` must divide in_channels={self.in_channels} and "
+                f"out_channels={self.out_channels}; got groups={self.groups}"
+            )
+        if not isinstance(bias, (bool, np.bool_)):
+            raise TypeError(f"`bias` must be True or False; got {bias!r}")
+        self.backend = backend
+        self.algorithm = algorithm
+        dtype = _float_dtype(dtype)
+        rng = _rng(seed)
+        # PyTorch's default: kaiming_uniform_(a=sqrt(5)), i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)),
+        # and the same bound for the bias.
+        fan_in = (self.in_channels // self.groups) * math.prod(self.kernel_size)
+        bound = 1.0 / math.sqrt(fan_in)
+        shape = (self.out_channels, self.in_channels // self.groups, *self.kernel_size)
+        self.weight = Parameter(rng.uniform(-bound, bound, size=shape).astype(dtype))
+        self.bias = Parameter(rng.uniform(-bound, bound, size=self.out_channels).astype(dtype)) if bias else None
+        self._x = None
+
+    def _keywords(self) -> dict[str, Any]:
+        return dict(
+            stride=self.stride,
+            padding=self.padding,
+            dilation=self.dilation,
+            groups=self.groups,
+            backend=self.backend,
+            algorithm=self.algorithm,
+        )
+
+    def forward(self, x):
+        """Convolve ``x`` of shape ``(B, C, ...)`` with the layer's weights."""
+        conv = _api.conv1d if self._ndim == 1 else _api.conv2d
+        self._x = x if self._need_cache() else None
+        bias = None if self.bias is None else self.bias.data
+        return conv(x, self.weight.data, bias, **self._keywords())
+
+    def backward(self, grad_y):
+        """Gradient with respect to the input; weight and bias gradients accumulate."""
+        if self._x is None:
+            raise RuntimeError(f"{type(self).__name__}.backward needs a forward pass with gradients enabled first")
+        conv_backward = _api.conv1d_backward if self._ndim == 1 else _api.conv2d_backward
+        grad_x, grad_w, grad_b = conv_backward(grad_y, self._x, self.weight.data, **self._keywords())
+        self.weight.accumulate(grad_w)
+        if self.bias is not None:
+            self.bias.accumulate(grad_b)
+        return grad_x
+
+    def _moved(self, device: str) -> None:
+        self._x = None
+
+    def extra_repr(self) -> str:
+        nd = self._ndim
+        extras = "".join(
+            f", {name}={value}"
+            for name, value, default in (
+                ("stride", self.stride, (1,) * nd),
+                ("padding", self.padding, ((0, 0),) * nd),
+                ("dilation", self.dilation, (1,) * nd),
+                ("groups", self.groups, 1),
+            )
+            if value != default
+        )
+        return (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}{extras}, "
+            f"bias={self.bias is not None}"
+        )
+
+
+class Conv1D(_Conv):
+    """1-D convolution layer, like ``torch.nn.Conv1d``, computed by the convsuite backends.
+
+    Parameters
+    ----------
+    in_channels, out_channels : int
+    kernel_size : int or tuple of 1 int
+    stride, padding, dilation, groups
+        As for :func:`convsuite.conv1d` (padding also ``'same'``, per-side pairs).
+    bias : bool, default True
+    backend : str, optional
+        Backend of every call (default: the usual selection).
+    algorithm : str, default 'auto'
+    dtype : {'float32', 'float64'}, default 'float32'
+    seed : int or numpy.random.Generator, optional
+        Seed of PyTorch's default initialisation.
+
+    Attributes
+    ----------
+    weight : Parameter, shape (M, C/groups, K)
+    bias : Parameter of shape (M,) or None
+    """
+
+    _ndim = 1
+
+
+class Conv2D(_Conv):
+    """2-D convolution layer, like ``torch.nn.Conv2d``, computed by the convsuite backends.
+
+    Parameters
+    ----------
+    in_channels, out_channels : int
+    kernel_size : int or tuple of 2 int
+    stride, padding, dilation, groups
+        As for :func:`convsuite.conv2d` (padding also ``'same'``, per-side pairs).
+    bias : bool, default True
+    backend : str, optional
+        Backend of every call (default: the usual selection).
+    algorithm : str, default 'auto'
+    dtype : {'float32', 'float64'}, default 'float32'
+    seed : int or numpy.random.Generator, optional
+        Seed of PyTorch's default initialisation.
+
+    Attributes
+    ----------
+    weight : Parameter, shape (M, C/groups, KH, KW)
+    bias : Parameter of shape (M,) or None
+    """
+
+    _ndim = 2

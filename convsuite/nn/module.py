@@ -1,0 +1,328 @@
+"""``Module``, ``Parameter`` and ``Sequential``: PyTorch's conventions, explicit backward.
+
+There is no autograd engine. A layer's ``forward`` keeps what its
+``backward`` needs (inputs, masks, statistics) while gradients are enabled;
+``backward(grad_y)`` returns the gradient with respect to the layer's input
+and *adds* the gradients of its parameters into ``Parameter.grad``, as
+``loss.backward()`` does in PyTorch (``SGD.zero_grad`` clears them).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+import numpy as np
+
+from .._arrays import is_cupy_array
+from . import _timing
+from ._xp import array_module, to_numpy
+
+__all__ = ["Module", "Parameter", "Sequential", "grad_enabled", "no_grad"]
+
+_GRAD_ENABLED: ContextVar[bool] = ContextVar("convsuite_nn_grad_enabled", default=True)
+
+
+@contextmanager
+def no_grad() -> Iterator[None]:
+    """Inside the block, layers keep nothing for a backward pass (saves memory)."""
+    token = _GRAD_ENABLED.set(False)
+    try:
+        yield
+    finally:
+        _GRAD_ENABLED.reset(token)
+
+
+def grad_enabled() -> bool:
+    """Whether layers should keep what their backward needs."""
+    return _GRAD_ENABLED.get()
+
+
+class Parameter:
+    """A learnable array and its accumulated gradient.
+
+    Attributes
+    ----------
+    data : ndarray
+        The value (NumPy or CuPy), updated in place by optimisers.
+    grad : ndarray or None
+        Sum of the gradients since the last ``zero_grad``; None before any.
+    """
+
+    __slots__ = ("data", "grad")
+
+    def __init__(self, data) -> None:
+        self.data = data
+        self.grad = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.data.shape)
+
+    def accumulate(self, grad) -> None:
+        """Add ``grad`` into :attr:`grad`."""
+        if self.grad is None:
+            self.grad = grad.copy()
+        else:
+            self.grad += grad
+
+    def __repr__(self) -> str:
+        return f"Parameter(shape={self.shape}, dtype={self.data.dtype})"
+
+
+class Module:
+    """Base class of layers and networks.
+
+    Sub-classes set parameters (:class:`Parameter`), buffers
+    (:meth:`register_buffer`) and child modules as attributes, in
+    ``__init__``; names and order follow assignment, as in PyTorch, so
+    ``state_dict`` keys match a PyTorch model built the same way.
+
+    Attributes
+    ----------
+    training : bool
+        Training mode (batch statistics, dropout) or evaluation mode.
+    category : str
+        Layer type for per-layer timing tables (``"convolution"``,
+        ``"pooling"``, ``"element-wise"``, ...); containers say ``"container"``.
+    """
+
+    category = "container"
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "training", True)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if "_parameters" not in self.__dict__:
+            raise AttributeError(f"call super().__init__() in {type(self).__name__}.__init__ before setting {name!r}")
+        if name in self._buffers and not isinstance(value, (Parameter, Module)):
+            object.__setattr__(self, name, value)  # a buffer stays a buffer when reassigned
+            return
+        target = None
+        if isinstance(value, Parameter):
+            target = self._parameters
+        elif isinstance(value, Module):
+            target = self._modules
+        for table in (self._parameters, self._buffers, self._modules):
+            if table is not target:
+                table.pop(name, None)
+        if target is not None:
+            target[name] = value  # an existing name keeps its place (Sequential order, state_dict order)
+        object.__setattr__(self, name, value)
+
+    def register_buffer(self, name: str, value) -> None:
+        """Keep ``value`` as state (saved by ``state_dict``) that is not learned."""
+        setattr(self, name, value)
+        self._buffers[name] = None  # the value itself lives in the attribute
+
+    # --- calling ---------------------------------------------------------
+
+    def forward(self, *inputs):
+        """The layer's computation; sub-classes define it."""
+        raise NotImplementedError(f"{type(self).__name__} does not define forward()")
+
+    def backward(self, grad_y):
+        """Gradient with respect to the input, given ``grad_y``; accumulates parameter gradients."""
+        raise NotImplementedError(f"{type(self).__name__} does not define backward()")
+
+    def __call__(self, *inputs):
+        recorder = _timing.current_recorder()
+        if recorder is None or self._modules:
+            return self.forward(*inputs)
+        timer = _timing.timer_for(inputs[0])
+        timer.start()
+        out = self.forward(*inputs)
+        recorder.add(self, "forward", timer.stop())
+        return out
+
+    def run_backward(self, grad_y):
+        """``backward(grad_y)``, timed like ``__call__`` when a recorder is open."""
+        recorder = _timing.current_recorder()
+        if recorder is None or self._modules:
+            return self.backward(grad_y)
+        timer = _timing.timer_for(grad_y)
+        timer.start()
+        out = self.backward(grad_y)
+        recorder.add(self, "backward", timer.stop())
+        return out
+
+    def _need_cache(self) -> bool:
+        """Whether forward should keep what backward needs."""
+        return grad_enabled()
+
+    # --- traversal -------------------------------------------------------
+
+    def children(self) -> Iterator[Module]:
+        """Direct sub-modules, in assignment order."""
+        return iter(self._modules.values())
+
+    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
+        """This module and every descendant with its dotted name (``""`` for this one)."""
+        yield prefix, self
+        for name, child in self._modules.items():
+            yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
+
+    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Parameter]]:
+        """Every parameter with its dotted name."""
+        for module_name, module in self.named_modules(prefix):
+            for name, param in module._parameters.items():
+                yield (f"{module_name}.{name}" if module_name else name), param
+
+    def parameters(self) -> list[Parameter]:
+        """Every learnable :class:`Parameter` of this module and its descendants."""
+        return [p for _, p in self.named_parameters()]
+
+    def _state_items(self) -> Iterator[tuple[str, Module, str, str]]:
+        """(key, owner, attribute, kind) for every parameter and buffer."""
+        for module_name, module in self.named_modules():
+            for kind, table in (("parameter", module._parameters), ("buffer", module._buffers)):
+                for name in table:
+                    yield (f"{module_name}.{name}" if module_name else name), module, name, kind
+
+    # --- state -----------------------------------------------------------
+
+    def state_dict(self) -> OrderedDict:
+        """Parameters and buffers by dotted name (the arrays themselves, not copies)."""
+        out = OrderedDict()
+        for key, owner, name, kind in self._state_items():
+            value = getattr(owner, name)
+            out[key] = value.data if kind == "parameter" else value
+        return out
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Copy values from ``state`` (anything ``asarray`` accepts) into this module.
+
+        Keys and shapes must match :meth:`state_dict` exactly; values are cast
+        to each parameter's dtype and device.
+
+        Raises
+        ------
+        TypeError
+            ``state`` is not a mapping.
+        KeyError
+            Keys are missing or unexpected (both lists are in the message).
+        ValueError
+            A value has the wrong shape.
+        """
+        if not isinstance(state, Mapping):
+            raise TypeError(f"`state` must be a mapping of name -> array; got {type(state).__name__}")
+        items = {key: (owner, name, kind) for key, owner, name, kind in self._state_items()}
+        missing = [k for k in items if k not in state]
+        unexpected = [k for k in state if k not in items]
+        if missing or unexpected:
+            raise KeyError(
+                f"load_state_dict: keys do not match {type(self).__name__}: "
+                f"missing {missing or 'none'}; unexpected {unexpected or 'none'}"
+            )
+        converted = {}
+        for key, (owner, name, kind) in items.items():
+            current = getattr(owner, name)
+            current = current.data if kind == "parameter" else current
+            xp = array_module(current)
+            value = state[key]
+            if is_cupy_array(value) and xp is np:
+                value = to_numpy(value)
+            value = xp.asarray(value, dtype=current.dtype)
+            if tuple(value.shape) != tuple(current.shape):
+                raise ValueError(
+                    f"load_state_dict: {key!r} must have shape {tuple(current.shape)}; got {tuple(value.shape)}"
+                )
+            converted[key] = value
+        for key, (owner, name, kind) in items.items():  # all checked: now change the module
+            value = converted[key].copy()
+            if kind == "parameter":
+                getattr(owner, name).data = value
+            else:
+                object.__setattr__(owner, name, value)
+
+    # --- modes and devices ----------------------------------------------
+
+    def train(self, mode: bool = True) -> Module:
+        """Training mode for this module and its descendants; returns self."""
+        for _, module in self.named_modules():
+            object.__setattr__(module, "training", bool(mode))
+        return self
+
+    def eval(self) -> Module:
+        """Evaluation mode (``train(False)``); returns self."""
+        return self.train(False)
+
+    def to(self, device: str) -> Module:
+        """Move parameters and buffers to ``"cpu"`` (NumPy) or ``"gpu"`` (CuPy); returns self."""
+        if device not in ("cpu", "gpu"):
+            raise ValueError(f"`device` must be 'cpu' or 'gpu'; got {device!r}")
+        if device == "gpu":
+            try:
+                import cupy
+            except ImportError as exc:
+                raise ImportError("to('gpu') needs CuPy: pip install 'convsuite[cuda]' (cupy-cuda13x)") from exc
+            move = cupy.asarray
+        else:
+            move = to_numpy
+        for _, owner, name, kind in self._state_items():
+            if kind == "parameter":
+                param = getattr(owner, name)
+                param.data = move(param.data)
+                param.grad = None if param.grad is None else move(param.grad)
+            else:
+                object.__setattr__(owner, name, move(getattr(owner, name)))
+        for _, module in self.named_modules():
+            module._moved(device)
+        return self
+
+    def _moved(self, device: str) -> None:
+        """Hook for layers that keep device-specific state (dropped caches etc.)."""
+
+    def extra_repr(self) -> str:
+        """Settings shown inside this module's repr."""
+        return ""
+
+    def __repr__(self) -> str:
+        if not self._modules:
+            return f"{type(self).__name__}({self.extra_repr()})"
+        lines = [f"{type(self).__name__}("]
+        for name, child in self._modules.items():
+            body = repr(child).replace("\n", "\n  ")
+            lines.append(f"  ({name}): {body}")
+        return "\n".join(lines) + "\n)"
+
+
+class Sequential(Module):
+    """Layers applied in order; children are named ``"0"``, ``"1"``, ... like PyTorch's.
+
+    Parameters
+    ----------
+    *layers : Module
+    """
+
+    def __init__(self, *layers: Module) -> None:
+        super().__init__()
+        for index, layer in enumerate(layers):
+            if not isinstance(layer, Module):
+                raise TypeError(f"Sequential takes Module objects; argument {index} is {type(layer).__name__}")
+            setattr(self, str(index), layer)
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __getitem__(self, index: int) -> Module:
+        return list(self._modules.values())[index]
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(list(self._modules.values()))
+
+    def forward(self, x):
+        for layer in self._modules.values():
+            x = layer(x)
+        return x
+
+    def backward(self, grad_y):
+        for layer in reversed(self._modules.values()):
+            grad_y = layer.run_backward(grad_y)
+        return grad_y

@@ -1,0 +1,167 @@
+"""Batch normalisation, and folding it into the preceding convolution for inference."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+
+from ._xp import array_module
+from .conv import _Conv, _float_dtype
+from .layers import Identity
+from .module import Module, Parameter, Sequential
+
+__all__ = ["BatchNorm2D", "fold_batchnorm", "fold_batchnorms"]
+
+
+class BatchNorm2D(Module):
+    """Per-channel normalisation of ``(B, C, H, W)``, like ``torch.nn.BatchNorm2d``.
+
+    In training mode it normalises with the batch's mean and (biased)
+    variance and updates the running estimates (unbiased variance, as
+    PyTorch); in evaluation mode it uses the running estimates.
+
+    Parameters
+    ----------
+    num_features : int
+        ``C``.
+    eps : float, default 1e-5
+    momentum : float, default 0.1
+        Weight of the new batch in the running estimates.
+    dtype : {'float32', 'float64'}, default 'float32'
+
+    Attributes
+    ----------
+    weight, bias : Parameter, shape (C,)
+        Scale (ones) and shift (zeros) at initialisation.
+    running_mean, running_var : ndarray, shape (C,)
+        Buffers (zeros and ones at initialisation), saved by ``state_dict``.
+    """
+
+    category = "batch norm"
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, *, dtype: Any = "float32") -> None:
+        super().__init__()
+        if not isinstance(num_features, (int, np.integer)) or isinstance(num_features, bool) or num_features < 1:
+            raise ValueError(f"`num_features` must be a positive integer; got {num_features!r}")
+        if not 0 <= momentum <= 1:
+            raise ValueError(f"`momentum` must be in [0, 1]; got {momentum!r}")
+        if not eps > 0:
+            raise ValueError(f"`eps` must be positive; got {eps!r}")
+        dtype = _float_dtype(dtype)
+        self.num_features, self.eps, self.momentum = int(num_features), float(eps), float(momentum)
+        self.weight = Parameter(np.ones(self.num_features, dtype))
+        self.bias = Parameter(np.zeros(self.num_features, dtype))
+        self.register_buffer("running_mean", np.zeros(self.num_features, dtype))
+        self.register_buffer("running_var", np.ones(self.num_features, dtype))
+        self._cache = None
+
+    def _check(self, x) -> None:
+        if x.ndim != 4 or x.shape[1] != self.num_features:
+            raise ValueError(
+                f"BatchNorm2D({self.num_features}) expects input (B, {self.num_features}, H, W); "
+                f"got shape {tuple(x.shape)}"
+            )
+
+    def forward(self, x):
+        self._check(x)
+        xp = array_module(x)
+        axes = (0, 2, 3)
+        if self.training:
+            count = x.shape[0] * x.shape[2] * x.shape[3]
+            if count < 2:
+                raise ValueError(
+                    f"BatchNorm2D in training mode needs more than one value per channel; got shape {tuple(x.shape)}"
+                )
+            mean = x.mean(axis=axes, dtype=x.dtype)
+            var = x.var(axis=axes, dtype=x.dtype)
+            m = self.momentum
+            self.running_mean = ((1 - m) * self.running_mean + m * mean).astype(x.dtype)
+            self.running_var = ((1 - m) * self.running_var + m * var * (count / (count - 1))).astype(x.dtype)
+        else:
+            mean, var = self.running_mean, self.running_var
+        inv_std = (1 / xp.sqrt(var + x.dtype.type(self.eps))).astype(x.dtype)
+        shape = (1, -1, 1, 1)
+        xhat = (x - mean.reshape(shape)) * inv_std.reshape(shape)
+        self._cache = (xhat, inv_std, self.training) if self._need_cache() else None
+        return xhat * self.weight.data.reshape(shape) + self.bias.data.reshape(shape)
+
+    def backward(self, grad_y):
+        if self._cache is None:
+            raise RuntimeError("BatchNorm2D.backward needs a forward pass with gradients enabled first")
+        xhat, inv_std, batch_stats = self._cache
+        axes, shape = (0, 2, 3), (1, -1, 1, 1)
+        self.weight.accumulate((grad_y * xhat).sum(axis=axes))
+        self.bias.accumulate(grad_y.sum(axis=axes))
+        grad_xhat = grad_y * self.weight.data.reshape(shape)
+        if not batch_stats:  # running statistics are constants
+            return grad_xhat * inv_std.reshape(shape)
+        # The mean and variance depend on every input of the channel:
+        # dx = inv_std * (g - mean(g) - xhat * mean(g * xhat)), means over (B, H, W).
+        mean_g = grad_xhat.mean(axis=axes, keepdims=True)
+        mean_gx = (grad_xhat * xhat).mean(axis=axes, keepdims=True)
+        return (grad_xhat - mean_g - xhat * mean_gx) * inv_std.reshape(shape)
+
+    def _moved(self, device: str) -> None:
+        self._cache = None
+
+    def extra_repr(self) -> str:
+        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
+
+
+def fold_batchnorm(conv: _Conv, bn: BatchNorm2D) -> _Conv:
+    """A convolution equal to ``bn(conv(x))`` in evaluation mode.
+
+    ``w' = w * gamma / sqrt(var + eps)`` per output channel and
+    ``b' = (b - mean) * gamma / sqrt(var + eps) + beta``: one layer instead
+    of two, the same result up to rounding.
+
+    Parameters
+    ----------
+    conv : Conv1D or Conv2D
+    bn : BatchNorm2D
+        Normalises ``conv``'s output channels.
+
+    Returns
+    -------
+    Conv1D or Conv2D
+        A new layer with a bias; ``conv`` and ``bn`` are unchanged.
+    """
+    if not isinstance(conv, _Conv) or not isinstance(bn, BatchNorm2D):
+        raise TypeError(f"fold_batchnorm takes a Conv1D/Conv2D and a BatchNorm2D; got {type(conv).__name__}, "
+                        f"{type(bn).__name__}")
+    if bn.num_features != conv.out_channels:
+        raise ValueError(f"BatchNorm2D({bn.num_features}) cannot follow a convolution with "
+                         f"{conv.out_channels} output channels")
+    xp = array_module(conv.weight.data)
+    w = conv.weight.data
+    scale = bn.weight.data / xp.sqrt(bn.running_var + w.dtype.type(bn.eps))
+    bias = -bn.running_mean if conv.bias is None else conv.bias.data - bn.running_mean
+    folded = copy.copy(conv)
+    object.__setattr__(folded, "_parameters", type(conv._parameters)())
+    folded._x = None
+    folded.weight = Parameter((w * scale.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype))
+    folded.bias = Parameter((bias * scale + bn.bias.data).astype(w.dtype))
+    return folded
+
+
+def fold_batchnorms(network: Module) -> Module:
+    """A copy of ``network`` in evaluation mode with every conv -> batch norm pair folded.
+
+    In every :class:`Sequential`, a convolution directly followed by a
+    :class:`BatchNorm2D` becomes the folded convolution followed by an
+    :class:`Identity` (so child names, and the remaining keys, stay put).
+    The original network is unchanged.
+    """
+    folded = copy.deepcopy(network).eval()
+    for _, module in folded.named_modules():
+        if not isinstance(module, Sequential):
+            continue
+        names = list(module._modules)
+        for first, second in zip(names, names[1:]):
+            conv, bn = module._modules[first], module._modules[second]
+            if isinstance(conv, _Conv) and isinstance(bn, BatchNorm2D):
+                setattr(module, first, fold_batchnorm(conv, bn))
+                setattr(module, second, Identity())
+    return folded

@@ -1,0 +1,120 @@
+"""Networks on the GPU (cupy backend) and CUDA-graph replay: run on a GPU machine with `pytest -m gpu`.
+
+Without cupy or a CUDA device every test here is skipped with that reason;
+the argument checks of CapturedNetwork run everywhere (tests/test_nets.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import convsuite as cs
+from convsuite import nets, nn
+
+from . import mobilenet_recipe as recipe
+
+INFO = {b.name: b for b in cs.list_backends()}["cupy"]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not INFO.available, reason=f"cupy backend unavailable: {INFO.reason}"),
+]
+FIXTURE = np.load(Path(__file__).parent / "data" / recipe.FIXTURE)
+KEYS = [str(k) for k in FIXTURE["keys"]]
+SHAPES = [tuple(int(n) for n in row if n >= 0) for row in FIXTURE["shapes"]]
+
+
+def _gpu_mobilenet(num_classes=1000):
+    net = nets.mobilenet_v2(num_classes, backend="cupy").eval()
+    if num_classes == 1000:
+        net.load_state_dict(recipe.seeded_state_dict(zip(KEYS, SHAPES), int(FIXTURE["weight_seed"])))
+    return net.to("gpu")
+
+
+def _input(name):
+    return recipe.seeded_input(int(FIXTURE["input_seed"]), tuple(FIXTURE[f"input_shape_{name}"]))
+
+
+def _rel(got, expected) -> float:
+    got = got.get() if hasattr(got, "get") else got
+    return float(np.abs(got - expected).max() / np.abs(expected).max())
+
+
+@pytest.mark.parametrize("size", ["224", "32"])
+def test_mobilenet_on_the_gpu_matches_torchvision(size):
+    import cupy
+
+    net = _gpu_mobilenet()
+    logits = net(cupy.asarray(_input(size)))
+    assert isinstance(logits, cupy.ndarray) and logits.dtype == np.float32  # CuPy in, CuPy out
+    assert _rel(logits, FIXTURE[f"logits_float64_{size}"]) <= 1e-4
+    assert _rel(nn.fold_batchnorms(net)(cupy.asarray(_input(size))), FIXTURE[f"logits_float64_{size}"]) <= 1e-4
+
+
+def test_lenet5_trains_on_the_gpu():
+    pytest.importorskip("sklearn")
+    result = nets.train_lenet5(nets.TrainConfig(backend="cupy", device="gpu"))
+    assert result.test_accuracy >= 0.95
+
+
+def test_graph_replay_equals_eager_and_is_never_stale():
+    import cupy
+
+    net = _gpu_mobilenet()
+    graph = nn.CapturedNetwork(net)
+    x1, x2 = cupy.asarray(_input("224")[:1]), cupy.asarray(_input("224")[1:])
+    with nn.no_grad():
+        eager1, eager2 = net(x1), net(x2)
+    out1 = graph(x1)
+    assert graph.fallback_reason is None and graph.captures == 1 and graph.replays == 1
+    out2 = graph(x2)
+    assert graph.captures == 1 and graph.replays == 2
+    cupy.testing.assert_allclose(out1, eager1, rtol=1e-5, atol=1e-6)
+    cupy.testing.assert_allclose(out2, eager2, rtol=1e-5, atol=1e-6)
+    assert not cupy.allclose(out1, out2)  # the first result was not overwritten by the second replay
+    assert _rel(out1, FIXTURE["logits_float64_224"][:1]) <= 1e-4
+
+
+def test_graph_recaptures_on_a_new_shape_or_new_weights():
+    import cupy
+
+    net = _gpu_mobilenet(num_classes=10)
+    graph = nn.CapturedNetwork(net)
+    small, large = (cupy.random.standard_normal(s, dtype=np.float32) for s in [(1, 3, 64, 64), (2, 3, 96, 96)])
+    graph(small)
+    out = graph(large)
+    assert graph.captures == 2 and graph.fallback_reason is None
+    with nn.no_grad():
+        cupy.testing.assert_allclose(out, net(large), rtol=1e-5, atol=1e-6)
+    # New weights: the graph must not read the old arrays.
+    state = {k: cupy.asnumpy(v) * 1.5 if k.endswith("classifier.1.weight") else cupy.asnumpy(v)
+             for k, v in net.state_dict().items()}
+    net.load_state_dict(state)
+    out = graph(small)
+    assert graph.captures == 3
+    with nn.no_grad():
+        cupy.testing.assert_allclose(out, net(small), rtol=1e-5, atol=1e-6)
+
+
+def test_graph_eager_fallback_for_new_shapes():
+    import cupy
+
+    net = _gpu_mobilenet(num_classes=10)
+    graph = nn.CapturedNetwork(net, on_new_shape="eager")
+    graph(cupy.random.standard_normal((1, 3, 64, 64), dtype=np.float32))
+    other = cupy.random.standard_normal((1, 3, 32, 32), dtype=np.float32)
+    out = graph(other)
+    assert graph.captures == 1 and graph.eager_calls == 1
+    with nn.no_grad():
+        cupy.testing.assert_allclose(out, net(other), rtol=1e-6, atol=1e-7)
+
+
+def test_gpu_profile_times_layers_and_transfers_apart():
+    net = _gpu_mobilenet()
+    report = nets.profile(net, _input("224")[:1], repeat=3)  # NumPy input: uploaded, timed apart
+    assert report.device == "gpu"
+    assert report.transfer_s["host_to_device"] > 0 and report.transfer_s["device_to_host"] > 0
+    assert report.by_category()["convolution"]["layers"] == 52
+    assert all(row["forward_s"] > 0 for row in report.layers)

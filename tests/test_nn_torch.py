@@ -1,0 +1,101 @@
+"""convsuite.nn against torch autograd: outputs, input gradients, parameter gradients, SGD."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from convsuite import nn
+
+torch = pytest.importorskip("torch")
+tnn = torch.nn
+
+F64 = dict(dtype="float64")
+
+
+def _copy_weights(ours: nn.Module, theirs) -> None:
+    """Load a torch module's parameters and buffers into ours (matching names)."""
+    state = {k: v.detach().numpy() for k, v in theirs.state_dict().items() if "num_batches_tracked" not in k}
+    ours.load_state_dict(state)
+
+
+def _pairs():
+    torch.manual_seed(0)
+    return {
+        "conv2d": (nn.Conv2D(3, 4, 3, stride=2, padding=1, **F64), tnn.Conv2d(3, 4, 3, stride=2, padding=1),
+                   (2, 3, 7, 6)),
+        "conv2d-depthwise": (nn.Conv2D(4, 4, 3, padding=1, groups=4, bias=False, **F64),
+                             tnn.Conv2d(4, 4, 3, padding=1, groups=4, bias=False), (2, 4, 5, 5)),
+        "conv1d": (nn.Conv1D(2, 3, 5, dilation=2, padding=4, **F64), tnn.Conv1d(2, 3, 5, dilation=2, padding=4),
+                   (2, 2, 12)),
+        "linear": (nn.Linear(6, 4, **F64), tnn.Linear(6, 4), (5, 6)),
+        "relu": (nn.ReLU(), tnn.ReLU(), (2, 3, 4)),
+        "relu6": (nn.ReLU6(), tnn.ReLU6(), (2, 3, 4)),
+        "maxpool2d": (nn.MaxPool2D(3, stride=2, padding=1), tnn.MaxPool2d(3, stride=2, padding=1), (2, 3, 7, 8)),
+        "maxpool1d": (nn.MaxPool1D(2), tnn.MaxPool1d(2), (2, 3, 9)),
+        "avgpool2d": (nn.AvgPool2D(3, stride=2, padding=1), tnn.AvgPool2d(3, stride=2, padding=1), (2, 3, 7, 8)),
+        "adaptive": (nn.AdaptiveAvgPool2D(1), tnn.AdaptiveAvgPool2d(1), (2, 3, 5, 6)),
+        "batchnorm-train": (nn.BatchNorm2D(3, **F64), tnn.BatchNorm2d(3), (4, 3, 3, 5)),
+        "flatten": (nn.Flatten(), tnn.Flatten(), (2, 3, 2, 2)),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_pairs()))
+def test_layer_matches_torch_autograd(name):
+    ours, theirs, shape = _pairs()[name]
+    theirs = theirs.double()
+    if list(theirs.state_dict()):
+        _copy_weights(ours, theirs)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(shape)
+    tx = torch.tensor(x, requires_grad=True)
+    ty = theirs(tx)
+    G = rng.standard_normal(tuple(ty.shape))
+    ty.backward(torch.tensor(G))
+    y = ours(x)
+    np.testing.assert_allclose(y, ty.detach().numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(ours.backward(G), tx.grad.numpy(), rtol=1e-9, atol=1e-12)
+    theirs_params = dict(theirs.named_parameters())
+    for key, p in ours.named_parameters():
+        np.testing.assert_allclose(p.grad, theirs_params[key].grad.numpy(), rtol=1e-9, atol=1e-12, err_msg=key)
+    if isinstance(ours, nn.BatchNorm2D):
+        np.testing.assert_allclose(ours.running_mean, theirs.running_mean.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(ours.running_var, theirs.running_var.numpy(), rtol=1e-12)
+
+
+def test_cross_entropy_matches_torch():
+    rng = np.random.default_rng(2)
+    logits, targets = rng.standard_normal((6, 5)) * 4, rng.integers(0, 5, 6)
+    t = torch.tensor(logits, requires_grad=True)
+    expected = tnn.CrossEntropyLoss()(t, torch.tensor(targets))
+    expected.backward()
+    loss = nn.CrossEntropyLoss()
+    np.testing.assert_allclose(loss(logits, targets), expected.item(), rtol=1e-12)
+    np.testing.assert_allclose(loss.backward(), t.grad.numpy(), rtol=1e-10, atol=1e-14)
+
+
+def test_sgd_training_steps_match_torch():
+    """Five steps of SGD (momentum, weight decay) on a small CNN: parameters equal torch's."""
+    torch.manual_seed(3)
+    theirs = tnn.Sequential(tnn.Conv2d(1, 3, 3, padding=1), tnn.BatchNorm2d(3), tnn.ReLU(), tnn.MaxPool2d(2),
+                            tnn.Flatten(), tnn.Linear(12, 4)).double()
+    ours = nn.Sequential(nn.Conv2D(1, 3, 3, padding=1, **F64), nn.BatchNorm2D(3, **F64), nn.ReLU(), nn.MaxPool2D(2),
+                         nn.Flatten(), nn.Linear(12, 4, **F64))
+    _copy_weights(ours, theirs)
+    settings = dict(lr=0.1, momentum=0.9, weight_decay=1e-3)
+    t_opt = torch.optim.SGD(theirs.parameters(), **settings)
+    o_opt = nn.SGD(ours.parameters(), **settings)
+    loss, t_loss = nn.CrossEntropyLoss(), tnn.CrossEntropyLoss()
+    rng = np.random.default_rng(4)
+    for _ in range(5):
+        x, y = rng.standard_normal((6, 1, 4, 4)), rng.integers(0, 4, 6)
+        t_opt.zero_grad()
+        t_loss(theirs(torch.tensor(x)), torch.tensor(y)).backward()
+        t_opt.step()
+        o_opt.zero_grad()
+        loss(ours(x), y)
+        ours.backward(loss.backward())
+        o_opt.step()
+    expected = {k: v.detach().numpy() for k, v in theirs.state_dict().items() if "num_batches" not in k}
+    for key, value in ours.state_dict().items():
+        np.testing.assert_allclose(value, expected[key], rtol=1e-9, atol=1e-12, err_msg=key)
