@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _buffers, _nonfinite
+from . import _buffers, _epilogue, _nonfinite
 from ._instrument import kernel_section
 from ._registry import select
 from ._spec import ConvSpec
@@ -16,9 +16,11 @@ from ._validation import (
     PreparedCall,
     as_real_array,
     check_memory,
+    check_activation,
     convert_operands,
     prepare_backward,
     prepare_forward,
+    prepare_relu_output,
     reserve_memory,
 )
 
@@ -72,28 +74,36 @@ def _allocate(backend, shapes, dtype):
     return [_buffers.empty(shape, dtype, xp) for shape in shapes]
 
 
-def _forward(op, ndim, x, w, bias, stride, padding, dilation, groups, backend, algorithm):
+def _forward(op, ndim, x, w, bias, stride, padding, dilation, groups, backend, algorithm, activation=None):
     _check_algorithm_type(algorithm)
+    check_activation(activation)
     call = prepare_forward(op, ndim, x, w, bias, stride, padding, dilation, groups, convert=False)
     chosen = select(call.spec, backend, algorithm, "forward")
     reserve_memory(call, chosen.backend, chosen.algorithm, "forward")  # before any copy
     call = convert_operands(call)
     xb, wb, bb = _to_backend_device(call, chosen.backend.device, call.x, call.w, call.bias)
     (out,) = _allocate(chosen.backend, [call.spec.y_shape], call.spec.dtype)
+    fused = _epilogue.backend_fuses(chosen.backend, call.spec, chosen.algorithm, activation)
     with kernel_section(chosen.backend.device):
-        chosen.backend.forward(call.spec, xb, wb, bb, out, chosen.algorithm)
-    _nonfinite.fix_forward(call.spec, wb, out, _backend_xp(chosen.backend.device))
+        extra = {"activation": activation} if fused else {}
+        chosen.backend.forward(call.spec, xb, wb, bb, out, chosen.algorithm, **extra)
+    _nonfinite.fix_forward(call.spec, wb, out, _backend_xp(chosen.backend.device))  # NaN only: relu keeps it
+    if not fused:
+        _epilogue.apply_activation(activation, out)
     return _to_caller(call, call.to_user(out))
 
 
-def _backward(op, ndim, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm):
+def _backward(op, ndim, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm, relu_output=None):
     _check_algorithm_type(algorithm)
     call, grad_y = prepare_backward(op, ndim, grad_y, x, w, stride, padding, dilation, groups, convert=False)
+    relu_output = prepare_relu_output(relu_output, grad_y, call)
     spec = call.spec
     chosen = select(spec, backend, algorithm, "backward")
     reserve_memory(call, chosen.backend, chosen.algorithm, "backward", grad_y)  # before any copy
     call = convert_operands(call)
     grad_y = call.xp.ascontiguousarray(grad_y, dtype=spec.dtype)
+    if relu_output is not None:  # the gradient through the ReLU, once, for dX, dW and db alike
+        grad_y = _epilogue.mask_relu_gradient(grad_y, relu_output, call.xp)
     gyb, xb, wb = _to_backend_device(call, chosen.backend.device, grad_y, call.x, call.w)
     shapes = [spec.x_shape, spec.w_shape, (spec.out_channels,)]
     grad_x, grad_w, grad_b = _allocate(chosen.backend, shapes, spec.dtype)
@@ -137,6 +147,12 @@ _FORWARD_DOC = """{ndim}-D convolution (deep-learning cross-correlation, as in P
         default ``use_backend``/``set_backend``/``$CONVSUITE_BACKEND``/auto.
     algorithm : str, default 'auto'
         Pin one of the backend's algorithms.
+    activation : {{None, 'relu'}}, default None
+        An epilogue applied to ``y`` (after the bias): ``'relu'`` returns
+        ``relu(conv + bias)`` (``v < 0 -> 0``; NaN stays NaN, as ``torch.relu``).
+        The cupy backend fuses it into the kernel of its implicit-GEMM
+        algorithms; other backends and algorithms apply it after the kernel.
+        Its gradient: ``conv{ndim}d_backward(..., relu_output=y)``.
 
     Returns
     -------
@@ -163,12 +179,16 @@ _FORWARD_DOC = """{ndim}-D convolution (deep-learning cross-correlation, as in P
     """
 
 
-def conv1d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, backend=None, algorithm="auto"):
-    return _forward("conv1d", 1, x, w, bias, stride, padding, dilation, groups, backend, algorithm)
+def conv1d(
+    x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, backend=None, algorithm="auto", activation=None
+):
+    return _forward("conv1d", 1, x, w, bias, stride, padding, dilation, groups, backend, algorithm, activation)
 
 
-def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, backend=None, algorithm="auto"):
-    return _forward("conv2d", 2, x, w, bias, stride, padding, dilation, groups, backend, algorithm)
+def conv2d(
+    x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, backend=None, algorithm="auto", activation=None
+):
+    return _forward("conv2d", 2, x, w, bias, stride, padding, dilation, groups, backend, algorithm, activation)
 
 
 conv1d.__doc__ = _FORWARD_DOC.format(
@@ -191,15 +211,28 @@ _BACKWARD_DOC = """Gradients of a {ndim}-D convolution with respect to x, w and 
     ``(grad_x, grad_w, grad_b)`` with the shapes of ``x``, ``w`` and ``(M,)``.
     ``grad_b`` is returned whether or not the forward used a bias. Keywords are
     those of :func:`conv{ndim}d`, with the same validation and dtype rules.
+
+    ``relu_output``: for ``y = conv{ndim}d(..., activation='relu')``, pass that
+    ``y`` (shape of ``grad_y``, where ``x`` lives) and ``grad_y = dL/dy``; the
+    gradients are then taken through the ReLU: ``grad_y`` is zeroed where
+    ``y <= 0`` (as ``torch.threshold_backward``) before dX, dW and db.
     """
 
 
-def conv1d_backward(grad_y, x, w, *, stride=1, padding=0, dilation=1, groups=1, backend=None, algorithm="auto"):
-    return _backward("conv1d", 1, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
+def conv1d_backward(
+    grad_y, x, w, *, stride=1, padding=0, dilation=1, groups=1, backend=None, algorithm="auto", relu_output=None
+):
+    return _backward(
+        "conv1d", 1, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm, relu_output
+    )
 
 
-def conv2d_backward(grad_y, x, w, *, stride=1, padding=0, dilation=1, groups=1, backend=None, algorithm="auto"):
-    return _backward("conv2d", 2, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
+def conv2d_backward(
+    grad_y, x, w, *, stride=1, padding=0, dilation=1, groups=1, backend=None, algorithm="auto", relu_output=None
+):
+    return _backward(
+        "conv2d", 2, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm, relu_output
+    )
 
 
 conv1d_backward.__doc__ = _BACKWARD_DOC.format(ndim=1)

@@ -530,3 +530,36 @@ def reserve_memory(
             f"only {limit / 2**30:.3g} GiB of memory is available now; reduce the batch, "
             f"the input size or the padding, or pass contiguous arrays of the compute dtype"
         )
+
+
+def check_activation(activation: Any) -> None:
+    """``activation`` must be None or one of the fused epilogues' names."""
+    from ._epilogue import ACTIVATIONS
+
+    if activation is None:
+        return
+    accepted = ", ".join(repr(a) for a in ACTIVATIONS)
+    if not isinstance(activation, str):
+        raise TypeError(f"`activation` must be one of {accepted}; got {_show(activation)}")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"`activation` must be one of {accepted}; got {activation!r}")
+
+
+def prepare_relu_output(relu_output: Any, grad_y: Any, call: PreparedCall):
+    """``relu_output`` (the ReLU'd forward output) as an array of grad_y's canonical shape, or None.
+
+    It must have the shape of ``grad_y`` (the forward output's) and live where
+    ``x`` lives; any real dtype (only its sign is read).
+    """
+    if relu_output is None:
+        return None
+    relu_output = as_real_array(relu_output, "relu_output")
+    expected = call.user_shape(call.spec.y_shape)
+    if tuple(relu_output.shape) != tuple(expected):
+        raise ValueError(
+            f"`relu_output` must have the shape of the forward output (and grad_y), {tuple(expected)}; "
+            f"got {tuple(relu_output.shape)}"
+        )
+    if is_cupy_array(relu_output) != (call.xp is not np):
+        raise TypeError("`relu_output` must live where `x` lives (both NumPy or both CuPy)")
+    return relu_output.reshape(call.spec.y_shape)

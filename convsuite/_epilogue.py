@@ -1,0 +1,39 @@
+"""Activation epilogues of the layer API: ``activation="relu"`` and ``relu_output=``.
+
+A backend that fuses an epilogue into its kernel says so through an optional
+method ``fuses_activation(spec, algorithm, activation) -> bool`` and takes the
+``activation`` keyword in ``forward``; every other backend (and algorithm)
+gets the epilogue applied here, after its kernel, so every backend supports
+the option with the same semantics (those of ``torch.relu`` and its
+gradient): ``relu(v) = 0 if v < 0 else v`` keeps NaN, and the gradient is
+passed where the ReLU output is not ``<= 0`` (``torch.threshold_backward``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["ACTIVATIONS", "backend_fuses", "apply_activation", "mask_relu_gradient"]
+
+#: What ``activation=`` accepts.
+ACTIVATIONS = (None, "relu")
+
+
+def backend_fuses(backend: Any, spec, algorithm: str, activation: str | None) -> bool:
+    """Whether ``backend`` applies ``activation`` inside the kernel of ``algorithm``."""
+    if activation is None:
+        return False
+    fuses = getattr(backend, "fuses_activation", None)
+    return bool(fuses is not None and fuses(spec, algorithm, activation))
+
+
+def apply_activation(activation: str | None, out) -> None:
+    """Apply ``activation`` to ``out`` in place (after an unfused kernel)."""
+    if activation == "relu":
+        # v < 0 -> 0 rather than maximum: NaN stays NaN and -0.0 stays, as in the fused kernels
+        out[out < 0] = 0
+
+
+def mask_relu_gradient(grad_y, relu_output, xp):
+    """``grad_y`` where the ReLU output is not ``<= 0``, else 0 (a new array)."""
+    return xp.where(relu_output <= 0, xp.zeros((), dtype=grad_y.dtype), grad_y)
