@@ -89,7 +89,7 @@ def _forward(op, ndim, x, w, bias, stride, padding, dilation, groups, backend, a
         chosen.backend.forward(call.spec, xb, wb, bb, out, chosen.algorithm, **extra)
     _nonfinite.fix_forward(call.spec, wb, out, _backend_xp(chosen.backend.device))  # NaN only: relu keeps it
     if not fused:
-        _epilogue.apply_activation(activation, out)
+        _epilogue.apply_activation(activation, out, _backend_xp(chosen.backend.device))
     return _to_caller(call, call.to_user(out))
 
 

@@ -27,11 +27,10 @@ def backend_fuses(backend: Any, spec, algorithm: str, activation: str | None) ->
     return bool(fuses is not None and fuses(spec, algorithm, activation))
 
 
-def apply_activation(activation: str | None, out) -> None:
-    """Apply ``activation`` to ``out`` in place (after an unfused kernel)."""
+def apply_activation(activation: str | None, out, xp) -> None:
+    """Apply ``activation`` to ``out`` in place (after an unfused kernel): one elementwise pass."""
     if activation == "relu":
-        # v < 0 -> 0 rather than maximum: NaN stays NaN and -0.0 stays, as in the fused kernels
-        out[out < 0] = 0
+        xp.maximum(out, 0, out=out)  # NaN propagates, as in torch.relu and the fused kernels
 
 
 def mask_relu_gradient(grad_y, relu_output, xp):

@@ -30,8 +30,7 @@
 // The input channel of weight row (m, c) and its offsets.
 #define LADDER_CHANNEL                                      \
     const int mc = blockIdx.y, m = mc / Cg, c = mc % Cg;    \
-    const int G = C / Cg, Mg = M / G, ci = (m / Mg) * Cg + c; \
-    const i64 HoWo = (i64)Ho * Wo, HW = (i64)H * W
+    const int G = C / Cg, Mg = M / G, ci = (m / Mg) * Cg + c
 
 template <typename T>
 __device__ __forceinline__ T ladder_warp_sum(T v) {
@@ -115,6 +114,7 @@ __global__ void __launch_bounds__(CS_THREADS) wgrad_ladder_registers(const T* __
                                                                      T* __restrict__ dwt, CONV_PARAMS) {
     __shared__ T red[CS_THREADS / 32];
     LADDER_CHANNEL;
+    const i64 HoWo = (i64)Ho * Wo, HW = (i64)H * W;
     const i64 pix = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     T acc[K][K];
 #pragma unroll
@@ -152,6 +152,7 @@ __global__ void __launch_bounds__(CS_THREADS) wgrad_ladder_padded(const T* __res
     constexpr int YB = CS_LADDER_YB, ROWS = CS_LADDER_YB + K - 1;
     __shared__ T red[CS_THREADS / 32];
     LADDER_CHANNEL;
+    const i64 HoWo = (i64)Ho * Wo, HW = (i64)H * W;
     const i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     const i64 bands = (Ho + YB - 1) / YB;
     T acc[K][K];

@@ -27,7 +27,7 @@ from ._cuda_sources import (
 )
 from .base import Algorithm, Launch, Verdict
 
-__all__ = ["RECORDS", "ONE_D_ALGORITHMS", "TWO_D_ALGORITHMS", "ALGORITHMS", "LADDER", "FUSED_RELU", "plan_forward_relu"]
+__all__ = ["RECORDS", "ONE_D_ALGORITHMS", "TWO_D_ALGORITHMS", "ALGORITHMS", "LADDER", "FUSED_RELU", "plan_forward_relu", "ladder_weight_gradient"]
 
 THREADS = rt.THREADS
 SMEM_LIMIT = 48 * 1024  # static per-block shared memory without opt-in
@@ -539,34 +539,45 @@ def _check_ladder(step: str):
     return check
 
 
+def ladder_weight_gradient(spec: ConvSpec, step: str) -> Callable:
+    """``wgrad(grad_y, x, grad_w)``: the weight gradient of ladder ``step`` alone (zeroes grad_w, then adds)."""
+    cp = rt.cupy()
+    s = spec.as_2d()
+    (Ho, Wo), (KH, KW) = s.out_size, s.kernel_size
+    name, p = LADDER[step], _params(s)
+    if step in ("wgrad_registers", "wgrad_padded"):
+        name = f"{name}@{KH}"
+    fn = rt.kernel("wgrad_ladder.cu", name, s.dtype)
+    rows = s.out_channels * s.channels_per_group
+    pad = None
+    if step == "wgrad_padded":
+        ((pt, pb), (pl, pr)), (H, W) = s.padding, s.in_size
+        pad = ((0, 0), (0, 0), (pt, pb), (pl, pr))
+        # the kernel sees the padded plane, unpadded: H, W and the padding of CONV_PARAMS change
+        p = (*p[:2], *rt.i32(H + pt + pb, W + pl + pr), *p[4:14], *rt.i32(0, 0))
+        grid = (math.ceil(math.ceil(Ho / LADDER_YB) * Wo / THREADS), rows)
+    elif step == "wgrad_registers":
+        grid = (math.ceil(Ho * Wo / THREADS), rows)
+    else:
+        grid = (math.ceil(Ho * Wo / THREADS), rows, KH * KW)
+
+    def wgrad(grad_y, x, grad_w):
+        grad_w.fill(0)  # the blocks add into it
+        xin = x if pad is None else cp.pad(x.reshape(s.x_shape), pad)  # the padded copy is part of step 4's cost
+        fn(grid, (THREADS,), (grad_y, xin, grad_w, *p))
+
+    return wgrad
+
+
 def _plan_ladder(step: str):
     def plan(spec: ConvSpec, direction: str) -> Launch:
-        cp = rt.cupy()
         s = spec.as_2d()
-        (Ho, Wo), (KH, KW) = s.out_size, s.kernel_size
         dgrad = _plan_input_gradient(s, big=False)
-        name, p = LADDER[step], _params(s)
-        if step in ("wgrad_registers", "wgrad_padded"):
-            name = f"{name}@{KH}"
-        fn = rt.kernel("wgrad_ladder.cu", name, s.dtype)
-        rows = s.out_channels * s.channels_per_group
-        pad = None
-        if step == "wgrad_padded":
-            ((pt, pb), (pl, pr)), (H, W) = s.padding, s.in_size
-            pad = ((0, 0), (0, 0), (pt, pb), (pl, pr))
-            # the kernel sees the padded plane, unpadded: H, W and the padding of CONV_PARAMS change
-            p = (*p[:2], *rt.i32(H + pt + pb, W + pl + pr), *p[4:14], *rt.i32(0, 0))
-            grid = (math.ceil(math.ceil(Ho / LADDER_YB) * Wo / THREADS), rows)
-        elif step == "wgrad_registers":
-            grid = (math.ceil(Ho * Wo / THREADS), rows)
-        else:
-            grid = (math.ceil(Ho * Wo / THREADS), rows, KH * KW)
+        wgrad = ladder_weight_gradient(s, step)
 
         def backward(grad_y, x, w, grad_x, grad_w, grad_b):
             dgrad(grad_y, w, grad_x)
-            grad_w.fill(0)  # the blocks add into it
-            xin = x if pad is None else cp.pad(x.reshape(s.x_shape), pad)
-            fn(grid, (THREADS,), (grad_y, xin, grad_w, *p))
+            wgrad(grad_y, x, grad_w)
             _grad_bias(s, grad_y, grad_b)
 
         return backward
