@@ -484,12 +484,20 @@ def test_ladder_agrees_with_the_deterministic_default():
 # --- fused epilogues (issue 17) -----------------------------------------------------
 
 
-@pytest.mark.parametrize("algorithm", FORWARD_ALGORITHMS)
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "algorithm, dtype",
+    [
+        (a, d)
+        for a in FORWARD_ALGORITHMS
+        for d in (np.float32, np.float64)
+        if not (a == "igemm_big" and d == np.float64)  # float32 only (its can_run says why)
+    ],
+)
 def test_forward_relu_every_algorithm(algorithm, dtype):
     """activation='relu': fused in the implicit GEMMs' epilogue, applied after every other kernel."""
     backend = cs._registry.get_backend("cupy")
     rng = np.random.default_rng(5)
+    ran = []
     for x_shape, w_shape, kw in [
         ((2, 8, 19, 21), (16, 8, 3, 3), dict(padding=1)),
         ((2, 6, 14, 13), (6, 1, 3, 3), dict(padding=1, groups=6)),
@@ -508,6 +516,8 @@ def test_forward_relu_every_algorithm(algorithm, dtype):
         ref = reference_forward(spec, x, w, bias)
         assert (y >= 0).all()
         assert_within(y, np.where(ref < 0, 0, ref), forward_tolerance(spec, x, w, bias), f"{algorithm} + relu")
+        ran.append(x_shape)
+    assert ran, f"no case ran {algorithm!r}"
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

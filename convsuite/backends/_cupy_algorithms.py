@@ -522,7 +522,7 @@ def _check_ladder(step: str):
         if math.prod(s.out_size) >= 2**31 - THREADS:
             return "an output plane of 2^31 pixels or more exceeds the kernel's 32-bit pixel blocks"
         if step in ("wgrad_atomic", "wgrad_shuffle"):
-            return True
+            return _check_gemm(spec, direction)  # the input gradient runs fused_gemm's kernels
         (KH, KW) = s.kernel_size
         if KH != KW or KH not in LADDER_KERNELS:
             return (
