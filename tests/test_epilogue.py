@@ -111,7 +111,9 @@ def test_bad_activation_is_named(value, error, words):
 def test_bad_relu_output_is_named():
     x, w = np.ones((1, 2, 5, 5)), np.ones((3, 2, 3, 3))
     gy = np.ones((1, 3, 3, 3))
-    with pytest.raises(ValueError, match=r"`relu_output` must have the shape of the forward output.*\(1, 3, 3, 3\).*\(3, 3\)"):
+    with pytest.raises(
+        ValueError, match=r"`relu_output` must have the shape of the forward output.*\(1, 3, 3, 3\).*\(3, 3\)"
+    ):
         cs.conv2d_backward(gy, x, w, relu_output=np.ones((3, 3)))
     with pytest.raises(TypeError, match="relu_output"):
         cs.conv2d_backward(gy, x, w, relu_output="not an array")

@@ -445,7 +445,8 @@ def test_weight_gradient_ladder(algorithm, x_shape, w_shape, kw, dtype):
     spec = cs.explain(x, w, **kw).spec
     verdict = _can_run(spec, algorithm, "backward")
     expected = algorithm in ("wgrad_atomic", "wgrad_shuffle") or (
-        w_shape[2] == w_shape[3] and (algorithm == "wgrad_registers" or (kw.get("stride", 1), kw.get("dilation", 1)) == (1, 1))
+        w_shape[2] == w_shape[3]
+        and (algorithm == "wgrad_registers" or (kw.get("stride", 1), kw.get("dilation", 1)) == (1, 1))
     )
     assert (verdict is True) == expected, verdict
     if verdict is not True:

@@ -27,7 +27,16 @@ from ._cuda_sources import (
 )
 from .base import Algorithm, Launch, Verdict
 
-__all__ = ["RECORDS", "ONE_D_ALGORITHMS", "TWO_D_ALGORITHMS", "ALGORITHMS", "LADDER", "FUSED_RELU", "plan_forward_relu", "ladder_weight_gradient"]
+__all__ = [
+    "RECORDS",
+    "ONE_D_ALGORITHMS",
+    "TWO_D_ALGORITHMS",
+    "ALGORITHMS",
+    "LADDER",
+    "FUSED_RELU",
+    "plan_forward_relu",
+    "ladder_weight_gradient",
+]
 
 THREADS = rt.THREADS
 SMEM_LIMIT = 48 * 1024  # static per-block shared memory without opt-in

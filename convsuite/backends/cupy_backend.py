@@ -79,7 +79,7 @@ class CupyBackend(Backend):
     algorithms = ALGORITHMS
     description = (
         "CUDA kernels via cupy.RawModule: direct, tiled, register-tiled, implicit GEMM, depthwise, "
-        "pointwise GEMM, im2col+cuBLAS"
+        "pointwise GEMM, im2col+cuBLAS, the dW ladder (pinnable)"
     )
 
     def __init__(self) -> None:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 import shutil
 import statistics
@@ -178,18 +177,22 @@ def _mangled_match(mangled: str, base: str, extra: list[str]) -> bool:
     return ints == extra
 
 
-def instruction_mix(kernel_sizes=(3, 5, 7), dtype: str = "float32") -> list[dict]:
-    """Rows of the instruction-mix table (see the module docstring); needs nvcc and cuobjdump."""
+def instruction_mix(kernel_sizes=(3, 5, 7), dtype: str = "float32", files=None) -> list[dict]:
+    """Rows of the instruction-mix table (see the module docstring); needs nvcc and cuobjdump.
+
+    ``files`` limits the table to kernels of those sources (default: all of :data:`MIX_KERNELS`).
+    """
     cuobjdump = _tool("cuobjdump")
     if shutil.which("nvcc") is None or cuobjdump is None:
         raise RuntimeError(
-            "the instruction mix needs nvcc and cuobjdump on PATH "
-            "(cuobjdump also from `pip install 'convsuite[sass]'`)"
+            "the instruction mix needs nvcc and cuobjdump on PATH (cuobjdump also from `pip install 'convsuite[sass]'`)"
         )
-    wanted = []  # (algorithm, part, file, kernel spec with k filled, k)
+    wanted = []  # (algorithm, part, file, kernel with its size filled in)
     for algorithm, part, filename, kernel in MIX_KERNELS:
+        if files is not None and filename not in files:
+            continue
         sizes = [k for k in kernel_sizes if k in LADDER_KERNELS] if "{k}" in kernel else [None]
-        wanted += [(algorithm, part, filename, kernel.format(k=k), k) for k in sizes]
+        wanted += [(algorithm, part, filename, kernel.format(k=k)) for k in sizes]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for filename in dict.fromkeys(w[2] for w in wanted):
@@ -197,7 +200,7 @@ def instruction_mix(kernel_sizes=(3, 5, 7), dtype: str = "float32") -> list[dict
             cubin = _compile_cubin(filename, [name_expression(w[3], dtype) for w in mine], Path(tmp))
             sass = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True).stdout
             functions, regs = _functions(sass), _registers(cuobjdump, cubin)
-            for algorithm, part, _, kernel, k in mine:
+            for algorithm, part, _, kernel in mine:
                 base, _, extra = kernel.partition("@")
                 args = extra.split(",") if extra else []
                 mangled = next(n for n in functions if _mangled_match(n, base, args))
@@ -214,7 +217,9 @@ def instruction_mix(kernel_sizes=(3, 5, 7), dtype: str = "float32") -> list[dict
 
 
 def format_mix(rows: list[dict]) -> str:
-    head = "| algorithm | part | kernel (sm_90 SASS) | regs | main loop: instr | FFMA | FFMA share | kernel FFMA share |"
+    head = (
+        "| algorithm | part | kernel (sm_90 SASS) | regs | main loop: instr | FFMA | FFMA share | kernel FFMA share |"
+    )
     lines = [head, "|" + "---|" * 8]
     for r in rows:
         lines.append(
@@ -253,7 +258,42 @@ def _layers(workloads, ece408_batch: int | None):
         data = table[name]
         batch = data["batch"] if not name.startswith("ece408") or ece408_batch is None else ece408_batch
         for layer in data["layers"]:
-            yield name, layer["name"], batch, layer["C"], layer["M"], layer["H"], layer["W"], layer["K"], layer["padding"]
+            yield (
+                name,
+                layer["name"],
+                batch,
+                layer["C"],
+                layer["M"],
+                layer["H"],
+                layer["W"],
+                layer["K"],
+                layer["padding"],
+            )
+
+
+def _backward_contenders(backend, spec, x, w, gy) -> tuple[dict, dict]:
+    """{(algorithm, part): zero-argument call} and {(algorithm, part): flops} for one layer."""
+    import cupy as cp
+
+    from ..backends import _cupy_algorithms as algs
+
+    gx, gw, gb = cp.empty_like(x), cp.empty_like(w), cp.empty(spec.out_channels, cp.float32)
+    flops_dw = 2.0 * math.prod(spec.y_shape) * spec.channels_per_group * math.prod(spec.kernel_size)
+    contenders, flops = {}, {}  # dX costs what dW costs (and the forward)
+    for name in backend.algorithm_table():
+        if backend.can_run(spec, name, "backward") is not True:
+            continue
+        launch = backend.plan(spec, name, "backward")
+        contenders[(name, "dX+dW+db")] = lambda launch=launch: launch(gy, x, w, gx, gw, gb)
+        flops[(name, "dX+dW+db")] = 2 * flops_dw
+        if name in LADDER_STEPS:
+            wgrad = algs.ladder_weight_gradient(spec, name)
+            contenders[(name, "dW")] = lambda wgrad=wgrad: wgrad(gy, x, gw)
+            flops[(name, "dW")] = flops_dw
+    dgrad = algs._plan_input_gradient(spec, big=False)
+    contenders[("fused_gemm's dX (the ladder's)", "dX")] = lambda: dgrad(gy, w, gx)
+    flops[("fused_gemm's dX (the ladder's)", "dX")] = flops_dw
+    return contenders, flops
 
 
 def ablation(workloads=WORKLOADS, repeat: int = 9, ece408_batch: int | None = 1000, peak_gflops: float | None = None):
@@ -261,38 +301,22 @@ def ablation(workloads=WORKLOADS, repeat: int = 9, ece408_batch: int | None = 10
     import cupy as cp
 
     import convsuite as cs
-    from ..backends import _cupy_algorithms as algs
 
     backend = cs._registry.get_backend("cupy")
     rs = cp.random.RandomState(0)
     rows = []
-    for wl, lname, B, C, M, H, W, K, pad in _layers(workloads, ece408_batch):
+    for workload, lname, B, C, M, H, W, K, pad in _layers(workloads, ece408_batch):
         x = rs.standard_normal((B, C, H, W), dtype=cp.float32)
         w = rs.standard_normal((M, C, K, K), dtype=cp.float32)
         spec = cs.explain(x, w, padding=pad).spec
         gy = rs.standard_normal(spec.y_shape, dtype=cp.float32)
-        gx, gw, gb = cp.empty_like(x), cp.empty_like(w), cp.empty(M, cp.float32)
-        flops_dw = 2.0 * math.prod(spec.y_shape) * C * K * K  # = the forward's; dX costs the same
-        contenders, flops = {}, {}
-        for name, record in backend.algorithm_table().items():
-            if backend.can_run(spec, name, "backward") is not True:
-                continue
-            launch = backend.plan(spec, name, "backward")
-            contenders[(name, "dX+dW+db")] = lambda launch=launch: launch(gy, x, w, gx, gw, gb)
-            flops[(name, "dX+dW+db")] = 2 * flops_dw
-            if name in LADDER_STEPS:
-                wgrad = algs.ladder_weight_gradient(spec, name)
-                contenders[(name, "dW")] = lambda wgrad=wgrad: wgrad(gy, x, gw)
-                flops[(name, "dW")] = flops_dw
-        dgrad = algs._plan_input_gradient(spec, big=False)
-        contenders[("fused_gemm's dX (the ladder's)", "dX")] = lambda: dgrad(gy, w, gx)
-        flops[("fused_gemm's dX (the ladder's)", "dX")] = flops_dw
+        contenders, flops = _backward_contenders(backend, spec, x, w, gy)
         times = _interleaved(contenders, repeat)
         previous = None
         for (name, part), (t, lo, hi) in times.items():
             rate = flops[(name, part)] / t / 1e9
             row = dict(
-                workload=wl,
+                workload=workload,
                 layer=f"{lname} B={B} C={C} M={M} {H}x{W} K={K} pad={pad}",
                 algorithm=name,
                 part=part,
@@ -308,9 +332,40 @@ def ablation(workloads=WORKLOADS, repeat: int = 9, ece408_batch: int | None = 10
                     row["vs_previous_step"] = previous / t
                 previous = t
             rows.append(row)
-        del x, w, gy, gx, gw, gb, contenders
+        contenders = x = w = gy = None  # release this layer's buffers before the next
         cp.get_default_memory_pool().free_all_blocks()
     return rows
+
+
+def _fused_pair(backend, spec, name: str, x, w, b, out, repeat: int) -> dict:
+    """Times of ``name``'s fused forward + ReLU and of its kernel followed by a ReLU pass, and their difference."""
+    import cupy as cp
+
+    import convsuite as cs
+
+    from ..backends import _cupy_algorithms as algs
+
+    plain = backend.plan(spec, name, "forward")
+    fused = algs.plan_forward_relu(spec, name)
+
+    def unfused():
+        plain(x, w, b, out)
+        cp.maximum(out, 0, out=out)  # what the API does after an unfused kernel
+
+    times = _interleaved({"fused": lambda: fused(x, w, b, out), "unfused": unfused}, repeat)
+    pad = spec.padding[0][0]
+    check = cp.maximum(cs.conv2d(x, w, b, padding=pad, backend="cupy", algorithm="fused_gemm"), 0)
+    fused(x, w, b, out)
+    err = float(cp.abs(out - check).max() / (cp.abs(check).max() + 1e-30))
+    return dict(
+        algorithm=name,
+        fused_ms=times["fused"][0] * 1e3,
+        fused_spread=[t * 1e3 for t in times["fused"][1:]],
+        unfused_ms=times["unfused"][0] * 1e3,
+        unfused_spread=[t * 1e3 for t in times["unfused"][1:]],
+        speedup=times["unfused"][0] / times["fused"][0],
+        max_rel_diff=err,
+    )
 
 
 def fused_relu(repeat: int = 15) -> list[dict]:
@@ -318,43 +373,22 @@ def fused_relu(repeat: int = 15) -> list[dict]:
     import cupy as cp
 
     import convsuite as cs
+
     from ..backends import _cupy_algorithms as algs
 
     backend = cs._registry.get_backend("cupy")
     rs = cp.random.RandomState(1)
     rows = []
-    for wl, lname, B, C, M, H, W, K, pad in _layers(("cnn-train-3x3",), None):
+    for _, lname, B, C, M, H, W, K, pad in _layers(("cnn-train-3x3",), None):
         x = rs.standard_normal((B, C, H, W), dtype=cp.float32)
         w = rs.standard_normal((M, C, K, K), dtype=cp.float32)
         b = rs.standard_normal(M, dtype=cp.float32)
         spec = cs.explain(x, w, b, padding=pad).spec
         out = cp.empty(spec.y_shape, cp.float32)
         for name in algs.FUSED_RELU:
-            if backend.can_run(spec, name, "forward") is not True:
-                continue
-            plain = backend.plan(spec, name, "forward")
-            fused = algs.plan_forward_relu(spec, name)
-
-            def unfused(plain=plain):
-                plain(x, w, b, out)
-                cp.maximum(out, 0, out=out)  # what the API does after an unfused kernel
-
-            times = _interleaved({"fused": lambda fused=fused: fused(x, w, b, out), "unfused": unfused}, repeat)
-            check = cp.maximum(cs.conv2d(x, w, b, padding=pad, backend="cupy", algorithm="fused_gemm"), 0)
-            fused(x, w, b, out)
-            err = float(cp.abs(out - check).max() / (cp.abs(check).max() + 1e-30))
-            rows.append(
-                dict(
-                    layer=f"{lname} B={B} C={C} M={M} {H}x{W} K={K}",
-                    algorithm=name,
-                    fused_ms=times["fused"][0] * 1e3,
-                    fused_spread=[t * 1e3 for t in times["fused"][1:]],
-                    unfused_ms=times["unfused"][0] * 1e3,
-                    unfused_spread=[t * 1e3 for t in times["unfused"][1:]],
-                    speedup=times["unfused"][0] / times["fused"][0],
-                    max_rel_diff=err,
-                )
-            )
+            if backend.can_run(spec, name, "forward") is True:
+                row = _fused_pair(backend, spec, name, x, w, b, out, repeat)
+                rows.append(dict(layer=f"{lname} B={B} C={C} M={M} {H}x{W} K={K}", **row))
     return rows
 
 
@@ -374,7 +408,10 @@ def format_ablation(rows: list[dict]) -> str:
 
 
 def format_fused(rows: list[dict]) -> str:
-    lines = ["| layer | algorithm | fused ms | unfused ms (kernel + ReLU pass) | speed-up | max rel diff |", "|" + "---|" * 6]
+    lines = [
+        "| layer | algorithm | fused ms | unfused ms (kernel + ReLU pass) | speed-up | max rel diff |",
+        "|" + "---|" * 6,
+    ]
     for r in rows:
         lines.append(
             f"| {r['layer']} | {r['algorithm']} | {r['fused_ms']:.3f} | {r['unfused_ms']:.3f} | "
@@ -388,11 +425,14 @@ def _device_line() -> str:
 
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
-    return f"{name}, {props['multiProcessorCount']} SMs, driver {cp.cuda.runtime.driverGetVersion()}, cupy {cp.__version__}"
+    driver = cp.cuda.runtime.driverGetVersion()
+    return f"{name}, {props['multiProcessorCount']} SMs, driver {driver}, cupy {cp.__version__}"
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m convsuite.bench.backward_ladder", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m convsuite.bench.backward_ladder", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--sass", action="store_true", help="instruction mix from the sm_90 SASS (nvcc, cuobjdump)")
     parser.add_argument("--time", action="store_true", help="the ablation and fused-epilogue tables (needs a GPU)")
     parser.add_argument("--workload", action="append", choices=WORKLOADS, help="workloads to time (default all)")
