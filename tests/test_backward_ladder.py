@@ -93,3 +93,11 @@ def test_instruction_mix_of_the_ladder_rises_step_by_step():
     assert 0 < share[0] < share[2] and share[1] < share[2]
     padded = rows[("wgrad_padded", "wgrad_ladder_padded<float, 3>")]
     assert padded["loop_fma"] >= 9 * 4  # every tap of every row of the yBatch in the loop body
+
+
+def test_compare_hook_only_for_the_ladder_workloads(capsys):
+    bl.print_ablation("conv1d-signal")  # not a ladder workload: nothing to time, nothing printed
+    assert capsys.readouterr().out == ""
+    with pytest.raises(SystemExit):
+        bl.main([])  # neither --sass nor --time
+    assert "--sass and/or --time" in capsys.readouterr().err

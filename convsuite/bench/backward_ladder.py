@@ -45,7 +45,7 @@ from pathlib import Path
 from ..backends._cuda_sources import LADDER_KERNELS, compile_options, name_expression, source_dir
 from .workloads import seed_workloads
 
-__all__ = ["instruction_mix", "ablation", "fused_relu", "main", "LADDER_STEPS"]
+__all__ = ["instruction_mix", "ablation", "fused_relu", "print_ablation", "main", "LADDER_STEPS"]
 
 LADDER_STEPS = ("wgrad_atomic", "wgrad_shuffle", "wgrad_registers", "wgrad_padded")
 WORKLOADS = ("cnn-train-3x3", "ece408-fa19", "ece408-fa21")
@@ -429,6 +429,15 @@ def _device_line() -> str:
     return f"{name}, {props['multiProcessorCount']} SMs, driver {driver}, cupy {cp.__version__}"
 
 
+def print_ablation(workload: str, repeat: int = 5, out=None) -> None:
+    """The ablation (and, for cnn-train-3x3, the fused-ReLU table) of one workload, printed:
+    the hook of ``convsuite compare --device gpu --workload W`` for the ladder's workloads."""
+    if workload not in WORKLOADS:
+        return
+    args = ["--time", "--workload", workload, "--repeat", str(repeat)]
+    main(args + (["--out", str(out)] if out else []))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m convsuite.bench.backward_ladder", description=__doc__.split("\n")[0]
@@ -457,10 +466,9 @@ def main(argv=None) -> int:
         results["peak"] = ceilings.as_dict()
         print(f"device: {results['device']}")
         print(f"peak: float32 cuBLAS SGEMM {ceilings.gemm_gflops:.0f} GFLOP/s, copy {ceilings.copy_gbs:.0f} GB/s\n")
-        results["fused_relu"] = fused_relu(repeat=max(args.repeat, 9))
-        results["ablation"] = ablation(
-            tuple(args.workload or WORKLOADS), args.repeat, args.ece408_batch, ceilings.gemm_gflops
-        )
+        workloads = tuple(args.workload or WORKLOADS)
+        results["fused_relu"] = fused_relu(repeat=max(args.repeat, 9)) if "cnn-train-3x3" in workloads else []
+        results["ablation"] = ablation(workloads, args.repeat, args.ece408_batch, ceilings.gemm_gflops)
         print("## Backward ablation (float32)\n")
         print(format_ablation(results["ablation"]) + "\n")
         print("## Fused forward + bias + ReLU vs the unfused pair (float32)\n")
