@@ -16,11 +16,19 @@ from typing import Any, Union
 
 import numpy as np
 
-from . import _plans, _threads, _tuning, distributed
+from . import _epilogue, _plans, _threads, _tuning, distributed
 from ._plans import Decision, Plan
 from ._registry import home_backend, requested_backend
 from ._spec import ConvSpec
-from ._validation import as_real_array, check_memory, prepare_backward, prepare_forward, reserve_memory
+from ._validation import (
+    as_real_array,
+    check_activation,
+    check_memory,
+    check_relu_output,
+    prepare_backward,
+    prepare_forward,
+    reserve_memory,
+)
 
 __all__ = [
     "Explanation",
@@ -69,7 +77,9 @@ def _operand_key(array: Any) -> tuple:
     return (type(array), array.shape, array.dtype)
 
 
-def _plan_key(ndim, direction, a, b, c, stride, padding, dilation, groups, name, source, algorithm) -> tuple:
+def _plan_key(
+    ndim, direction, a, b, c, stride, padding, dilation, groups, name, source, algorithm, activation=None
+) -> tuple:
     """Everything that determines a plan; raises AttributeError/TypeError when it cannot be keyed."""
     return (
         ndim,
@@ -91,10 +101,13 @@ def _plan_key(ndim, direction, a, b, c, stride, padding, dilation, groups, name,
         _threads._requested,  # the thread setting (None: all), read without a call
         _tuning.autotune_enabled(),
         _plans._generation,
+        activation,
     )
 
 
-def _build(ndim, direction, a, b, c, stride, padding, dilation, groups, name, source, algorithm, measure=None) -> Plan:
+def _build(
+    ndim, direction, a, b, c, stride, padding, dilation, groups, name, source, algorithm, measure=None, activation=None
+) -> Plan:
     """Validate, choose and plan one problem (a plan-cache miss)."""
     _check_algorithm_type(algorithm)
     op = _OPS[ndim]
@@ -116,7 +129,10 @@ def _build(ndim, direction, a, b, c, stride, padding, dilation, groups, name, so
         shapes = [spec.y_shape] if direction == "forward" else [spec.x_shape, spec.w_shape, (spec.out_channels,)]
         nbytes = sum(int(np.prod(s, dtype=object)) for s in shapes) * spec.itemsize
         check_memory(nbytes, f"outputs of shapes {shapes}", device=backend.device, limit=limit)
-    launch = backend.plan(spec, algo, direction)
+    # An activation epilogue runs inside the kernel where the backend fuses it,
+    # otherwise after it (Plan.run_forward).
+    fused = direction == "forward" and _epilogue.backend_fuses(backend, spec, algo, activation)
+    launch = backend.plan(spec, algo, f"forward+{activation}" if fused else direction)
     # Where operands move and results go back: asked of the backends, never by library name.
     if backend.owns(call.x):
         to_device = to_caller = None
@@ -131,6 +147,8 @@ def _build(ndim, direction, a, b, c, stride, padding, dilation, groups, name, so
             return home.to_device(backend.to_host(array))
 
     return Plan(
+        activation=activation if direction == "forward" else None,
+        fused_activation=fused,
         op=op,
         direction=direction,
         spec=spec,
@@ -147,16 +165,21 @@ def _build(ndim, direction, a, b, c, stride, padding, dilation, groups, name, so
     )
 
 
-def _planned(ndim, direction, a, b, c, stride, padding, dilation, groups, backend, algorithm) -> Plan:
+def _planned(
+    ndim, direction, a, b, c, stride, padding, dilation, groups, backend, algorithm, activation=None
+) -> Plan:
     """The cached plan of a call, built on a miss."""
     name, source = requested_backend(backend)
+    geometry = (stride, padding, dilation, groups, name, source, algorithm)
     try:
-        key = _plan_key(ndim, direction, a, b, c, stride, padding, dilation, groups, name, source, algorithm)
+        key = _plan_key(ndim, direction, a, b, c, *geometry, activation)
         found = _CACHE.get(key)
     except (AttributeError, TypeError):  # lists, or unhashable keywords: validate every time
         key = found = None
     if found is None:
-        found = _build(ndim, direction, a, b, c, stride, padding, dilation, groups, name, source, algorithm)
+        if activation is not None:
+            check_activation(activation)
+        found = _build(ndim, direction, a, b, c, *geometry, activation=activation)
         # Only operands of exactly the array type the plan runs on may take the
         # fast path later: subclasses (masked arrays) and other array-likes
         # (__array__, DLPack) are validated and converted on every call.
@@ -174,19 +197,22 @@ def _as_plan_operands(plan_: Plan, names: tuple[str, ...], operands: tuple) -> t
     )
 
 
-def _forward(ndim, x, w, bias, stride, padding, dilation, groups, backend, algorithm):
-    plan_ = _planned(ndim, "forward", x, w, bias, stride, padding, dilation, groups, backend, algorithm)
+def _forward(ndim, x, w, bias, stride, padding, dilation, groups, backend, algorithm, activation=None):
+    plan_ = _planned(ndim, "forward", x, w, bias, stride, padding, dilation, groups, backend, algorithm, activation)
     kind = plan_.in_type
     if type(x) is not kind or type(w) is not kind or (bias is not None and type(bias) is not kind):
         x, w, bias = _as_plan_operands(plan_, ("x", "w", "bias"), (x, w, bias))
     return plan_.run_forward(x, w, bias)
 
 
-def _backward(ndim, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm):
+def _backward(ndim, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm, relu_output=None):
     plan_ = _planned(ndim, "backward", grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
     kind = plan_.in_type
     if type(grad_y) is not kind or type(x) is not kind or type(w) is not kind:
         grad_y, x, w = _as_plan_operands(plan_, ("grad_y", "x", "w"), (grad_y, x, w))
+    if relu_output is not None:  # the gradient through the ReLU, once, for dX, dW and db alike
+        relu_output = check_relu_output(relu_output, plan_)
+        grad_y = _epilogue.mask_relu_gradient(grad_y, relu_output, plan_.xp_in)
     return plan_.run_backward(grad_y, x, w)
 
 
@@ -223,6 +249,12 @@ _FORWARD_DOC = """{ndim}-D convolution (deep-learning cross-correlation, as in P
         default ``use_backend``/``set_backend``/``$CONVSUITE_BACKEND``/auto.
     algorithm : str, default 'auto'
         Pin one of the backend's algorithms.
+    activation : {{None, 'relu'}}, default None
+        An epilogue applied to ``y`` (after the bias): ``'relu'`` returns
+        ``relu(conv + bias)`` (``v < 0 -> 0``; NaN stays NaN, as ``torch.relu``).
+        The cupy backend fuses it into the kernel of its implicit-GEMM
+        algorithms; other backends and algorithms apply it after the kernel.
+        Its gradient: ``conv{ndim}d_backward(..., relu_output=y)``.
 
     Returns
     -------
@@ -260,10 +292,13 @@ def conv1d(
     groups: int = 1,
     backend: str | None = None,
     algorithm: str = "auto",
+    activation: str | None = None,
 ) -> Any:
     if distributed.is_dask_array(x):  # Dask in, Dask out (lazy); convsuite.distributed
-        return distributed.conv("conv1d", 1, x, w, bias, stride, padding, dilation, groups, backend, algorithm)
-    return _forward(1, x, w, bias, stride, padding, dilation, groups, backend, algorithm)
+        check_activation(activation)
+        y = distributed.conv("conv1d", 1, x, w, bias, stride, padding, dilation, groups, backend, algorithm)
+        return y if activation is None else _epilogue.apply_activation_lazy(activation, y)
+    return _forward(1, x, w, bias, stride, padding, dilation, groups, backend, algorithm, activation)
 
 
 def conv2d(
@@ -277,10 +312,13 @@ def conv2d(
     groups: int = 1,
     backend: str | None = None,
     algorithm: str = "auto",
+    activation: str | None = None,
 ) -> Any:
     if distributed.is_dask_array(x):  # Dask in, Dask out (lazy); convsuite.distributed
-        return distributed.conv("conv2d", 2, x, w, bias, stride, padding, dilation, groups, backend, algorithm)
-    return _forward(2, x, w, bias, stride, padding, dilation, groups, backend, algorithm)
+        check_activation(activation)
+        y = distributed.conv("conv2d", 2, x, w, bias, stride, padding, dilation, groups, backend, algorithm)
+        return y if activation is None else _epilogue.apply_activation_lazy(activation, y)
+    return _forward(2, x, w, bias, stride, padding, dilation, groups, backend, algorithm, activation)
 
 
 conv1d.__doc__ = _FORWARD_DOC.format(
@@ -303,6 +341,11 @@ _BACKWARD_DOC = """Gradients of a {ndim}-D convolution with respect to x, w and 
     ``(grad_x, grad_w, grad_b)`` with the shapes of ``x``, ``w`` and ``(M,)``.
     ``grad_b`` is returned whether or not the forward used a bias. Keywords are
     those of :func:`conv{ndim}d`, with the same validation and dtype rules.
+
+    ``relu_output``: for ``y = conv{ndim}d(..., activation='relu')``, pass that
+    ``y`` (shape of ``grad_y``, where ``x`` lives) and ``grad_y = dL/dy``; the
+    gradients are then taken through the ReLU: ``grad_y`` is zeroed where
+    ``y <= 0`` (as ``torch.threshold_backward``) before dX, dW and db.
     """
 
 
@@ -317,11 +360,14 @@ def conv1d_backward(
     groups: int = 1,
     backend: str | None = None,
     algorithm: str = "auto",
+    relu_output: ArrayLike | None = None,
 ) -> tuple[Any, Any, Any]:
     if distributed.is_dask_array(x) or distributed.is_dask_array(grad_y):  # Dask in, Dask out (lazy)
+        if relu_output is not None:
+            grad_y = _epilogue.mask_relu_gradient_lazy(grad_y, relu_output)
         args = (grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
         return distributed.conv_backward("conv1d", 1, *args)
-    return _backward(1, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
+    return _backward(1, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm, relu_output)
 
 
 def conv2d_backward(
@@ -335,11 +381,14 @@ def conv2d_backward(
     groups: int = 1,
     backend: str | None = None,
     algorithm: str = "auto",
+    relu_output: ArrayLike | None = None,
 ) -> tuple[Any, Any, Any]:
     if distributed.is_dask_array(x) or distributed.is_dask_array(grad_y):  # Dask in, Dask out (lazy)
+        if relu_output is not None:
+            grad_y = _epilogue.mask_relu_gradient_lazy(grad_y, relu_output)
         args = (grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
         return distributed.conv_backward("conv2d", 2, *args)
-    return _backward(2, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
+    return _backward(2, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm, relu_output)
 
 
 conv1d_backward.__doc__ = _BACKWARD_DOC.format(ndim=1)

@@ -25,7 +25,7 @@ from typing import Any, Callable, Hashable
 
 import numpy as np
 
-from . import _buffers, _instrument, _nonfinite
+from . import _buffers, _epilogue, _instrument, _nonfinite
 from ._validation import SMALL_CALL_BYTES, check_call_memory
 from ._spec import ConvSpec
 from .backends.base import Backend
@@ -195,6 +195,8 @@ class Plan:
         "_grad_w_shape",
         "_padded",
         "_large",
+        "_activation",
+        "_fused_activation",
     )
 
     def __init__(
@@ -213,6 +215,8 @@ class Plan:
         xp_in: Any,
         to_device: Callable[[Any], Any] | None,
         to_caller: Callable[[Any], Any] | None,
+        activation: str | None = None,
+        fused_activation: bool = False,
     ) -> None:
         self.op, self.direction, self.spec = op, direction, spec
         self.backend, self.algorithm, self.decision = backend, algorithm, decision
@@ -246,6 +250,19 @@ class Plan:
         worst *= spec.itemsize
         worst += int(backend.workspace_bytes(spec, algorithm, direction)) if backend.device == "cpu" else 0
         self._large = worst > SMALL_CALL_BYTES
+        # The activation epilogue: inside the kernel (fused) or after it.
+        self._activation = None if fused_activation else activation
+        self._fused_activation = fused_activation
+
+    @property
+    def user_y_shape(self) -> tuple[int, ...]:
+        """The forward output's shape in the caller's layout (also grad_y's)."""
+        return self._user_y_shape
+
+    @property
+    def xp_in(self) -> Any:
+        """The array module of the caller's operands."""
+        return self._xp_in
 
     @property
     def in_type(self) -> type:
@@ -286,6 +303,8 @@ class Plan:
         _instrument.run_kernel(self.backend, self._launch, x, w, bias, out)
         if self._padded:
             _nonfinite.fix_forward(self.spec, w, out, self._xp_out)
+        if self._activation is not None:  # not fused into the kernel: one elementwise pass
+            _epilogue.apply_activation(self._activation, out, self._xp_out)
         if self.layout != "batched":
             out = out.reshape(self._user_y_shape)
         return out if self._to_caller is None else self._to_caller(out)

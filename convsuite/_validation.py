@@ -553,3 +553,40 @@ def _refuse_if_short(parts: dict, direction: str) -> None:
             f"only {limit / 2**30:.3g} GiB of memory is available now; reduce the batch, "
             f"the input size or the padding, or pass contiguous arrays of the compute dtype"
         )
+
+
+def check_activation(activation: Any) -> None:
+    """``activation`` must be None or one of the fused epilogues' names."""
+    from ._epilogue import ACTIVATIONS
+
+    if activation is None:
+        return
+    accepted = ", ".join(repr(a) for a in ACTIVATIONS)
+    if not isinstance(activation, str):
+        raise TypeError(f"`activation` must be one of {accepted}; got {_show(activation)}")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"`activation` must be one of {accepted}; got {activation!r}")
+
+
+def check_relu_output(relu_output: Any, plan: Any):
+    """``relu_output`` for a backward plan: the forward's shape, where the operands live.
+
+    Any real dtype is accepted (only its sign is read). Returned as an array
+    of the plan's array type, in the caller's layout (the shape of grad_y).
+    """
+    if type(relu_output) is not plan.in_type:
+        relu_output = as_real_array(relu_output, "relu_output")
+        if type(relu_output) is not plan.in_type:
+            raise TypeError(
+                "`relu_output` must live where `x` lives (both NumPy or both on the same device); "
+                f"got {type(relu_output).__module__}.{type(relu_output).__name__}"
+            )
+    expected = plan.user_y_shape
+    if tuple(relu_output.shape) != tuple(expected):
+        raise ValueError(
+            f"`relu_output` must have the shape of the forward output (and grad_y), {tuple(expected)}; "
+            f"got {tuple(relu_output.shape)}"
+        )
+    if relu_output.dtype.kind not in "iuf":
+        raise TypeError(f"`relu_output` must have a real numeric dtype; got {relu_output.dtype}")
+    return relu_output

@@ -110,6 +110,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"convsuite compare: error: {exc}", file=sys.stderr)
         return 2
+    if args.device == "gpu":  # issue 17: the backward ladder's ablation of its workloads
+        from convsuite.bench.backward_ladder import print_ablation
+
+        print_ablation(args.workload, args.repeat, args.out)
     wrong = [r for r in results if r.status == "wrong"]
     for r in wrong:
         print(f"WRONG: {r.contender} on {r.case}: {r.reason}", file=sys.stderr)

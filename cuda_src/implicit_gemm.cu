@@ -13,7 +13,8 @@
 #error "the implicit-GEMM loaders assume 64 x 64 tiles, 16 deep, 256 threads"
 #endif
 
-template <typename T>
+// ACT = 1 fuses ReLU into the epilogue (v < 0 ? 0 : v keeps NaN, as torch.relu does).
+template <typename T, int ACT>
 __global__ void __launch_bounds__(256) conv2d_implicit_gemm(const T* __restrict__ x, const T* __restrict__ w,
                                                            const T* __restrict__ bias, T* __restrict__ y,
                                                            CONV_PARAMS) {
@@ -88,7 +89,8 @@ __global__ void __launch_bounds__(256) conv2d_implicit_gemm(const T* __restrict_
             const int m = m0 + ty * 4 + i;
             if (m < Mg) {
                 const int mo = g * Mg + m;
-                y[(b * M + mo) * HoWo + r] = acc[i][j] + bias[mo];
+                const T v = acc[i][j] + bias[mo];
+                y[(b * M + mo) * HoWo + r] = (ACT && v < T(0)) ? T(0) : v;
             }
         }
     }

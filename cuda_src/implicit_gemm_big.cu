@@ -53,7 +53,8 @@ __device__ __forceinline__ void big_tile_multiply(const T (*As)[BM + BIG_PAD], c
 // Tile row (half = BM/2) or column (half = 64) that register index i (0..7) of thread t holds.
 __device__ __forceinline__ int big_lane(int t, int i, int half) { return t * 4 + (i & 3) + (i >> 2) * half; }
 
-template <typename T, int BM>
+// ACT = 1 fuses ReLU into the epilogue (v < 0 ? 0 : v keeps NaN, as torch.relu does).
+template <typename T, int BM, int ACT>
 __global__ void __launch_bounds__(2 * BM, sizeof(T) == 4 ? 256 / BM : 1)
     conv2d_igemm_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias, T* __restrict__ y,
                      const int4* __restrict__ koff, CONV_PARAMS) {
@@ -135,7 +136,8 @@ __global__ void __launch_bounds__(2 * BM, sizeof(T) == 4 ? 256 / BM : 1)
             const int m = m0 + big_lane(ty, i, BM / 2);
             if (m < Mg) {
                 const int mo = g * Mg + m;
-                y[(b * M + mo) * HoWo + r] = acc[i][j] + bias[mo];
+                const T v = acc[i][j] + bias[mo];
+                y[(b * M + mo) * HoWo + r] = (ACT && v < T(0)) ? T(0) : v;
             }
         }
     }

@@ -62,7 +62,12 @@ def _check_backward(x, w, algorithm, kw, seed=0):
         assert_within(np.reshape(g, ref.shape), ref, tol, f"{algorithm} grad_{name}")
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
+FORWARD_ALGORITHMS = tuple(
+    name for name in ALGORITHMS if "forward" in cs._registry.get_backend("cupy").algorithm_table()[name].directions
+)
+
+
+@pytest.mark.parametrize("algorithm", FORWARD_ALGORITHMS)
 def test_every_algorithm_matches_reference(algorithm):
     ran = []
     # 1-D algorithms draw 1-D cases only; some algorithms still reject many
@@ -452,3 +457,131 @@ def test_nonfinite_follow_ieee_on_every_algorithm(case, direction):
         np.testing.assert_array_equal(np.isinf(got), np.isinf(want), err_msg=f"{algorithm} {direction}")
         ran += 1
     assert ran >= 1
+
+
+# --- the dW ladder (issue 17) ------------------------------------------------------
+
+LADDER = ("wgrad_atomic", "wgrad_shuffle", "wgrad_registers", "wgrad_padded")
+# The seed's 3x3 "same" training layers (small batch), the ECE408 5x5 and 7x7
+# valid layers, sizes that do not divide the 256-thread blocks or the padded
+# step's row bands, groups, and (steps 1-3) stride, dilation and asymmetric padding.
+LADDER_CASES = [
+    ((3, 8, 20, 19), (16, 8, 3, 3), dict(padding=1)),
+    ((2, 16, 17, 23), (8, 16, 3, 3), dict(padding="same")),
+    ((4, 1, 24, 24), (12, 1, 5, 5), {}),
+    ((2, 12, 11, 11), (24, 12, 5, 5), {}),
+    ((3, 4, 22, 21), (16, 4, 7, 7), {}),
+    ((2, 6, 13, 14), (8, 3, 3, 3), dict(padding=1, groups=2)),
+    ((2, 4, 9, 10), (6, 4, 1, 1), {}),
+    ((2, 4, 15, 16), (6, 2, 3, 3), dict(stride=2, dilation=2, padding=((2, 0), (1, 3)), groups=2)),
+    ((1, 3, 12, 11), (5, 3, 4, 2), dict(stride=(1, 2), padding=1)),
+]
+
+
+@pytest.mark.parametrize("algorithm", LADDER)
+@pytest.mark.parametrize("x_shape, w_shape, kw", LADDER_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_weight_gradient_ladder(algorithm, x_shape, w_shape, kw, dtype):
+    """Each step against the float64 reference, outputs poisoned (grad_w is zeroed by the plan, then summed into).
+
+    The steps add block partial sums with atomicAdd, so their last bits depend
+    on the order blocks finish in. The tolerance of :func:`backward_tolerances`
+    bounds the rounding error of a sum of that length in any order, so it holds
+    for every order; bit-identity across calls is not claimed (and not tested).
+    """
+    rng = np.random.default_rng(sum(x_shape) + sum(w_shape))
+    x, w = rng.standard_normal(x_shape).astype(dtype), rng.standard_normal(w_shape).astype(dtype)
+    spec = cs.explain(x, w, **kw).spec
+    verdict = _can_run(spec, algorithm, "backward")
+    expected = algorithm in ("wgrad_atomic", "wgrad_shuffle") or (
+        w_shape[2] == w_shape[3]
+        and (algorithm == "wgrad_registers" or (kw.get("stride", 1), kw.get("dilation", 1)) == (1, 1))
+    )
+    assert (verdict is True) == expected, verdict
+    if verdict is not True:
+        assert algorithm in verdict or "stride" in verdict
+        return
+    _check_backward(x, w, algorithm, kw, seed=len(x_shape))
+
+
+def test_ladder_declines_say_why_and_auto_never_picks_it():
+    backend = cs._registry.get_backend("cupy")
+    square = cs.explain(np.ones((2, 4, 20, 20)), np.ones((8, 4, 3, 3)), stride=2, padding=1).spec
+    assert "stride 1" in backend.can_run(square, "wgrad_padded", "backward")
+    assert backend.can_run(square, "wgrad_registers", "backward") is True
+    wide = cs.explain(np.ones((2, 4, 20, 20)), np.ones((8, 4, 3, 5))).spec
+    assert "square kernels" in backend.can_run(wide, "wgrad_registers", "backward")
+    assert "backward only" in backend.can_run(square, "wgrad_atomic", "forward")
+    for x_shape, w_shape, kw in LADDER_CASES:
+        spec = cs.explain(np.ones(x_shape, np.float32), np.ones(w_shape, np.float32), **kw).spec
+        assert backend.choose_algorithm(spec, "backward")[0] not in LADDER
+
+
+def test_ladder_agrees_with_the_deterministic_default():
+    """Seed-sized 3x3 layer, float32: every step within tolerance of fused_gemm's reproducible dW."""
+    cp = _cupy()
+    rs = cp.random.RandomState(11)
+    x, w = rs.standard_normal((8, 32, 32, 32), dtype=cp.float32), rs.standard_normal((64, 32, 3, 3), dtype=cp.float32)
+    gy = rs.standard_normal((8, 64, 32, 32), dtype=cp.float32)
+    spec = cs.explain(x, w, padding=1).spec
+    _, tol_w, _ = backward_tolerances(spec, gy.get(), x.get(), w.get())
+    _, reference_w, _ = cs.conv2d_backward(gy, x, w, padding=1, backend="cupy", algorithm="fused_gemm")
+    for algorithm in LADDER:
+        gx, gw, gb = cs.conv2d_backward(gy, x, w, padding=1, backend="cupy", algorithm=algorithm)
+        assert_within(gw.get(), reference_w.get().astype(np.float64), 2 * tol_w, algorithm)
+
+
+# --- fused epilogues (issue 17) -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "algorithm, dtype",
+    [
+        (a, d)
+        for a in FORWARD_ALGORITHMS
+        for d in (np.float32, np.float64)
+        if not (a == "igemm_big" and d == np.float64)  # float32 only (its can_run says why)
+    ],
+)
+def test_forward_relu_every_algorithm(algorithm, dtype):
+    """activation='relu': fused in the implicit GEMMs' epilogue, applied after every other kernel."""
+    backend = cs._registry.get_backend("cupy")
+    rng = np.random.default_rng(5)
+    ran = []
+    for x_shape, w_shape, kw in [
+        ((2, 8, 19, 21), (16, 8, 3, 3), dict(padding=1)),
+        ((2, 6, 14, 13), (6, 1, 3, 3), dict(padding=1, groups=6)),
+        ((2, 8, 9, 10), (12, 8, 1, 1), {}),
+        ((2, 3, 300), (4, 3, 5), dict(padding="same")),
+    ]:
+        x, w = rng.standard_normal(x_shape).astype(dtype), rng.standard_normal(w_shape).astype(dtype)
+        bias = rng.standard_normal(w_shape[0]).astype(dtype)
+        spec = cs.explain(x, w, bias, **kw).spec
+        if _can_run(spec, algorithm) is not True:
+            continue
+        assert backend.fuses_activation(spec, algorithm, "relu") == (algorithm in ("fused_gemm", "igemm_big"))
+        fwd = cs.conv1d if x.ndim == 3 else cs.conv2d
+        with cs.testing.poisoned_outputs():
+            y = fwd(x, w, bias, backend="cupy", algorithm=algorithm, activation="relu", **kw)
+        ref = reference_forward(spec, x, w, bias)
+        assert (y >= 0).all()
+        assert_within(y, np.where(ref < 0, 0, ref), forward_tolerance(spec, x, w, bias), f"{algorithm} + relu")
+        ran.append(x_shape)
+    assert ran, f"no case ran {algorithm!r}"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_backward_through_relu_on_the_ladder(dtype):
+    rng = np.random.default_rng(9)
+    x, w = rng.standard_normal((2, 8, 15, 17)).astype(dtype), rng.standard_normal((12, 8, 3, 3)).astype(dtype)
+    spec = cs.explain(x, w, padding=1).spec
+    y = cs.conv2d(x, w, padding=1, backend="cupy", activation="relu")
+    gy = rng.standard_normal(y.shape).astype(dtype)
+    masked = np.where(y <= 0, 0, gy)
+    for algorithm in (*LADDER, "fused_gemm"):
+        with cs.testing.poisoned_outputs():
+            got = cs.conv2d_backward(gy, x, w, padding=1, backend="cupy", algorithm=algorithm, relu_output=y)
+        for name, g, ref, tol in zip(
+            "xwb", got, reference_backward(spec, masked, x, w), backward_tolerances(spec, masked, x, w)
+        ):
+            assert_within(g, ref, tol, f"{algorithm} grad_{name} through relu")

@@ -2,7 +2,9 @@
 
     compute-sanitizer --tool memcheck python3 tools/gpu_smoke.py
     compute-sanitizer --tool racecheck python3 tools/gpu_smoke.py
+    compute-sanitizer --tool memcheck python3 tools/gpu_smoke.py wgrad_atomic,fused_gemm   # only these
 
+Forward algorithms that fuse ReLU (activation="relu") also run with it.
 Exits non-zero if an algorithm gives a wrong result or never ran.
 """
 
@@ -15,6 +17,8 @@ import convsuite as cs
 rng = np.random.default_rng(0)
 backend = cs.get_backend("cupy") if hasattr(cs, "get_backend") else cs._registry.get_backend("cupy")
 table = backend.algorithm_table()
+if len(sys.argv) > 1:  # a comma-separated subset
+    table = {name: table[name] for name in sys.argv[1].split(",")}
 ran, wrong = set(), []
 CASES = [
     ((2, 3, 37), (4, 3, 5), dict(padding="same")),
@@ -45,6 +49,10 @@ for dtype in (np.float32, np.float64):
                 if not np.allclose(y, ref, rtol=1e-4, atol=1e-4):
                     wrong.append((name, "forward", x_shape))
                 ran.add((name, "forward"))
+                if backend.fuses_activation(spec, name, "relu"):
+                    y = fn(x, w, backend="cupy", algorithm=name, activation="relu", **kw)
+                    if not np.allclose(y, np.maximum(ref, 0), rtol=1e-4, atol=1e-4):
+                        wrong.append((name, "forward+relu", x_shape))
             if backend.can_run(spec, name, "backward") is True:
                 grads = bwd(gy, x, w, backend="cupy", algorithm=name, **kw)
                 if not all(np.allclose(g, r, rtol=1e-4, atol=1e-3) for g, r in zip(grads, ref_grads)):

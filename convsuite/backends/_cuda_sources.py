@@ -20,6 +20,7 @@ __all__ = [
     "DEPTHWISE_FIXED",
     "DEPTHWISE_WGRAD_KMAX",
     "KERNELS",
+    "LADDER_KERNELS",
     "POINTWISE_TILES",
     "REGISTER_TILES",
     "compile_options",
@@ -41,7 +42,11 @@ DEFINES = {
     "CS_DW_PX": 4,  # depthwise outputs per thread along W
     "CS_DW_PY": 2,  # depthwise outputs per thread along H
     "CS_PW_PX": 4,  # pointwise pixels per thread (one float4)
+    "CS_LADDER_YB": 4,  # output rows per thread of the dW ladder's padded step (the write-up's yBatch)
 }
+
+#: Square kernel sizes the register steps of the dW ladder are compiled for.
+LADDER_KERNELS = (1, 3, 5, 7)
 
 #: Mask widths conv1d_blocked is compiled for (0: any width, read at run time).
 BLOCKED_WIDTHS = (0, 3, 5, 7, 9, 31)
@@ -84,8 +89,20 @@ KERNELS = {
     ],
     "im2col.cu": ["im2col|I", "col2im"],
     "pointwise.cu": [f"conv2d_pointwise@{mt}" for mt in POINTWISE_TILES],
-    "implicit_gemm.cu": ["conv2d_implicit_gemm", "conv2d_dgrad_implicit_gemm", "conv2d_wgrad_implicit_gemm"],
-    "implicit_gemm_big.cu": [f"conv2d_igemm_{kind}@{bm}" for kind in ("fwd", "wgrad") for bm in (64, 128)],
+    "implicit_gemm.cu": [
+        *[f"conv2d_implicit_gemm@{act}" for act in (0, 1)],  # 1: ReLU fused into the epilogue
+        "conv2d_dgrad_implicit_gemm",
+        "conv2d_wgrad_implicit_gemm",
+    ],
+    "implicit_gemm_big.cu": [
+        *[f"conv2d_igemm_fwd@{bm},{act}" for bm in (64, 128) for act in (0, 1)],
+        *[f"conv2d_igemm_wgrad@{bm}" for bm in (64, 128)],
+    ],
+    "wgrad_ladder.cu": [
+        "wgrad_ladder_atomic",
+        "wgrad_ladder_shuffle",
+        *[f"wgrad_ladder_{step}@{k}" for step in ("registers", "padded") for k in LADDER_KERNELS],
+    ],
 }
 
 _CTYPES = {"float32": "float", "float64": "double"}

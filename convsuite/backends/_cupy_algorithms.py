@@ -21,12 +21,22 @@ from ._cuda_sources import (
     DEFINES,
     DEPTHWISE_FIXED,
     DEPTHWISE_WGRAD_KMAX,
+    LADDER_KERNELS,
     POINTWISE_TILES,
     REGISTER_TILES,
 )
 from .base import Algorithm, Launch, Verdict
 
-__all__ = ["RECORDS", "ONE_D_ALGORITHMS", "TWO_D_ALGORITHMS", "ALGORITHMS"]
+__all__ = [
+    "RECORDS",
+    "ONE_D_ALGORITHMS",
+    "TWO_D_ALGORITHMS",
+    "ALGORITHMS",
+    "LADDER",
+    "FUSED_RELU",
+    "plan_forward_relu",
+    "ladder_weight_gradient",
+]
 
 THREADS = rt.THREADS
 SMEM_LIMIT = 48 * 1024  # static per-block shared memory without opt-in
@@ -385,8 +395,11 @@ def _plan_gemm(big: bool):
     return lambda spec, direction: _plan_implicit_gemm(spec, direction, big)
 
 
-def _plan_implicit_gemm(spec: ConvSpec, direction: str, big: bool) -> Launch:
-    """fused_gemm (64x64 tiles, both dtypes) or igemm_big (float32, BM x 128 tiles, pipelined)."""
+def _plan_implicit_gemm(spec: ConvSpec, direction: str, big: bool, relu: bool = False) -> Launch:
+    """fused_gemm (64x64 tiles, both dtypes) or igemm_big (float32, BM x 128 tiles, pipelined).
+
+    ``relu`` (forward only) instantiates the kernel with ReLU fused into its epilogue.
+    """
     s = spec.as_2d()
     p = _params(s)
     G, Mg, Cg = s.groups, s.out_channels_per_group, s.channels_per_group
@@ -397,10 +410,10 @@ def _plan_implicit_gemm(spec: ConvSpec, direction: str, big: bool) -> Launch:
         if bm is not None:
             koff = _filter_offsets(Cg, (H, W), (KH, KW), s.dilation)
             grid = (math.ceil(n / BIG_BN), math.ceil(Mg / bm), G)
-            fn = rt.kernel("implicit_gemm_big.cu", f"conv2d_igemm_fwd@{bm}", s.dtype)
+            fn = rt.kernel("implicit_gemm_big.cu", f"conv2d_igemm_fwd@{bm},{int(relu)}", s.dtype)
             return _with_bias(s, lambda x, w, bias, out: fn(grid, (2 * bm,), (x, w, bias, out, koff, *p)))
         grid = (math.ceil(n / GEMM_BN), math.ceil(Mg / GEMM_BM), G)
-        fn = rt.kernel("implicit_gemm.cu", "conv2d_implicit_gemm", s.dtype)
+        fn = rt.kernel("implicit_gemm.cu", f"conv2d_implicit_gemm@{int(relu)}", s.dtype)
         return _with_bias(s, lambda x, w, bias, out: fn(grid, (256,), (x, w, bias, out, *p)))
     cp = rt.cupy()
     kd = Cg * KH * KW
@@ -481,6 +494,104 @@ def _plan_input_gradient(s: ConvSpec, big: bool) -> Callable:
     grid = (math.ceil(s.batch * math.prod(s.in_size) / GEMM_BN), math.ceil(Cg / GEMM_BM), G)
     p = _params(s)
     return lambda grad_y, w, grad_x: fn(grid, (256,), (grad_y, w, grad_x, *p))
+
+
+#: Forward algorithms whose kernel can apply ReLU in its epilogue (``activation="relu"``).
+FUSED_RELU = ("fused_gemm", "igemm_big")
+
+
+def plan_forward_relu(spec: ConvSpec, algorithm: str) -> Launch:
+    """The forward launch of a :data:`FUSED_RELU` algorithm with ReLU fused into the kernel's epilogue."""
+    if algorithm not in FUSED_RELU:
+        raise ValueError(f"{algorithm!r} has no fused ReLU; those that do: {', '.join(FUSED_RELU)}")
+    return _plan_implicit_gemm(spec, "forward", algorithm == "igemm_big", relu=True)
+
+
+# --- the dW ladder of the "Optimizing a CNN in CUDA" write-up --------------------
+
+#: The ladder's steps in order: algorithm name -> kernel of its weight gradient.
+LADDER = {
+    "wgrad_atomic": "wgrad_ladder_atomic",
+    "wgrad_shuffle": "wgrad_ladder_shuffle",
+    "wgrad_registers": "wgrad_ladder_registers",
+    "wgrad_padded": "wgrad_ladder_padded",
+}
+_LADDER_COMMON = (
+    "; dX by the deterministic kernels of fused_gemm (stride 1: a conv of grad_y), db a fixed-order sum; "
+    "dW summed with atomicAdd, so not bit-reproducible (never chosen by auto)"
+)
+LADDER_YB = DEFINES["CS_LADDER_YB"]
+
+
+def _check_ladder(step: str):
+    def check(spec: ConvSpec, direction: str) -> Verdict:
+        s = spec.as_2d()
+        if s.out_channels * s.channels_per_group > GRID_YZ_MAX:
+            return f"{s.out_channels} x {s.channels_per_group} weight rows (M x C/groups) exceed the grid's y limit"
+        if math.prod(s.out_size) >= 2**31 - THREADS:
+            return "an output plane of 2^31 pixels or more exceeds the kernel's 32-bit pixel blocks"
+        if step in ("wgrad_atomic", "wgrad_shuffle"):
+            return _check_gemm(spec, direction)  # the input gradient runs fused_gemm's kernels
+        (KH, KW) = s.kernel_size
+        if KH != KW or KH not in LADDER_KERNELS:
+            return (
+                f"{step!r} keeps every tap in registers, compiled for square kernels "
+                f"{', '.join(f'{k}x{k}' for k in LADDER_KERNELS)}; got {KH}x{KW}"
+            )
+        if step == "wgrad_padded" and (s.stride != (1, 1) or s.dilation != (1, 1)):
+            return (
+                f"'wgrad_padded' slides a window of input rows: stride 1 and dilation 1 only; "
+                f"got stride {s.stride}, dilation {s.dilation}"
+            )
+        return _check_gemm(spec, direction)  # the input gradient runs fused_gemm's kernels
+
+    return check
+
+
+def ladder_weight_gradient(spec: ConvSpec, step: str) -> Callable:
+    """``wgrad(grad_y, x, grad_w)``: the weight gradient of ladder ``step`` alone (zeroes grad_w, then adds)."""
+    cp = rt.cupy()
+    s = spec.as_2d()
+    (Ho, Wo), (KH, KW) = s.out_size, s.kernel_size
+    name, p = LADDER[step], _params(s)
+    if step in ("wgrad_registers", "wgrad_padded"):
+        name = f"{name}@{KH}"
+    fn = rt.kernel("wgrad_ladder.cu", name, s.dtype)
+    rows = s.out_channels * s.channels_per_group
+    pad = None
+    if step == "wgrad_padded":
+        ((pt, pb), (pl, pr)), (H, W) = s.padding, s.in_size
+        pad = ((0, 0), (0, 0), (pt, pb), (pl, pr))
+        # the kernel sees the padded plane, unpadded: H, W and the padding of CONV_PARAMS change
+        p = (*p[:2], *rt.i32(H + pt + pb, W + pl + pr), *p[4:14], *rt.i32(0, 0))
+        grid = (math.ceil(math.ceil(Ho / LADDER_YB) * Wo / THREADS), rows)
+    elif step == "wgrad_registers":
+        grid = (math.ceil(Ho * Wo / THREADS), rows)
+    else:
+        grid = (math.ceil(Ho * Wo / THREADS), rows, KH * KW)
+
+    def wgrad(grad_y, x, grad_w):
+        grad_w.fill(0)  # the blocks add into it
+        xin = x if pad is None else cp.pad(x.reshape(s.x_shape), pad)  # the padded copy is part of step 4's cost
+        fn(grid, (THREADS,), (grad_y, xin, grad_w, *p))
+
+    return wgrad
+
+
+def _plan_ladder(step: str):
+    def plan(spec: ConvSpec, direction: str) -> Launch:
+        s = spec.as_2d()
+        dgrad = _plan_input_gradient(s, big=False)
+        wgrad = ladder_weight_gradient(s, step)
+
+        def backward(grad_y, x, w, grad_x, grad_w, grad_b):
+            dgrad(grad_y, w, grad_x)
+            wgrad(grad_y, x, grad_w)
+            _grad_bias(s, grad_y, grad_b)
+
+        return backward
+
+    return plan
 
 
 # --- pointwise (1x1) as GEMM ----------------------------------------------------
@@ -602,7 +713,7 @@ def _plan_depthwise(spec: ConvSpec, direction: str) -> Launch:
 
 # --- the table -------------------------------------------------------------------
 
-_FWD, _BOTH = ("forward",), ("forward", "backward")
+_FWD, _BWD, _BOTH = ("forward",), ("backward",), ("forward", "backward")
 
 RECORDS: dict[str, Algorithm] = {
     record.name: record
@@ -667,6 +778,41 @@ RECORDS: dict[str, Algorithm] = {
             "1x1 stride 1: 4 pixels x up to 32 output channels per thread, float4 rows, weights broadcast",
             _plan_pointwise_kernel,
             check=_check_pointwise_kernel,
+        ),
+        Algorithm(
+            "wgrad_atomic",
+            "dW ladder step 1: one tap per thread over the batch, shared-memory tree reduction, "
+            "one atomicAdd per block" + _LADDER_COMMON,
+            _plan_ladder("wgrad_atomic"),
+            directions=_BWD,
+            ndims=(2,),
+            check=_check_ladder("wgrad_atomic"),
+        ),
+        Algorithm(
+            "wgrad_shuffle",
+            "dW ladder step 2: step 1 with the last 64 values reduced by __shfl_down_sync" + _LADDER_COMMON,
+            _plan_ladder("wgrad_shuffle"),
+            directions=_BWD,
+            ndims=(2,),
+            check=_check_ladder("wgrad_shuffle"),
+        ),
+        Algorithm(
+            "wgrad_registers",
+            "dW ladder step 3: all KxK taps accumulated in registers per thread, then reduced tap by tap"
+            + _LADDER_COMMON,
+            _plan_ladder("wgrad_registers"),
+            directions=_BWD,
+            ndims=(2,),
+            check=_check_ladder("wgrad_registers"),
+        ),
+        Algorithm(
+            "wgrad_padded",
+            f"dW ladder step 4: zero-padded input copy (no bounds checks), {LADDER_YB} output rows per thread "
+            "from a register window (yBatch)" + _LADDER_COMMON,
+            _plan_ladder("wgrad_padded"),
+            directions=_BWD,
+            ndims=(2,),
+            check=_check_ladder("wgrad_padded"),
         ),
         Algorithm("naive", "1-D: one thread per output", _plan_per_output_1d("naive"), ndims=(1,)),
         Algorithm(

@@ -29,6 +29,12 @@ backward
     4. otherwise: ``fused_gemm`` (implicit-GEMM input gradient, split-K
        weight gradient; no im2col buffer). ``im2col_gemm`` stays pinnable for
        the ablation.
+
+The weight-gradient ladder of the "Optimizing a CNN in CUDA" write-up
+(``wgrad_atomic``, ``wgrad_shuffle``, ``wgrad_registers``, ``wgrad_padded``)
+is pinnable only: it sums with atomics (not bit-reproducible), so auto never
+picks it. ``activation="relu"`` is fused into the epilogue of ``fused_gemm``
+and ``igemm_big`` (:meth:`CupyBackend.fuses_activation`).
 """
 
 from __future__ import annotations
@@ -39,7 +45,15 @@ from collections import OrderedDict
 
 from .._spec import ConvSpec
 from . import _cupy_runtime as rt
-from ._cupy_algorithms import ALGORITHMS, ONE_D_ALGORITHMS, RECORDS, TWO_D_ALGORITHMS, _depthwise_fixed
+from ._cupy_algorithms import (
+    ALGORITHMS,
+    FUSED_RELU,
+    ONE_D_ALGORITHMS,
+    RECORDS,
+    TWO_D_ALGORITHMS,
+    _depthwise_fixed,
+    plan_forward_relu,
+)
 from .base import Backend, Launch, Verdict
 
 __all__ = ["CupyBackend", "ALGORITHMS", "ONE_D_ALGORITHMS", "TWO_D_ALGORITHMS"]
@@ -78,7 +92,7 @@ class CupyBackend(Backend):
     algorithms = ALGORITHMS
     description = (
         "CUDA kernels via cupy.RawModule: direct, tiled, register-tiled, implicit GEMM, depthwise, "
-        "pointwise GEMM, im2col+cuBLAS"
+        "pointwise GEMM, im2col+cuBLAS, the dW ladder (pinnable)"
     )
 
     def __init__(self) -> None:
@@ -204,18 +218,29 @@ class CupyBackend(Backend):
             if launch is not None:
                 self._plans.move_to_end(key)
                 return launch
-        launch = RECORDS[algorithm].plan(spec, direction)
+        if direction == "forward+relu":
+            launch = plan_forward_relu(spec, algorithm)
+        else:
+            launch = RECORDS[algorithm].plan(spec, direction)
         with self._plans_lock:
             self._plans[key] = launch
             while len(self._plans) > _PLAN_CACHE_SIZE:
                 self._plans.popitem(last=False)
         return launch
 
-    def forward(self, spec, x, w, bias, out, algorithm):
-        """Run the plan of ``algorithm``; running out of device memory is a ``MemoryError``."""
+    def fuses_activation(self, spec: ConvSpec, algorithm: str, activation: str) -> bool:
+        """Whether ``algorithm``'s forward kernel applies ``activation`` in its epilogue (the implicit GEMMs, ReLU)."""
+        return activation == "relu" and algorithm in FUSED_RELU
+
+    def forward(self, spec, x, w, bias, out, algorithm, activation=None):
+        """Run the plan of ``algorithm`` (with ``activation`` fused, see :meth:`fuses_activation`);
+        running out of device memory is a ``MemoryError``."""
         cp = rt.cupy()
+        if activation is not None and not self.fuses_activation(spec, algorithm, activation):
+            raise ValueError(f"{algorithm!r} does not fuse activation={activation!r}; apply it after the kernel")
         try:
-            self.plan(spec, algorithm, "forward")(x, w, bias, out)
+            launch = self.plan(spec, algorithm, "forward" if activation is None else f"forward+{activation}")
+            launch(x, w, bias, out)
         except cp.cuda.memory.OutOfMemoryError as exc:
             raise MemoryError(f"GPU out of memory running {algorithm!r}: {exc}") from exc
 

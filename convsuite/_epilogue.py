@@ -1,0 +1,68 @@
+"""Activation epilogues of the layer API: ``activation="relu"`` and ``relu_output=``.
+
+A backend that fuses an epilogue into its kernel says so through an optional
+method ``fuses_activation(spec, algorithm, activation) -> bool`` and takes the
+``activation`` keyword in ``forward``; every other backend (and algorithm)
+gets the epilogue applied here, after its kernel, so every backend supports
+the option with the same semantics (those of ``torch.relu`` and its
+gradient): ``relu(v) = 0 if v < 0 else v`` keeps NaN, and the gradient is
+passed where the ReLU output is not ``<= 0`` (``torch.threshold_backward``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ACTIVATIONS",
+    "apply_activation",
+    "apply_activation_lazy",
+    "backend_fuses",
+    "mask_relu_gradient",
+    "mask_relu_gradient_lazy",
+]
+
+#: What ``activation=`` accepts.
+ACTIVATIONS = (None, "relu")
+
+
+def backend_fuses(backend: Any, spec, algorithm: str, activation: str | None) -> bool:
+    """Whether ``backend`` applies ``activation`` inside the kernel of ``algorithm``."""
+    if activation is None:
+        return False
+    fuses = getattr(backend, "fuses_activation", None)
+    return bool(fuses is not None and fuses(spec, algorithm, activation))
+
+
+def apply_activation(activation: str | None, out, xp) -> None:
+    """Apply ``activation`` to ``out`` in place (after an unfused kernel): one elementwise pass."""
+    if activation == "relu":
+        xp.maximum(out, 0, out=out)  # NaN propagates, as in torch.relu and the fused kernels
+
+
+def mask_relu_gradient(grad_y, relu_output, xp):
+    """``grad_y`` where the ReLU output is not ``<= 0``, else 0 (a new array)."""
+    return xp.where(relu_output <= 0, xp.zeros((), dtype=grad_y.dtype), grad_y)
+
+
+def apply_activation_lazy(activation: str | None, y):
+    """``activation`` of a lazy (Dask) result, still lazy."""
+    if activation == "relu":
+        import dask.array as da
+
+        return da.maximum(y, 0)  # NaN propagates, as in the eager path
+    return y
+
+
+def mask_relu_gradient_lazy(grad_y, relu_output):
+    """:func:`mask_relu_gradient` for Dask operands (either may be eager), still lazy."""
+    import dask.array as da
+
+    grad_y = da.asarray(grad_y)
+    relu_output = da.asarray(relu_output)
+    if relu_output.shape != grad_y.shape:
+        raise ValueError(
+            f"`relu_output` must have the shape of the forward output (and grad_y), {grad_y.shape}; "
+            f"got {relu_output.shape}"
+        )
+    return da.where(relu_output <= 0, 0, grad_y).astype(grad_y.dtype)

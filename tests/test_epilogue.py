@@ -1,0 +1,121 @@
+"""activation='relu' and relu_output=: every backend, against the float64 reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import convsuite as cs
+from convsuite import _epilogue
+from convsuite.testing import (
+    assert_within,
+    backward_tolerances,
+    forward_tolerance,
+    reference_backward,
+    reference_forward,
+)
+
+CASES = [
+    ((2, 4, 9, 8), (6, 4, 3, 3), dict(padding=1)),
+    ((1, 4, 11, 10), (6, 2, 3, 2), dict(stride=2, padding="same", groups=2, dilation=(1, 2))),
+    ((2, 3, 17), (5, 3, 4), dict(padding="full")),
+    ((13,), (3,), dict(padding=1)),
+]
+
+
+def _ops(w):
+    one_d = w.ndim in (1, 3)
+    return (cs.conv1d, cs.conv1d_backward) if one_d else (cs.conv2d, cs.conv2d_backward)
+
+
+def _relu(a):
+    return np.where(a < 0, 0, a)
+
+
+@pytest.mark.parametrize("x_shape, w_shape, kw", CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_forward_relu_matches_reference(backend, x_shape, w_shape, kw, dtype):
+    rng = np.random.default_rng(len(x_shape) + sum(w_shape))
+    x, w = rng.standard_normal(x_shape).astype(dtype), rng.standard_normal(w_shape).astype(dtype)
+    bias = rng.standard_normal(w_shape[0]).astype(dtype) if w.ndim > 2 else None
+    fwd, _ = _ops(w)
+    spec = cs.explain(x, w, bias, **kw).spec
+    y = np.asarray(fwd(x, w, bias, backend=backend, activation="relu", **kw))
+    assert y.dtype == dtype and (y >= 0).all()
+    ref = reference_forward(spec, x, w, bias)
+    assert (ref < 0).any() and (ref > 0).any()  # the case exercises both sides of the ReLU
+    assert_within(y.reshape(spec.y_shape), _relu(ref), forward_tolerance(spec, x, w, bias), f"{backend} relu")
+
+
+@pytest.mark.parametrize("x_shape, w_shape, kw", CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_backward_through_relu_matches_reference(backend, x_shape, w_shape, kw, dtype):
+    rng = np.random.default_rng(7 + len(x_shape))
+    x, w = rng.standard_normal(x_shape).astype(dtype), rng.standard_normal(w_shape).astype(dtype)
+    fwd, bwd = _ops(w)
+    spec = cs.explain(x, w, **kw).spec
+    y = fwd(x, w, backend="numpy", activation="relu", **kw)
+    gy = rng.standard_normal(y.shape).astype(dtype)
+    got = bwd(gy, x, w, backend=backend, relu_output=y, **kw)
+    masked = np.where(y <= 0, 0, gy).reshape(spec.y_shape)
+    for name, g, ref, tol in zip(
+        "xwb", got, reference_backward(spec, masked, x, w), backward_tolerances(spec, masked, x, w)
+    ):
+        g = np.asarray(g)
+        assert g.dtype == dtype
+        assert_within(g.reshape(ref.shape), ref, tol, f"{backend} grad_{name} through relu")
+
+
+def test_relu_keeps_nan_and_masks_like_torch():
+    out = np.array([-1.0, -0.0, 0.0, 2.0, np.nan])
+    _epilogue.apply_activation("relu", out, np)
+    np.testing.assert_array_equal(out[:4], [0.0, 0.0, 0.0, 2.0])
+    assert np.isnan(out[4])
+    # threshold_backward: the gradient passes where the output is not <= 0 (NaN outputs pass it)
+    y = np.array([0.0, 3.0, np.nan, -0.0])
+    np.testing.assert_array_equal(_epilogue.mask_relu_gradient(np.ones(4), y, np), [0.0, 1.0, 1.0, 0.0])
+
+
+def test_no_activation_is_the_plain_convolution():
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((1, 2, 6, 6)), rng.standard_normal((3, 2, 3, 3))
+    np.testing.assert_array_equal(cs.conv2d(x, w, activation=None), cs.conv2d(x, w))
+    gy = rng.standard_normal((1, 3, 4, 4))
+    for a, b in zip(cs.conv2d_backward(gy, x, w, relu_output=None), cs.conv2d_backward(gy, x, w)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_cpu_backends_apply_the_epilogue_after_their_kernel():
+    for name in ("python", "numpy"):
+        backend = cs._registry.get_backend(name)
+        spec = cs.explain(np.ones((1, 1, 4, 4)), np.ones((1, 1, 3, 3))).spec
+        assert _epilogue.backend_fuses(backend, spec, "auto", "relu") is False
+
+
+@pytest.mark.parametrize(
+    "value, error, words",
+    [
+        ("tanh", ValueError, ["`activation`", "'relu'", "'tanh'"]),
+        ("ReLU", ValueError, ["`activation`", "'relu'", "'ReLU'"]),
+        (1, TypeError, ["`activation`", "None", "1"]),
+        (np.array([1.0]), TypeError, ["`activation`", "ndarray"]),
+    ],
+)
+def test_bad_activation_is_named(value, error, words):
+    with pytest.raises(error) as info:
+        cs.conv2d(np.ones((1, 1, 4, 4)), np.ones((1, 1, 3, 3)), activation=value)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_bad_relu_output_is_named():
+    x, w = np.ones((1, 2, 5, 5)), np.ones((3, 2, 3, 3))
+    gy = np.ones((1, 3, 3, 3))
+    with pytest.raises(
+        ValueError, match=r"`relu_output` must have the shape of the forward output.*\(1, 3, 3, 3\).*\(3, 3\)"
+    ):
+        cs.conv2d_backward(gy, x, w, relu_output=np.ones((3, 3)))
+    with pytest.raises(TypeError, match="relu_output"):
+        cs.conv2d_backward(gy, x, w, relu_output="not an array")
+    with pytest.raises(TypeError, match="relu_output"):
+        cs.conv2d_backward(gy, x, w, relu_output=np.ones((1, 3, 3, 3), dtype=complex))
