@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.convsuite-installed
-EXTRAS ?= test,numba,bench,dask,nets
+EXTRAS ?= test,numba,bench,dask,nets,sass
 
 # A broken extension must fail the install here, not silently disable a backend.
 export CONVSUITE_REQUIRE_EXTENSION := 1

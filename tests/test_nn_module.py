@@ -142,3 +142,29 @@ def test_to_cpu_keeps_numpy_and_rejects_unknown_devices():
     except ImportError:
         with pytest.raises(ImportError, match="needs CuPy"):
             net.to("gpu")
+
+
+@pytest.mark.parametrize("backend", ["numpy", "cython"])
+def test_sequential_fuses_conv_and_relu_like_the_separate_layers(backend):
+    """Conv2D + ReLU run as one call with activation='relu' give the separate layers' values and gradients."""
+    from convsuite import nn
+
+    def net(fuse):
+        return nn.Sequential(
+            nn.Conv2D(3, 5, 3, padding=1, backend=backend, seed=1),
+            nn.ReLU(),
+            nn.Conv2D(5, 4, 3, backend=backend, seed=2),
+            nn.ReLU6(),
+            fuse_activations=fuse,
+        )
+
+    x = np.random.default_rng(0).standard_normal((2, 3, 9, 8)).astype(np.float32)
+    fused, plain = net(True), net(False)
+    y_fused, y_plain = fused(x), plain(x)
+    assert fused._fused == {0} and plain._fused == frozenset()  # the ReLU6 pair is not fused
+    np.testing.assert_allclose(y_fused, y_plain, rtol=1e-6, atol=1e-6)
+    grad = np.random.default_rng(1).standard_normal(y_plain.shape).astype(np.float32)
+    gx_fused, gx_plain = fused.backward(grad), plain.backward(grad)
+    np.testing.assert_allclose(gx_fused, gx_plain, rtol=1e-5, atol=1e-6)
+    for (name, a), (_, b) in zip(fused.named_parameters(), plain.named_parameters()):
+        np.testing.assert_allclose(a.grad, b.grad, rtol=1e-5, atol=1e-6, err_msg=name)

@@ -37,6 +37,8 @@ class _Conv(Module):
 
     _ndim: ClassVar[int]
     category = "convolution"
+    #: Activations ``forward`` can apply as an epilogue (``Sequential`` fuses a following ReLU).
+    fusable_activations: ClassVar[tuple[str, ...]] = ("relu",)
 
     def __init__(
         self,
@@ -82,6 +84,7 @@ class _Conv(Module):
         self.weight = Parameter(rng.uniform(-bound, bound, size=shape).astype(dtype))
         self.bias = Parameter(rng.uniform(-bound, bound, size=self.out_channels).astype(dtype)) if bias else None
         self._x = None
+        self._relu_y = None
 
     def _keywords(self) -> dict[str, Any]:
         return dict(
@@ -93,19 +96,29 @@ class _Conv(Module):
             algorithm=self.algorithm,
         )
 
-    def forward(self, x):
-        """Convolve ``x`` of shape ``(B, C, ...)`` with the layer's weights."""
+    def forward(self, x, activation: str | None = None):
+        """Convolve ``x`` of shape ``(B, C, ...)`` with the layer's weights.
+
+        ``activation="relu"`` returns ``relu(conv(x))`` in one call (see
+        :func:`convsuite.conv2d`); :meth:`backward` then takes ``grad_y`` with
+        respect to that output and applies the ReLU's mask itself.
+        """
         conv = _api.conv1d if self._ndim == 1 else _api.conv2d
-        self._x = x if self._need_cache() else None
+        keep = self._need_cache()
+        self._x = x if keep else None
         bias = None if self.bias is None else self.bias.data
-        return conv(x, self.weight.data, bias, **self._keywords())
+        y = conv(x, self.weight.data, bias, activation=activation, **self._keywords())
+        self._relu_y = y if (keep and activation == "relu") else None
+        return y
 
     def backward(self, grad_y):
         """Gradient with respect to the input; weight and bias gradients accumulate."""
         if self._x is None:
             raise RuntimeError(f"{type(self).__name__}.backward needs a forward pass with gradients enabled first")
         conv_backward = _api.conv1d_backward if self._ndim == 1 else _api.conv2d_backward
-        grad_x, grad_w, grad_b = conv_backward(grad_y, self._x, self.weight.data, **self._keywords())
+        grad_x, grad_w, grad_b = conv_backward(
+            grad_y, self._x, self.weight.data, relu_output=self._relu_y, **self._keywords()
+        )
         self.weight.accumulate(grad_w)
         if self.bias is not None:
             self.bias.accumulate(grad_b)
@@ -113,6 +126,7 @@ class _Conv(Module):
 
     def _moved(self, device: str) -> None:
         self._x = None
+        self._relu_y = None
 
     def extra_repr(self) -> str:
         nd = self._ndim

@@ -31,6 +31,8 @@ class ReLU(Module):
 
     category = "activation"
     _upper: float | None = None
+    #: What a preceding convolution applies in its epilogue when ``Sequential`` fuses the pair.
+    fusable_activation: str | None = "relu"
 
     def __init__(self) -> None:
         super().__init__()
@@ -55,6 +57,7 @@ class ReLU6(ReLU):
     """``min(max(x, 0), 6)``, like ``torch.nn.ReLU6`` (MobileNetV2's activation)."""
 
     _upper = 6.0
+    fusable_activation = None  # no ReLU6 epilogue: runs as its own layer
 
 
 class Dropout(Module):

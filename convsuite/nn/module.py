@@ -131,13 +131,13 @@ class Module:
         """Gradient with respect to the input, given ``grad_y``; accumulates parameter gradients."""
         raise NotImplementedError(f"{type(self).__name__} does not define backward()")
 
-    def __call__(self, *inputs):
+    def __call__(self, *inputs, **options):
         recorder = _timing.current_recorder()
         if recorder is None or self._modules:
-            return self.forward(*inputs)
+            return self.forward(*inputs, **options)
         timer = _timing.timer_for(inputs[0])
         timer.start()
-        out = self.forward(*inputs)
+        out = self.forward(*inputs, **options)
         recorder.add(self, "forward", timer.stop())
         return out
 
@@ -299,14 +299,24 @@ class Sequential(Module):
     Parameters
     ----------
     *layers : Module
+    fuse_activations : bool, default True
+        Run a convolution followed directly by ``ReLU`` as one call with
+        ``activation="relu"`` (fused into the kernel where the backend can,
+        see :func:`convsuite.conv2d`), and its backward with
+        ``relu_output=`` (the ReLU's gradient mask applied once). Results are
+        those of the separate layers; the ReLU's own timing row is then empty.
     """
 
-    def __init__(self, *layers: Module) -> None:
+    def __init__(self, *layers: Module, fuse_activations: bool = True) -> None:
         super().__init__()
         for index, layer in enumerate(layers):
             if not isinstance(layer, Module):
                 raise TypeError(f"Sequential takes Module objects; argument {index} is {type(layer).__name__}")
             setattr(self, str(index), layer)
+        if not isinstance(fuse_activations, bool):
+            raise TypeError(f"`fuse_activations` must be True or False; got {fuse_activations!r}")
+        object.__setattr__(self, "fuse_activations", fuse_activations)
+        object.__setattr__(self, "_fused", frozenset())
 
     def __len__(self) -> int:
         return len(self._modules)
@@ -317,12 +327,48 @@ class Sequential(Module):
     def __iter__(self) -> Iterator[Module]:
         return iter(list(self._modules.values()))
 
+    def _fusable(self, layers: list[Module], index: int) -> str | None:
+        """The activation layer ``index + 1`` applies, if layer ``index`` can take it fused."""
+        if not self.fuse_activations or index + 1 >= len(layers):
+            return None
+        activation = getattr(layers[index + 1], "fusable_activation", None)
+        if activation is not None and activation in getattr(layers[index], "fusable_activations", ()):
+            return activation
+        return None
+
+    @staticmethod
+    def _record_fused(layer: Module, direction: str) -> None:
+        """A fused activation layer's timing row: zero, its work is in the convolution's row."""
+        recorder = _timing.current_recorder()
+        if recorder is not None:
+            recorder.add(layer, direction, 0.0)
+
     def forward(self, x):
-        for layer in self._modules.values():
-            x = layer(x)
+        layers = list(self._modules.values())
+        fused = set()
+        index = 0
+        while index < len(layers):
+            activation = self._fusable(layers, index)
+            if activation is None:
+                x = layers[index](x)
+                index += 1
+            else:  # conv + ReLU as one call; the ReLU layer is skipped
+                x = layers[index](x, activation=activation)
+                self._record_fused(layers[index + 1], "forward")
+                fused.add(index)
+                index += 2
+        object.__setattr__(self, "_fused", frozenset(fused))
         return x
 
     def backward(self, grad_y):
-        for layer in reversed(self._modules.values()):
-            grad_y = layer.run_backward(grad_y)
+        layers = list(self._modules.values())
+        index = len(layers) - 1
+        while index >= 0:
+            if index - 1 in self._fused:  # the conv applies the ReLU's gradient mask itself
+                self._record_fused(layers[index], "backward")
+                grad_y = layers[index - 1].run_backward(grad_y)
+                index -= 2
+            else:
+                grad_y = layers[index].run_backward(grad_y)
+                index -= 1
         return grad_y
