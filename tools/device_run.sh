@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One call on the lent GPU machine, by section, logs under $OUT, a short summary last.
+#   bash tools/device_run.sh tests    GPU tests (every gpu-marked file, cupy rows of the cross-backend
+#                                     suites), compute-sanitizer memcheck and racecheck
+#   bash tools/device_run.sh bench    per-call overhead, MobileNetV2 (52 convs, whole network, CUDA
+#                                     graph), the GPU crossover map and the regret of auto on held-out cases
+#   bash tools/device_run.sh multi    several GPUs: the multi-GPU tests and the scaling figures
+set -u
+LOGS=${OUT:-device-logs}
+mkdir -p "$LOGS"
+export PYTHONUNBUFFERED=1
+SUMMARY="$LOGS/summary.txt"
+: > "$SUMMARY"
+note() { echo "$*" | tee -a "$SUMMARY"; }
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } | tee "$LOGS/device.txt"
+# Packages the machine lacks travel as wheels in .whl (carried; see the device tool's README).
+if ls .whl/*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    > "$LOGS/wheels.log" 2>&1 || { tail -5 "$LOGS/wheels.log"; exit 1; }
+  export PYTHONPATH=/tmp/site
+fi
+python3 -m pip install -q --no-build-isolation --no-deps -e . > "$LOGS/install.log" 2>&1 || { tail -20 "$LOGS/install.log"; exit 1; }
+run() {  # run NAME TIMEOUT COMMAND...: log to $LOGS/NAME.log, note the exit status and the last line
+  local name=$1 limit=$2; shift 2
+  timeout "$limit" "$@" > "$LOGS/$name.log" 2>&1
+  note "$name: rc=$? $(tail -1 "$LOGS/$name.log" | cut -c1-160)"
+}
+case "${1:-tests}" in
+tests)
+  run pytest-gpu 230 python3 -m pytest -q -p no:cacheprovider -n 4 -m gpu tests/
+  grep -E "^(FAILED|ERROR)" "$LOGS/pytest-gpu.log" | head -20 | tee -a "$SUMMARY"
+  run pytest-cupy-rows 120 python3 -m pytest -q -p no:cacheprovider -n 4 -k cupy \
+    tests/test_agreement.py tests/test_reliability_nonfinite.py tests/test_epilogue.py tests/test_plans.py
+  grep -E "^(FAILED|ERROR)" "$LOGS/pytest-cupy-rows.log" | head -20 | tee -a "$SUMMARY"
+  run memcheck 100 compute-sanitizer --tool memcheck python3 tools/gpu_smoke.py
+  grep -E "ERROR SUMMARY|WRONG" "$LOGS/memcheck.log" | head -3 | tee -a "$SUMMARY"
+  run racecheck 100 compute-sanitizer --tool racecheck python3 tools/gpu_smoke.py
+  grep -E "RACECHECK SUMMARY|ERROR SUMMARY|WRONG" "$LOGS/racecheck.log" | head -3 | tee -a "$SUMMARY"
+  ;;
+bench)
+  run overhead 90 python3 -m convsuite.bench.overhead --device gpu --network
+  run networks 120 python3 -m convsuite.bench.networks --gpu --only mobilenet --backends numpy --out "$LOGS/networks.json"
+  run crossover 170 python3 -m convsuite.bench.crossover --device gpu --data "$LOGS/rule-gpu.json" --docs "$LOGS"
+  [ -f "$LOGS/rule-gpu.json" ] && cp "$LOGS/rule-gpu.json" convsuite/data/rule-gpu.json
+  run regret 120 python3 -m convsuite.bench.regret --device gpu --docs "$LOGS"
+  ;;
+multi)
+  run pytest-multigpu 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_distributed_gpu.py
+  grep -E "^(FAILED|ERROR)" "$LOGS/pytest-multigpu.log" | head -20 | tee -a "$SUMMARY"
+  run scaling 200 python3 -m convsuite.bench.scaling --only gpus --out "$LOGS"
+  ;;
+esac
+echo "=== summary"
+cat "$SUMMARY"
