@@ -138,7 +138,7 @@ class NumbaBackend(KernelModuleBackend):
         ndim = 1 if name == "line1d" else 2
         x = np.ones((1, 1) + (5,) * ndim, dtype=dtype)
         w = np.ones((1, 1) + (3,) * ndim, dtype=dtype)
-        spec = prepare_forward(f"conv{ndim}d", ndim, x, w, None).spec
+        spec = prepare_forward(f"conv{ndim}d", ndim, x, w, None, 1, 0, 1, 1).spec
         record = self.algorithm_table()[name]
         y = np.empty(spec.y_shape, dtype=dtype)
         record.plan(spec, "forward")(x, w, None, y)
