@@ -23,16 +23,7 @@ import numpy as np
 from .._spec import ConvSpec
 from .base import Algorithm, Backend, Launch, Verdict
 
-__all__ = ["KernelModuleBackend", "KernelSpec", "is_pointwise"]
-
-
-def is_pointwise(s: ConvSpec) -> bool:
-    """A 1x1 kernel, stride 1, no padding: the convolution is a plain matrix product."""
-    return (
-        all(k == 1 for k in s.kernel_size)
-        and all(v == 1 for v in s.stride)
-        and all(p == (0, 0) for p in s.padding)
-    )
+__all__ = ["KernelModuleBackend", "KernelSpec"]
 
 
 @dataclass(frozen=True)

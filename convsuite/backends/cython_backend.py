@@ -17,16 +17,14 @@ Algorithms (``algorithm=``; ``"auto"`` follows :meth:`CythonBackend.choose_algor
 from __future__ import annotations
 
 from .._spec import ConvSpec
-from ._kernel_module import KernelModuleBackend, KernelSpec, is_pointwise
+from ._kernel_module import KernelModuleBackend, KernelSpec
+from ._tiles import gemm_check, prefer_gemm
 
 __all__ = ["CythonBackend"]
 
 _DIRECT = "convsuite._cython._conv_cy"
 _GEMM = "convsuite._cython._gemm_cy"
 
-#: Reduction length (C/g * KH * KW) from which ``gemm`` beats ``direct``
-#: forward on one core; measured (docs/measurements, cpu_targets).
-GEMM_MIN_REDUCTION = 64
 
 
 def _gemm_extra(s: ConvSpec, direction: str) -> tuple:
@@ -62,18 +60,17 @@ class CythonBackend(KernelModuleBackend):
                 "packed im2col tile times the weights by SciPy's sgemm/dgemm into the output rows; "
                 "1x1 without a copy; backward dW/dX from the same tile",
                 KernelSpec(_GEMM, extra=_gemm_extra, blas=True),
+                check=gemm_check,
             ),
         )
 
     def choose_algorithm(self, spec: ConvSpec, direction: str) -> tuple[str, str]:
-        """Measured rule: BLAS for long reductions and backward, AXPY tiles for short ones."""
+        """The measured rule: ``gemm`` where the product is wide and deep enough for BLAS, else ``direct``."""
         s = spec.as_2d()
-        if s.channels_per_group == 1:
-            return "direct", "one input channel per group (depthwise or single-channel): a GEMM would be a thin vector"
-        if is_pointwise(s):
-            return "gemm", "1x1 kernel: the convolution is a matrix product (no im2col copy)"
-        if direction == "backward":
-            return "gemm", "backward: dW and dX as BLAS products of one im2col tile"
-        if s.reduction_length >= GEMM_MIN_REDUCTION:
-            return "gemm", f"reduction C/g*KH*KW = {s.reduction_length} >= {GEMM_MIN_REDUCTION}: BLAS wins"
-        return "direct", f"reduction C/g*KH*KW = {s.reduction_length} < {GEMM_MIN_REDUCTION}: AXPY tiles win"
+        gemm, why = prefer_gemm(s, direction)
+        if gemm:
+            verdict = gemm_check(s, direction)
+            if verdict is True:
+                return "gemm", why
+            return "direct", verdict
+        return "direct", why

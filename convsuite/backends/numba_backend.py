@@ -25,7 +25,8 @@ import numpy as np
 
 from .._spec import ConvSpec
 from .._threads import get_num_threads
-from ._kernel_module import KernelModuleBackend, KernelSpec, is_pointwise
+from ._kernel_module import KernelModuleBackend, KernelSpec
+from ._tiles import gemm_check, prefer_gemm
 
 __all__ = ["NumbaBackend"]
 
@@ -43,9 +44,6 @@ _DIRECT = "convsuite.backends._numba_kernels"
 _GEMM = "convsuite.backends._numba_gemm"
 _LINE = "convsuite.backends._numba_line"
 
-#: Reduction length (C/g * KH * KW) from which ``gemm`` beats ``direct``
-#: forward; measured on the 2-core machine (docs/measurements, cpu_targets).
-GEMM_MIN_REDUCTION = 64
 
 
 def _direct_extra(s: ConvSpec, direction: str) -> tuple:
@@ -96,6 +94,7 @@ class NumbaBackend(KernelModuleBackend):
                 "im2col tile per (image, group, row block) times the weights by np.dot (BLAS); "
                 "1x1 without a copy; backward dW/dX from the same tile",
                 KernelSpec(_GEMM, extra=_gemm_extra, blas=True),
+                check=gemm_check,
             ),
             self.record(
                 "line1d",
@@ -107,19 +106,17 @@ class NumbaBackend(KernelModuleBackend):
         )
 
     def choose_algorithm(self, spec: ConvSpec, direction: str) -> tuple[str, str]:
-        """Measured rule: BLAS for long reductions and backward, AXPY tiles for short ones."""
+        """The measured rule: ``gemm`` where the product is wide and deep enough for BLAS, else ``direct``."""
         s = spec.as_2d()
         if direction == "forward" and spec.ndim == 1 and _line_check(s, direction) is True:
             return "line1d", "1-D, one channel per group: one pass at memory speed"
-        if s.channels_per_group == 1:
-            return "direct", "one input channel per group (depthwise or single-channel): a GEMM would be a thin vector"
-        if is_pointwise(s):
-            return "gemm", "1x1 kernel: the convolution is a matrix product (no im2col copy)"
-        if direction == "backward":
-            return "gemm", "backward: dW and dX as BLAS products of one im2col tile"
-        if s.reduction_length >= GEMM_MIN_REDUCTION:
-            return "gemm", f"reduction C/g*KH*KW = {s.reduction_length} >= {GEMM_MIN_REDUCTION}: BLAS wins"
-        return "direct", f"reduction C/g*KH*KW = {s.reduction_length} < {GEMM_MIN_REDUCTION}: AXPY tiles win"
+        gemm, why = prefer_gemm(s, direction)
+        if gemm:
+            verdict = gemm_check(s, direction)
+            if verdict is True:
+                return "gemm", why
+            return "direct", verdict
+        return "direct", why
 
     def warm_up(self, dtype) -> float:
         """Compile or load from cache the kernels for ``dtype``; returns seconds spent."""
