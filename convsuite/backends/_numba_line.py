@@ -63,13 +63,15 @@ def _interior(xr, wr, orow, acc, lo, hi, sw, dw, pad, bv):
     # which would block vectorisation.
     ub = np.uint64(lo * sw - pad)
     uo = np.uint64(lo)
-    ud = np.uint64(dw)
+    # Tap offsets as uint64 computed from ints: ``2 * ud`` would mix int64 and
+    # uint64, which numba types as float64 (and LLVM then emits gathers).
+    ud, ud2, ud3 = np.uint64(dw), np.uint64(2 * dw), np.uint64(3 * dw)
     us = np.uint64(sw)
     if K <= 4:
         w0 = wr[0]
-        w1 = wr[1] if K > 1 else wr[0] * 0
-        w2 = wr[2] if K > 2 else wr[0] * 0
-        w3 = wr[3] if K > 3 else wr[0] * 0
+        # Valid indices whatever K (a placeholder weight is never used): keeps
+        # every weight in the input dtype, where ``wr[0] * 0`` would be float64.
+        w1, w2, w3 = wr[min(1, K - 1)], wr[min(2, K - 1)], wr[min(3, K - 1)]
         if K == 1:
             for k in range(n):
                 uk = np.uint64(k) * us + ub
@@ -81,12 +83,12 @@ def _interior(xr, wr, orow, acc, lo, hi, sw, dw, pad, bv):
         elif K == 3:
             for k in range(n):
                 uk = np.uint64(k) * us + ub
-                orow[uo + np.uint64(k)] = bv + w0 * xr[uk] + w1 * xr[uk + ud] + w2 * xr[uk + 2 * ud]
+                orow[uo + np.uint64(k)] = bv + w0 * xr[uk] + w1 * xr[uk + ud] + w2 * xr[uk + ud2]
         else:
             for k in range(n):
                 uk = np.uint64(k) * us + ub
                 orow[uo + np.uint64(k)] = (
-                    bv + w0 * xr[uk] + w1 * xr[uk + ud] + w2 * xr[uk + 2 * ud] + w3 * xr[uk + 3 * ud]
+                    bv + w0 * xr[uk] + w1 * xr[uk + ud] + w2 * xr[uk + ud2] + w3 * xr[uk + ud3]
                 )
         return
     for k in range(n):
@@ -97,7 +99,7 @@ def _interior(xr, wr, orow, acc, lo, hi, sw, dw, pad, bv):
         ug = ub + np.uint64(g) * ud
         for k in range(n):
             uk = np.uint64(k) * us + ug
-            acc[k] += w0 * xr[uk] + w1 * xr[uk + ud] + w2 * xr[uk + 2 * ud] + w3 * xr[uk + 3 * ud]
+            acc[k] += w0 * xr[uk] + w1 * xr[uk + ud] + w2 * xr[uk + ud2] + w3 * xr[uk + ud3]
     for g in range(full, K):  # the last K % 4 taps, one AXPY each
         wv = wr[g]
         ug = ub + np.uint64(g) * ud
