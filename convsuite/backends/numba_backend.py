@@ -43,6 +43,7 @@ PARTIALS_BYTES = 64 * 2**20
 _DIRECT = "convsuite.backends._numba_kernels"
 _GEMM = "convsuite.backends._numba_gemm"
 _LINE = "convsuite.backends._numba_line"
+_BLOCKED = "convsuite.backends._numba_blocked"
 
 
 
@@ -77,7 +78,7 @@ class NumbaBackend(KernelModuleBackend):
     name = "numba"
     device = "cpu"
     priority = 30
-    algorithms = ("direct", "gemm", "line1d")
+    algorithms = ("direct", "gemm", "blocked", "line1d")
     description = "Numba prange over independent output tiles, all cores (direct, im2col+BLAS, 1-D line)"
     kernel_module = _DIRECT
     missing_hint = "numba is not installed; install it with `pip install 'convsuite[numba]'`"
@@ -95,6 +96,12 @@ class NumbaBackend(KernelModuleBackend):
                 "1x1 without a copy; backward dW/dX from the same tile",
                 KernelSpec(_GEMM, extra=_gemm_extra, blas=True),
                 check=gemm_check,
+            ),
+            self.record(
+                "blocked",
+                "register-blocked direct: 4 output channels x a vector of columns in registers, "
+                "a whole kernel row (KW unrolled) per pass",
+                KernelSpec(_BLOCKED, backward=None, extra=_direct_extra),
             ),
             self.record(
                 "line1d",
