@@ -18,12 +18,15 @@ read of the signal, one write of the output: a copy's traffic), and for K =
 tap falls in the zero padding (at most K-1 per side) take a scalar loop
 that skips those taps.
 
-Generated code (``forward.inspect_asm()``, float32, ``-march`` of a Xeon
-with AVX2+FMA as numba targets the host): the stride-1 interior loop of the
-K<=4 branch is ``vmovups``/``vfmadd231ps`` on ymm registers, 8 lanes, unrolled
-4x (32 outputs per iteration), one FMA per tap and vector; the 4-tap group
-of the long-kernel branch likewise, one ymm load and one store of the
-accumulator per 4 FMAs. The stride > 1 branch is scalar (``vfmadd231ss``).
+Generated code (``inspect_asm`` of a fresh compile, float32, on the AVX-512
+Xeon, where numba's LLVM uses 256-bit vectors): the stride-1 K = 3 loop is,
+per 8 outputs, one ``vmovups`` ymm load of x, ``vfmadd213ps`` (w0 * x +
+bias) and two ``vfmadd231ps`` with the shifted x as memory operands, and one
+``vmovups`` store, unrolled 2x (16 outputs per iteration); no gathers. The
+4-tap group of the long-kernel branch is ``vmulps`` + 3 ``vfmadd231ps`` +
+``vaddps`` into the accumulator (``contract`` fuses along the products'
+chain only), one accumulator load and store per 4 taps. Edges and the
+stride > 1 branch are scalar (``vfmadd*ss``).
 
 Work items are (batch, channel, tile of TILE output columns), dealt out in a
 few chunks per thread; each chunk allocates its accumulator tile once.

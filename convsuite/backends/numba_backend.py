@@ -9,12 +9,15 @@ took, which benchmarks report apart from kernel time.
 
 Algorithms (``algorithm=``; ``"auto"`` follows :meth:`NumbaBackend.choose_algorithm`):
 
-- ``direct``: AXPY tiles over output columns, accumulators in L1; the
-  fastest where the reduction is short (few input channels, e.g. the first
-  layer of a network) or the layer is depthwise.
+- ``direct``: AXPY tiles over output columns, accumulators in L1; chosen
+  where the product is too thin for BLAS (fewer than 8 output channels per
+  group, e.g. depthwise layers) or the reduction is short.
 - ``gemm``: im2col tiles and ``np.dot`` (BLAS) per work item; the fastest
   wherever the reduction ``C/g * KH * KW`` is long, pointwise (1x1) included,
   and the basis of the backward pass.
+- ``blocked``: register-blocked direct convolution (4 output channels x a
+  vector of columns in registers, a kernel row per pass); faster than
+  ``direct``, slower than ``gemm`` on long reductions; left to the tuner.
 - ``line1d``: one-pass 1-D kernel for single-channel signals, taps in
   registers; a long signal at memory speed.
 """
