@@ -112,7 +112,10 @@ def test_auto_rule_and_its_reasons():
         return backend.choose_algorithm(cs.explain(x, w, backend="numba", **kw).spec, direction)
 
     assert choice((10**5,), (31,), padding="same")[0] == "line1d"
-    assert choice((8, 64, 56, 56), (64, 64, 3, 3), padding=1) == ("gemm", "64 output channels per group, reduction 576: BLAS wins")
+    assert choice((8, 64, 56, 56), (64, 64, 3, 3), padding=1) == (
+        "gemm",
+        "64 output channels per group, reduction 576: BLAS wins",
+    )
     assert choice((4, 96, 56, 56), (24, 96, 1, 1))[0] == "gemm"
     assert choice((8, 1, 86, 86), (4, 1, 7, 7))[0] == "direct"  # 4 output channels: too thin for BLAS
     assert choice((4, 96, 56, 56), (96, 1, 3, 3), groups=96, padding=1)[0] == "direct"  # depthwise

@@ -200,7 +200,9 @@ def main(argv=None) -> int:
                 if torch_case:
                     goal = 3.0 if "fa21" in case else 1.0 if "fa19" in case else 0.7
                     record("forward", f"numba vs torch CPU ({threads} thr)", case, "numba", "torch CPU", t, goal, err)
-                record("forward", f"numba vs numpy backend ({threads} thr)", case, "numba", "numpy backend", t, 1.0, err)
+                record(
+                    "forward", f"numba vs numpy backend ({threads} thr)", case, "numba", "numpy backend", t, 1.0, err
+                )
                 if "fa21" in case or "3x3 C=M=64" in case:
                     cs.set_num_threads(1)
                     try:
@@ -218,7 +220,9 @@ def main(argv=None) -> int:
                         {"cython": conv("cython", x, w, kw), "numpy backend (1 thr)": conv("numpy", x, w, kw)},
                         repeat=max(3, repeat // 2),
                     )
-                record("forward", "cython vs numpy backend (1 thr)", case, "cython", "numpy backend (1 thr)", t, 1.0, err)
+                record(
+                    "forward", "cython vs numpy backend (1 thr)", case, "cython", "numpy backend (1 thr)", t, 1.0, err
+                )
 
     # ---- backward: 3x3 C=32 B=4 (cnn-train-3x3 c1)
     if wanted("backward"):
@@ -249,7 +253,9 @@ def main(argv=None) -> int:
             with _blas_threads(threads):
                 t = time_side_by_side(contenders, repeat=repeat)
             if torch is not None:
-                record("backward", f"numba vs torch autograd ({threads} thr)", case, "numba", "torch autograd", t, 0.5, err)
+                record(
+                    "backward", f"numba vs torch autograd ({threads} thr)", case, "numba", "torch autograd", t, 0.5, err
+                )
             record("backward", f"numba vs numpy backend ({threads} thr)", case, "numba", "numpy backend", t, 1.0, err)
         if backends.get("cython"):
             err = _check_backward(gy, x, w, kw, bwd("cython")())
