@@ -20,7 +20,16 @@ vectorises the loop into packed FMAs. The tiles stay in L1 across all
 C/g * KH * KW taps, so even a 1e7-sample signal with a 31-tap mask streams
 through memory once instead of once per tap. Halo (padding) taps are skipped,
 never multiplied (the front end restores IEEE NaN * 0 where it matters, see
-convsuite/_nonfinite.py). (Measured alternatives, see docs/measurements: a 4x16
+convsuite/_nonfinite.py).
+
+Generated code (objdump of the -O3 -march=native -mprefer-vector-width=256
+build on the AVX-512 Xeon): with the stride as a runtime value gcc
+vectorised the 4-channel loop with one ``vinsertps`` per lane to gather x
+(even for stride 1) and xmm/ymm ``vfmadd213ps`` whose accumulator is a
+memory operand, stored back after every FMA. The stride-1 branch spells the
+unit stride out, so x comes in with plain ``vmovups``; each FMA still loads
+and stores its accumulator (the register-blocked ``blocked`` algorithm of
+the numba rung is the answer to that). (Measured alternatives, see docs/measurements: a 4x16
 register block that gcc would not keep in registers, and a "flat" stride-1
 variant with rows of H*W, were no faster.)
 
@@ -70,7 +79,7 @@ def forward(
     cdef Py_ssize_t M = w.shape[0], Cg = w.shape[1], KH = w.shape[2], KW = w.shape[3]
     cdef Py_ssize_t Ho = out.shape[2], Wo = out.shape[3]
     cdef Py_ssize_t Mg = M // groups
-    cdef Py_ssize_t b, grp, m, m_end, n, i, c, ci, p, q, r, ih, ow, t0, t1, lo, hi, shift
+    cdef Py_ssize_t b, grp, m, m_end, n, i, c, ci, p, q, r, ih, ow, t0, t1, lo, hi, shift, k
     cdef real w0, w1, w2, w3, xv
     cdef real acc0[TILE_W]
     cdef real acc1[TILE_W]
@@ -78,6 +87,7 @@ def forward(
     cdef real acc3[TILE_W]
     cdef real* accs[MB]
     cdef const real* xrow
+    cdef const real* xs
     accs[0], accs[1], accs[2], accs[3] = acc0, acc1, acc2, acc3
     with nogil:
         for b in range(B):
@@ -106,21 +116,39 @@ def forward(
                                         hi = _end_valid(W - 1 + shift, sw, Wo)
                                         lo = lo if lo > t0 else t0
                                         hi = hi if hi < t1 else t1
+                                        if hi <= lo:
+                                            continue
                                         if n == MB:
                                             w0 = w[m, c, p, q]
                                             w1 = w[m + 1, c, p, q]
                                             w2 = w[m + 2, c, p, q]
                                             w3 = w[m + 3, c, p, q]
-                                            for ow in range(lo, hi):
-                                                xv = xrow[ow * sw - shift]
-                                                acc0[ow - t0] += w0 * xv
-                                                acc1[ow - t0] += w1 * xv
-                                                acc2[ow - t0] += w2 * xv
-                                                acc3[ow - t0] += w3 * xv
+                                            if sw == 1:
+                                                # Unit stride spelled out: gcc then loads x with
+                                                # plain vector loads, not a gather per lane.
+                                                xs = xrow + (lo - shift)
+                                                for k in range(hi - lo):
+                                                    xv = xs[k]
+                                                    acc0[lo - t0 + k] += w0 * xv
+                                                    acc1[lo - t0 + k] += w1 * xv
+                                                    acc2[lo - t0 + k] += w2 * xv
+                                                    acc3[lo - t0 + k] += w3 * xv
+                                            else:
+                                                for ow in range(lo, hi):
+                                                    xv = xrow[ow * sw - shift]
+                                                    acc0[ow - t0] += w0 * xv
+                                                    acc1[ow - t0] += w1 * xv
+                                                    acc2[ow - t0] += w2 * xv
+                                                    acc3[ow - t0] += w3 * xv
                                         else:
                                             w0 = w[m, c, p, q]
-                                            for ow in range(lo, hi):
-                                                acc0[ow - t0] += w0 * xrow[ow * sw - shift]
+                                            if sw == 1:
+                                                xs = xrow + (lo - shift)
+                                                for k in range(hi - lo):
+                                                    acc0[lo - t0 + k] += w0 * xs[k]
+                                            else:
+                                                for ow in range(lo, hi):
+                                                    acc0[ow - t0] += w0 * xrow[ow * sw - shift]
                             for i in range(n):
                                 for ow in range(t1 - t0):
                                     out[b, m + i, r, t0 + ow] = accs[i][ow]

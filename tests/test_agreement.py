@@ -21,6 +21,7 @@ from convsuite.testing import (
 )
 
 from .cases import Case, cases
+from .conftest import BACKENDS
 
 FORWARD = {1: cs.conv1d, 2: cs.conv2d}
 BACKWARD = {1: cs.conv1d_backward, 2: cs.conv2d_backward}
@@ -33,11 +34,42 @@ def _spec(case: Case, x, w, b):
     return spec
 
 
-def check_forward(case: Case, backend: str) -> None:
+#: Every algorithm of every backend, pinned with ``algorithm=``.
+ALGORITHMS = [(name, algorithm) for name in sorted(BACKENDS) for algorithm in BACKENDS[name].algorithms]
+
+
+@pytest.fixture(params=ALGORITHMS, ids=[f"{b}-{a}" for b, a in ALGORITHMS])
+def backend_algorithm(request) -> tuple[str, str]:
+    """(backend, algorithm) for every algorithm; unavailable backends skip with their reason."""
+    info = BACKENDS[request.param[0]]
+    if not info.available:
+        pytest.skip(f"backend {info.name!r} unavailable: {info.reason}")
+    return request.param
+
+
+def _declines(spec, backend: str, algorithm: str, direction: str, call) -> bool:
+    """True (after checking the call is refused with the reason) when the algorithm declines the case."""
+    if algorithm == "auto":
+        return False
+    verdict = cs._registry.get_backend(backend).can_run(spec, algorithm, direction)
+    if verdict is True:
+        return False
+    with pytest.raises(cs.UnsupportedCaseError, match="cannot run"):
+        call()
+    return True
+
+
+def check_forward(case: Case, backend: str, algorithm: str = "auto") -> None:
     x, w, b = case.arrays()
     before = x.copy()
-    y = FORWARD[case.ndim](x, w, b, backend=backend, **case.keywords)
     spec = _spec(case, x, w, b)
+
+    def call():
+        return FORWARD[case.ndim](x, w, b, backend=backend, algorithm=algorithm, **case.keywords)
+
+    if _declines(spec, backend, algorithm, "forward", call):
+        return
+    y = call()
     assert isinstance(y, np.ndarray) and y.dtype == case.dtype
     expected = reference_forward(spec, x, w, b)
     tolerance = forward_tolerance(spec, x, w, b)
@@ -47,13 +79,19 @@ def check_forward(case: Case, backend: str) -> None:
     np.testing.assert_array_equal(x, before)  # inputs untouched
 
 
-def check_backward(case: Case, backend: str) -> None:
+def check_backward(case: Case, backend: str, algorithm: str = "auto") -> None:
     x, w, _ = case.arrays()
     spec = _spec(case, x, w, None)
     rng = np.random.default_rng(case.seed + 1)
     y_user_shape = {"batched": spec.y_shape, "unbatched": spec.y_shape[1:], "signal": spec.out_size}[case.layout]
     grad_y = rng.standard_normal(y_user_shape).astype(case.dtype)
-    gx, gw, gb = BACKWARD[case.ndim](grad_y, x, w, backend=backend, **case.keywords)
+
+    def call():
+        return BACKWARD[case.ndim](grad_y, x, w, backend=backend, algorithm=algorithm, **case.keywords)
+
+    if _declines(spec, backend, algorithm, "backward", call):
+        return
+    gx, gw, gb = call()
     assert gx.shape == x.shape and gw.shape == w.shape and gb.shape == (spec.out_channels,)
     assert gx.dtype == gw.dtype == gb.dtype == case.dtype
     expected = reference_backward(spec, grad_y, x, w)
@@ -63,21 +101,21 @@ def check_backward(case: Case, backend: str) -> None:
 
 
 @pytest.mark.parametrize("ndim", [1, 2])
-def test_forward_matches_reference_random(backend, ndim):
+def test_forward_matches_reference_random(backend_algorithm, ndim):
     @settings(max_examples=80)
     @given(case=cases(ndim))
     def run(case):
-        check_forward(case, backend)
+        check_forward(case, *backend_algorithm)
 
     run()
 
 
 @pytest.mark.parametrize("ndim", [1, 2])
-def test_backward_matches_reference_random(backend, ndim):
+def test_backward_matches_reference_random(backend_algorithm, ndim):
     @settings(max_examples=40)
     @given(case=cases(ndim))
     def run(case):
-        check_backward(case, backend)
+        check_backward(case, *backend_algorithm)
 
     run()
 
@@ -128,7 +166,7 @@ EDGE_CASES = {
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("ndim", [1, 2])
 @pytest.mark.parametrize("name", sorted(EDGE_CASES))
-def test_edge_cases(backend, ndim, dtype, name):
+def test_edge_cases(backend_algorithm, ndim, dtype, name):
     kw = dict(EDGE_CASES[name])
     for key in ("stride", "dilation", "kernel", "in_size"):
         if key in kw:
@@ -136,8 +174,8 @@ def test_edge_cases(backend, ndim, dtype, name):
     if isinstance(kw.get("padding"), tuple):
         kw["padding"] = kw["padding"][-ndim:]
     case = _case(ndim, dtype=dtype, **kw)
-    check_forward(case, backend)
-    check_backward(case, backend)
+    check_forward(case, *backend_algorithm)
+    check_backward(case, *backend_algorithm)
 
 
 @pytest.mark.parametrize("mode", ["valid", "same", "full"])
@@ -167,3 +205,33 @@ def test_mixed_and_integer_dtypes(backend):
 def test_lists_are_arrays(backend):
     y = cs.conv1d([1.0, 2.0, 3.0, 4.0], [1.0, -1.0], backend=backend)
     np.testing.assert_array_equal(y, [-1.0, -1.0, -1.0])
+
+
+# Long signals and kernels cross the compiled kernels' tiles (line1d's 4096
+# outputs, the 4-tap groups of long masks, the im2col row blocks).
+LONG_CASES = {
+    "signal-K31-same": dict(ndim=1, layout="signal", in_size=(5000,), kernel=(31,), padding="same"),
+    "signal-K3-full": dict(ndim=1, layout="signal", in_size=(4500,), kernel=(3,), padding="full"),
+    "depthwise-K13-stride2-dil3": dict(
+        ndim=1, groups=2, channels_per_group=1, out_per_group=1, in_size=(4200,), kernel=(13,), stride=(2,),
+        dilation=(3,), padding=((5, 1),),
+    ),
+    "depthwise-K6-dil2-same": dict(
+        ndim=1, groups=3, channels_per_group=1, out_per_group=1, in_size=(600,), kernel=(6,), dilation=(2,),
+        padding="same",
+    ),
+    "rows-K5-stride2": dict(ndim=2, in_size=(40, 33), kernel=(5, 5), stride=(2, 1), padding=2, out_per_group=9),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", sorted(LONG_CASES))
+def test_long_rows_and_kernels(backend_algorithm, name, dtype):
+    kw = dict(LONG_CASES[name])
+    ndim = kw.pop("ndim")
+    base = _case(ndim, dtype=dtype, in_size=kw.pop("in_size"), kernel=kw.pop("kernel"))
+    case = Case(**{**base.__dict__, **kw})
+    if case.layout == "signal":
+        case.batch = case.groups = case.channels_per_group = case.out_per_group = 1
+    check_forward(case, *backend_algorithm)
+    check_backward(case, *backend_algorithm)

@@ -92,3 +92,75 @@ def test_info_reports_threads(capsys):
 
     cli.main(["info"])
     assert "threads" in capsys.readouterr().out
+
+
+@needs_numba
+def test_algorithm_table_matches_the_names():
+    backend = cs._registry.get_backend("numba")
+    table = backend.algorithm_table()
+    assert tuple(table) == backend.algorithms
+    for record in table.values():
+        assert record.summary and set(record.directions) <= {"forward", "backward"}
+
+
+@needs_numba
+def test_auto_rule_and_its_reasons():
+    backend = cs._registry.get_backend("numba")
+
+    def choice(x_shape, w_shape, direction="forward", **kw):
+        x, w = np.zeros(x_shape, np.float32), np.zeros(w_shape, np.float32)
+        return backend.choose_algorithm(cs.explain(x, w, backend="numba", **kw).spec, direction)
+
+    assert choice((10**5,), (31,), padding="same")[0] == "line1d"
+    assert choice((8, 64, 56, 56), (64, 64, 3, 3), padding=1) == (
+        "gemm",
+        "64 output channels per group, reduction 576: BLAS wins",
+    )
+    assert choice((4, 96, 56, 56), (24, 96, 1, 1))[0] == "gemm"
+    assert choice((8, 1, 86, 86), (4, 1, 7, 7))[0] == "direct"  # 4 output channels: too thin for BLAS
+    assert choice((4, 96, 56, 56), (96, 1, 3, 3), groups=96, padding=1)[0] == "direct"  # depthwise
+    assert choice((4, 32, 64, 64), (64, 32, 3, 3), "backward", padding=1)[0] == "gemm"
+    # One output row whose im2col would exceed the workspace bound: gemm declines, with the reason.
+    name, why = choice((1, 64, 4 * 10**5), (64, 64, 9), padding=4)
+    assert name == "direct" and "MiB" in why
+
+
+@needs_numba
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_gemm_row_blocks_and_partials(monkeypatch, direction):
+    """A tiny workspace forces one output row per im2col tile; results still match numpy's."""
+    from convsuite.backends import _tiles
+
+    monkeypatch.setattr(_tiles, "WORKSPACE_BYTES", 64)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 4, 13, 11))
+    w = rng.standard_normal((6, 2, 3, 2))
+    kw = dict(groups=2, padding=((2, 1), (0, 1)), stride=(2, 1), dilation=(1, 2))
+    if direction == "forward":
+        got = cs.conv2d(x, w, backend="numba", algorithm="gemm", **kw)
+        want = cs.conv2d(x, w, backend="numpy", **kw)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    else:
+        gy = rng.standard_normal(cs.conv2d(x, w, backend="numpy", **kw).shape)
+        got = cs.conv2d_backward(gy, x, w, backend="numba", algorithm="gemm", **kw)
+        want = cs.conv2d_backward(gy, x, w, backend="numpy", **kw)
+        for g, e in zip(got, want):
+            np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12)
+
+
+@needs_numba
+def test_gemm_backward_does_not_depend_on_thread_count():
+    """dW and db are reduced from partials fixed by the problem, in a fixed order: same bits."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((6, 8, 12, 12), dtype=np.float32)
+    w = rng.standard_normal((16, 8, 3, 3), dtype=np.float32)
+    gy = rng.standard_normal((6, 16, 12, 12), dtype=np.float32)
+    runs = []
+    try:
+        for n in (1, cs.get_num_threads()):
+            cs.set_num_threads(n)
+            runs.append(cs.conv2d_backward(gy, x, w, padding=1, backend="numba", algorithm="gemm"))
+    finally:
+        cs.set_num_threads(None)
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)

@@ -1,38 +1,78 @@
-"""Base of backends whose kernels live in a module with one shared signature.
+"""Base of the compiled CPU backends, whose algorithms are kernels in lazily imported modules.
 
-The Cython extension and the numba kernels both export
+Every kernel of the Cython extension and of the numba modules has the shape
 
     forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, *extra)
-    backward(grad_y, x, w, grad_x, grad_w, grad_b, sh, sw, dh, dw, pad_top, pad_left, groups)
+    backward(grad_y, x, w, grad_x, grad_w, grad_b, sh, sw, dh, dw, pad_top, pad_left, groups, *extra)
 
 on 4-D C-contiguous arrays (1-D problems arrive as 2-D with a unit height).
 This class does the lazy import, the availability reason, the reshapes and
-the geometry; subclasses name the module and may add launch details.
+the geometry, and turns a :class:`KernelSpec` (module, function names, the
+spec-dependent extra arguments) into an :class:`~convsuite.backends.base.Algorithm`
+record whose ``plan`` precomputes all of that once per spec.
 """
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
+from typing import Callable, Mapping
 
 import numpy as np
 
 from .._spec import ConvSpec
-from .base import Backend, Verdict
+from .base import Algorithm, Backend, Launch, Verdict
 
-__all__ = ["KernelModuleBackend"]
+__all__ = ["KernelModuleBackend", "KernelSpec"]
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Where an algorithm's kernels live and what they need beyond the geometry.
+
+    Attributes
+    ----------
+    module : str
+        Absolute module path, imported on first use.
+    forward, backward : str or None
+        Function names in that module (None: direction not implemented).
+    extra : callable, optional
+        ``extra(spec_2d, direction) -> tuple``: arguments after the geometry,
+        computed once at plan time (tile sizes, chunk counts).
+    blas : bool
+        The kernels call BLAS: a launch then limits BLAS to one thread (the
+        backend's own threads are the parallelism; see ``_blas_threads``).
+    """
+
+    module: str
+    forward: str | None = "forward"
+    backward: str | None = "backward"
+    extra: Callable[[ConvSpec, str], tuple] | None = None
+    blas: bool = False
+
+
+def _with_one_blas_thread(launch):
+    """``launch`` run with BLAS limited to one thread."""
+    from ._blas_threads import one_blas_thread
+
+    def run(kernel, *args):
+        with one_blas_thread():
+            launch(kernel, *args)
+
+    return run
 
 
 class KernelModuleBackend(Backend):
-    """A backend that calls ``forward``/``backward`` of a lazily imported module."""
+    """A backend whose algorithms call functions of lazily imported kernel modules."""
 
-    #: Absolute module path of the kernels, imported on first use.
+    #: Absolute module path whose import decides availability.
     kernel_module: str
     #: What to tell the user when that import fails (the error is appended).
     missing_hint: str
 
-    def kernels(self):
-        """The kernel module (raises ImportError when it cannot be loaded)."""
-        return importlib.import_module(self.kernel_module)
+    def kernels(self, module: str | None = None):
+        """A kernel module (default: the backend's main one); raises ImportError if unloadable."""
+        return importlib.import_module(module or self.kernel_module)
 
     def available(self) -> Verdict:
         try:
@@ -41,57 +81,65 @@ class KernelModuleBackend(Backend):
             return f"{self.missing_hint} ({exc})"
         return True
 
+    # --- algorithm records ------------------------------------------------
+
+    def _records(self) -> tuple[Algorithm, ...]:
+        """The backend's algorithms; subclasses list them (see :meth:`record`)."""
+        raise NotImplementedError
+
+    def algorithm_table(self) -> Mapping[str, Algorithm]:
+        table = self.__dict__.get("_table")
+        if table is None:
+            table = {a.name: a for a in self._records()}
+            self.__dict__["_table"] = table
+        return table
+
+    def record(self, name: str, summary: str, kernels: KernelSpec, *, ndims=(1, 2), check=None, tunables=()):
+        """An :class:`Algorithm` whose plan launches ``kernels`` through :meth:`_launch`."""
+        directions = tuple(d for d in ("forward", "backward") if getattr(kernels, d) is not None)
+
+        def plan(spec: ConvSpec, direction: str) -> Launch:
+            return self._plan_kernel(spec, direction, kernels)
+
+        return Algorithm(
+            name=name, summary=summary, plan=plan, directions=directions, ndims=ndims, check=check, tunables=tunables
+        )
+
     def _launch(self, kernel, *args) -> None:
         """Run one kernel call; subclasses add thread settings or locks."""
         kernel(*args)
-
-    def _forward_extra(self, s: ConvSpec) -> tuple:
-        """Arguments the module's forward takes after the geometry."""
-        return ()
 
     @staticmethod
     def _geometry(s: ConvSpec) -> tuple:
         (sh, sw), (dh, dw) = s.stride, s.dilation
         return (sh, sw, dh, dw, s.padding[0][0], s.padding[1][0], s.groups)
 
-    def plan(self, spec: ConvSpec, algorithm: str, direction: str):
-        """A launch with the module, the geometry and the 4-D shapes resolved once.
-
-        Only :meth:`_launch` runs per call, so subclasses that set threads or
-        take locks there keep doing so.
-        """
+    def _plan_kernel(self, spec: ConvSpec, direction: str, kernels: KernelSpec) -> Launch:
+        """Resolve the kernel and every spec-dependent argument once; return the launch."""
         s = spec.as_2d()
-        geometry = self._geometry(s)
-        launch = self._launch
-        if direction == "forward":
-            kernel = self.kernels().forward
-            x_shape, w_shape, y_shape = s.x_shape, s.w_shape, s.y_shape
-            zero_bias = np.zeros(s.out_channels, dtype=s.dtype)  # read-only to the kernel: shared by calls
-            forward_extra = self._forward_extra
-            if spec.ndim == 2:  # operands arrive in their 4-D shapes: no reshapes per call
-
-                def run_forward_2d(x, w, bias, out):
-                    launch(kernel, x, w, zero_bias if bias is None else bias, out, *geometry, *forward_extra(s))
-
-                return run_forward_2d
-
-            def run_forward(x, w, bias, out):
-                launch(
-                    kernel,
-                    x.reshape(x_shape),
-                    w.reshape(w_shape),
-                    zero_bias if bias is None else bias,
-                    out.reshape(y_shape),
-                    *geometry,
-                    *forward_extra(s),
-                )
-
-            return run_forward
-        kernel = self.kernels().backward
+        kernel = getattr(self.kernels(kernels.module), getattr(kernels, direction))
+        tail = self._geometry(s) + (kernels.extra(s, direction) if kernels.extra else ())
+        launch_one = self._launch
+        if kernels.blas:
+            launch_one = _with_one_blas_thread(self._launch)
         x_shape, w_shape, y_shape = s.x_shape, s.w_shape, s.y_shape
+        if direction == "forward":
+            zeros = np.zeros(s.out_channels, dtype=s.dtype)  # read-only to the kernel: shared by calls
+            if spec.ndim == 2:  # operands arrive in their 4-D shapes: no reshapes on the per-call path
 
-        def run_backward(grad_y, x, w, grad_x, grad_w, grad_b):
-            launch(
+                def forward_2d(x, w, bias, out):
+                    launch_one(kernel, x, w, zeros if bias is None else bias, out, *tail)
+
+                return forward_2d
+
+            def forward(x, w, bias, out):
+                b = zeros if bias is None else bias
+                launch_one(kernel, x.reshape(x_shape), w.reshape(w_shape), b, out.reshape(y_shape), *tail)
+
+            return forward
+
+        def backward(grad_y, x, w, grad_x, grad_w, grad_b):
+            launch_one(
                 kernel,
                 grad_y.reshape(y_shape),
                 x.reshape(x_shape),
@@ -99,26 +147,7 @@ class KernelModuleBackend(Backend):
                 grad_x.reshape(x_shape),
                 grad_w.reshape(w_shape),
                 grad_b,
-                *geometry,
+                *tail,
             )
 
-        return run_backward
-
-    def forward(self, spec, x, w, bias, out, algorithm):
-        s = spec.as_2d()
-        if bias is None:
-            bias = np.zeros(s.out_channels, dtype=x.dtype)
-        arrays = (x.reshape(s.x_shape), w.reshape(s.w_shape), bias, out.reshape(s.y_shape))
-        self._launch(self.kernels().forward, *arrays, *self._geometry(s), *self._forward_extra(s))
-
-    def backward(self, spec, grad_y, x, w, grad_x, grad_w, grad_b, algorithm):
-        s = spec.as_2d()
-        arrays = (
-            grad_y.reshape(s.y_shape),
-            x.reshape(s.x_shape),
-            w.reshape(s.w_shape),
-            grad_x.reshape(s.x_shape),
-            grad_w.reshape(s.w_shape),
-            grad_b,
-        )
-        self._launch(self.kernels().backward, *arrays, *self._geometry(s))
+        return backward

@@ -1,0 +1,183 @@
+"""The numba backend's ``gemm`` algorithm: im2col tiles and ``np.dot`` inside ``njit``.
+
+Forward. The outputs are dealt out as work items (batch, group, block of
+output rows). An item copies the receptive fields of its rows into a private
+``(C/g * KH * KW, rows * Wo)`` matrix (im2col; halo cells become zeros, stride
+and dilation are folded into the copy) and multiplies it by the group's
+weights, ``(M/g, C/g * KH * KW)``, with ``np.dot``, which numba hands to the
+BLAS ``sgemm``/``dgemm`` that SciPy ships. A 1x1 kernel with stride 1 and no
+padding needs no copy: the input channels of one image already are the
+matrix (the pointwise specialisation).
+
+Backward, from the same pieces. One item is (batch, group): for each block of
+rows it builds the im2col tile once and uses it twice, ``dW += dY @ cols.T``
+and ``dcols = W.T @ dY``, then scatters ``dcols`` back onto the input
+gradient (col2im, the adjoint of the copy). The item owns ``grad_x[b, group
+channels]``, so scatters never race. ``dW`` and ``db`` are summed into one
+private partial per chunk of items; the chunks are fixed by the problem (not
+by the thread count) and reduced in order at the end, so the result is the
+same bits on 1 or 16 threads and no atomics are needed.
+
+Thread safety of BLAS. Every ``prange`` iteration calls BLAS; the BLAS must
+then run one thread per call (the backend limits it with ``threadpoolctl``
+for the duration of a launch, see ``numba_backend``), else the two pools
+oversubscribe the cores.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+__all__ = ["forward", "backward"]
+
+_FLAGS = dict(parallel=True, cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+
+
+@njit(inline="always")
+def _valid_columns(shift, sw, W, Wo):
+    """[lo, hi): output columns whose input column ow*sw - shift lies in [0, W)."""
+    lo = (shift + sw - 1) // sw if shift > 0 else 0
+    last = W - 1 + shift
+    hi = min(Wo, last // sw + 1) if last >= 0 else 0
+    lo = min(lo, Wo)
+    return lo, max(lo, hi)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _im2col(x, b, c0, Cg, KH, KW, r0, rt, Wo, sh, sw, dh, dw, pad_top, pad_left, cols):
+    """cols[(c, p, q), rr * Wo + ow] = x[b, c0 + c, (r0 + rr)*sh + p*dh - pad_top, ow*sw + q*dw - pad_left]."""
+    H, W = x.shape[2], x.shape[3]
+    for c in range(Cg):
+        for p in range(KH):
+            for q in range(KW):
+                row = (c * KH + p) * KW + q
+                shift = pad_left - q * dw
+                lo, hi = _valid_columns(shift, sw, W, Wo)
+                for rr in range(rt):
+                    base = rr * Wo
+                    ih = (r0 + rr) * sh + p * dh - pad_top
+                    if ih < 0 or ih >= H:
+                        for ow in range(Wo):
+                            cols[row, base + ow] = 0
+                        continue
+                    for ow in range(lo):
+                        cols[row, base + ow] = 0
+                    if sw == 1:
+                        cols[row, base + lo : base + hi] = x[b, c0 + c, ih, lo - shift : hi - shift]
+                    else:
+                        for ow in range(lo, hi):
+                            cols[row, base + ow] = x[b, c0 + c, ih, ow * sw - shift]
+                    for ow in range(hi, Wo):
+                        cols[row, base + ow] = 0
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _col2im_add(dcols, gx, b, c0, Cg, KH, KW, r0, rt, Wo, sh, sw, dh, dw, pad_top, pad_left):
+    """The adjoint of _im2col: gx[b, c0 + c, ih, iw] += dcols[(c, p, q), rr * Wo + ow]."""
+    H, W = gx.shape[2], gx.shape[3]
+    for c in range(Cg):
+        for p in range(KH):
+            for q in range(KW):
+                row = (c * KH + p) * KW + q
+                shift = pad_left - q * dw
+                lo, hi = _valid_columns(shift, sw, W, Wo)
+                for rr in range(rt):
+                    ih = (r0 + rr) * sh + p * dh - pad_top
+                    if ih < 0 or ih >= H:
+                        continue
+                    base = rr * Wo
+                    for ow in range(lo, hi):
+                        gx[b, c0 + c, ih, ow * sw - shift] += dcols[row, base + ow]
+
+
+@njit(**_FLAGS)
+def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows):
+    """out[b, m] = bias[m] + (W_g @ im2col(x[b, group]))[m], ``rows`` output rows per tile."""
+    B, C, H, W = x.shape
+    M, Cg, KH, KW = w.shape
+    Ho, Wo = out.shape[2], out.shape[3]
+    Mg = M // groups
+    K = Cg * KH * KW
+    wm = w.reshape(M, K)
+    tiles = (Ho + rows - 1) // rows
+    items = B * groups * tiles
+    pointwise = KH == 1 and KW == 1 and sh == 1 and sw == 1 and pad_top == 0 and pad_left == 0 and Ho == H
+    pointwise = pointwise and Wo == W and rows == Ho
+    x2 = x.reshape(B * C, H * W)
+    for item in prange(items):
+        t = item % tiles
+        rest = item // tiles
+        g = rest % groups
+        b = rest // groups
+        r0 = t * rows
+        rt = min(rows, Ho - r0)
+        L = rt * Wo
+        wg = np.ascontiguousarray(wm[g * Mg : (g + 1) * Mg])
+        if pointwise:
+            # 1x1, stride 1, no padding: the channels of image b are the matrix.
+            cols = np.ascontiguousarray(x2[b * C + g * Cg : b * C + (g + 1) * Cg])
+        else:
+            cols = np.empty((K, L), dtype=out.dtype)
+            _im2col(x, b, g * Cg, Cg, KH, KW, r0, rt, Wo, sh, sw, dh, dw, pad_top, pad_left, cols)
+        res = np.dot(wg, cols)
+        for i in range(Mg):
+            m = g * Mg + i
+            bv = bias[m]
+            for rr in range(rt):
+                for ow in range(Wo):
+                    out[b, m, r0 + rr, ow] = res[i, rr * Wo + ow] + bv
+
+
+@njit(**_FLAGS)
+def backward(grad_y, x, w, grad_x, grad_w, grad_b, sh, sw, dh, dw, pad_top, pad_left, groups, rows, chunks):
+    """Gradients of sum(y * grad_y): dW, db by per-chunk partials, dX by col2im of W.T @ dY."""
+    B, C, H, W = x.shape
+    M, Cg, KH, KW = w.shape
+    Ho, Wo = grad_y.shape[2], grad_y.shape[3]
+    Mg = M // groups
+    K = Cg * KH * KW
+    wm = w.reshape(M, K)
+    items = B * groups
+    chunks = max(1, min(items, chunks))
+    part_w = np.zeros((chunks, M, K), dtype=grad_w.dtype)
+    part_b = np.zeros((chunks, M), dtype=grad_b.dtype)
+    for chunk in prange(chunks):
+        for item in range(chunk * items // chunks, (chunk + 1) * items // chunks):
+            g = item % groups
+            b = item // groups
+            wg_t = np.ascontiguousarray(wm[g * Mg : (g + 1) * Mg].T)
+            for i in range(Cg):
+                for ih in range(H):
+                    for iw in range(W):
+                        grad_x[b, g * Cg + i, ih, iw] = 0
+            for r0 in range(0, Ho, rows):
+                rt = min(rows, Ho - r0)
+                L = rt * Wo
+                cols = np.empty((K, L), dtype=x.dtype)
+                _im2col(x, b, g * Cg, Cg, KH, KW, r0, rt, Wo, sh, sw, dh, dw, pad_top, pad_left, cols)
+                gy = np.empty((Mg, L), dtype=x.dtype)
+                for i in range(Mg):
+                    m = g * Mg + i
+                    total = grad_b.dtype.type(0)
+                    for rr in range(rt):
+                        for ow in range(Wo):
+                            v = grad_y[b, m, r0 + rr, ow]
+                            gy[i, rr * Wo + ow] = v
+                            total += v
+                    part_b[chunk, m] += total
+                part_w[chunk, g * Mg : (g + 1) * Mg] += np.dot(gy, cols.T)
+                dcols = np.dot(wg_t, gy)
+                _col2im_add(dcols, grad_x, b, g * Cg, Cg, KH, KW, r0, rt, Wo, sh, sw, dh, dw, pad_top, pad_left)
+    # Fixed-order reduction of the partials: deterministic, whatever the threads.
+    gw = grad_w.reshape(M, K)
+    for m in prange(M):
+        for k in range(K):
+            total = grad_w.dtype.type(0)
+            for chunk in range(chunks):
+                total += part_w[chunk, m, k]
+            gw[m, k] = total
+        total = grad_b.dtype.type(0)
+        for chunk in range(chunks):
+            total += part_b[chunk, m]
+        grad_b[m] = total
