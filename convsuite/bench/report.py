@@ -179,6 +179,28 @@ def _markdown(results: list[Result], meta: dict, baseline: str, plots: list[str]
     return "\n".join(lines)
 
 
+def size_series(results: list[Result], meta: dict) -> list[tuple[str, list[tuple[float, float]]]]:
+    """The time-vs-size plot's series: (contender, [(FLOP, seconds), ...]) per family.
+
+    A line only joins cases of one family (one shape at several sizes, from
+    a sweep or a preset such as the signal lengths); every other case is a
+    series of one point, since a line between different layers means nothing.
+    """
+    family = {}
+    for c in meta.get("cases", []):
+        label = f"{c['name']} backward" if c.get("direction") == "backward" else c["name"]
+        family[label] = c.get("family") or ""
+    series: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for r in results:
+        if r.status != "ok":
+            continue
+        # A reduced-size row measured another size than its family's member: a point of its own.
+        joined = family.get(r.case) if not _reduced(r) else None
+        key = (r.contender, joined or f"single: {r.case}")
+        series.setdefault(key, []).append((r.flops, r.end_to_end_s))
+    return [(name, sorted(points)) for (name, _), points in series.items()]
+
+
 def _plots(results: list[Result], meta: dict, baseline: str, out: Path) -> list[str]:
     import matplotlib
 
@@ -190,23 +212,13 @@ def _plots(results: list[Result], meta: dict, baseline: str, out: Path) -> list[
     written = []
 
     fig, ax = plt.subplots(figsize=(7, 5))
-    family = {c["name"] if c.get("direction") != "backward" else f"{c['name']} backward": c.get("family", "")
-              for c in meta.get("cases", [])}
     colours = {name: f"C{i % 10}" for i, name in enumerate(contenders)}
-    for name in contenders:
-        mine = [r for r in ok if r.contender == name]
-        # A line only joins cases of one family (one shape at several sizes);
-        # different layers are points, since a line between them means nothing.
-        groups: dict[str, list[Result]] = {}
-        for r in mine:
-            groups.setdefault(family.get(r.case, "") or f"single:{r.case}", []).append(r)
-        first = True
-        for members in groups.values():
-            pts = sorted((r.flops, r.end_to_end_s) for r in members)
-            style = "o-" if len(pts) > 1 else "o"
-            ax.loglog([p[0] for p in pts], [p[1] for p in pts], style, color=colours[name],
-                      label=name if first else None)
-            first = False
+    labelled = set()
+    for name, points in size_series(results, meta):
+        style = "o-" if len(points) > 1 else "o"
+        ax.loglog([p[0] for p in points], [p[1] for p in points], style, color=colours[name],
+                  label=None if name in labelled else name)
+        labelled.add(name)
     ax.set_xlabel("work (FLOP; reduced-size rows at their own work)")
     ax.set_ylabel("time, end to end (s)")
     ax.set_title(f"{meta['workload']}: time vs size")
