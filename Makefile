@@ -11,8 +11,22 @@ EXTRAS ?= test,numba,bench
 
 # A broken extension must fail the install here, not silently disable a backend.
 export CONVSUITE_REQUIRE_EXTENSION := 1
+# The dev install compiles the Cython extension for this machine's CPU
+# (-march=native); wheels are portable unless this is set (see setup.py).
+export CONVSUITE_NATIVE_BUILD ?= 1
 
-.PHONY: install run test clean
+# make bench-compare: asv continuous between the merge base with BENCH_MAIN
+# and HEAD. Each benchmark runs in BENCH_ROUNDS fresh processes of up to 20
+# samples each, so one slow moment of a shared 2-core machine cannot decide
+# a verdict; a change is reported when it exceeds BENCH_FACTOR and asv's
+# statistical test agrees (docs/benchmarking.md: how the noise was measured).
+BENCH_MAIN   ?= main
+BENCH_BASE   ?= $(shell git merge-base $(BENCH_MAIN) HEAD 2>/dev/null)
+BENCH_FACTOR ?= 1.25
+BENCH_ROUNDS ?= 4
+BENCH_FILTER ?= .
+
+.PHONY: install run test clean bench-compare
 
 install: $(STAMP)
 
@@ -28,6 +42,13 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+bench-compare: $(STAMP)
+	@test -n "$(BENCH_BASE)" || { echo "bench-compare: no merge base with $(BENCH_MAIN); set BENCH_BASE=<commit>"; exit 2; }
+	$(BIN)/asv machine --yes >/dev/null
+	$(BIN)/asv continuous --factor $(BENCH_FACTOR) --split --show-stderr \
+	    --attribute rounds=$(BENCH_ROUNDS) --attribute repeat="(5,20,20.0)" \
+	    --bench "$(BENCH_FILTER)" $(BENCH_BASE) HEAD
 
 clean:
 	rm -rf $(VENV) build *.egg-info convsuite/_cython/*.so cython_src/*.c
