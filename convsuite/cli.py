@@ -13,7 +13,7 @@ import sys
 
 from convsuite.bench.machine import blas_description, cpu_description, cpu_flags, gpu_description, library_versions
 
-__all__ = ["main", "build_parser", "cpu_description", "gpu_description"]
+__all__ = ["build_parser", "cpu_description", "gpu_description", "main"]
 
 #: The libraries ``convsuite info`` lists.
 _PACKAGES = ("numpy", "scipy", "numba", "cupy-cuda13x", "torch", "joblib", "rich", "asv")

@@ -226,6 +226,8 @@ def test_anchor_not_installed_gets_a_note(monkeypatch):
     from convsuite.bench.compare import _anchor_notes
     from convsuite.bench.measure import Result
 
-    skipped = Result("w", "c", "forward", "torch", "anchor", "float32", status="skipped", reason="torch is not installed")
+    skipped = Result(
+        "w", "c", "forward", "torch", "anchor", "float32", status="skipped", reason="torch is not installed"
+    )
     assert _anchor_notes([skipped, skipped]) == ["anchor torch left out: torch is not installed"]
     assert "torch" in anchors.ANCHORS

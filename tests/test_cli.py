@@ -36,7 +36,8 @@ def test_console_script_module_entry():
 def test_version_flag_and_module_entry():
     import convsuite
 
-    for argv in ([sys.executable, "-m", "convsuite", "--version"], [sys.executable, "-m", "convsuite.cli", "--version"]):
+    for module in ("convsuite", "convsuite.cli"):
+        argv = [sys.executable, "-m", module, "--version"]
         result = subprocess.run(argv, capture_output=True, text=True)
         assert result.returncode == 0 and result.stdout.strip() == f"convsuite {convsuite.__version__}"
 

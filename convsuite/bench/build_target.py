@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["main", "build", "time_build"]
+__all__ = ["build", "main", "time_build"]
 
 #: Timed in each process: every case of the default workload, on the cython backend.
 _CHILD = r"""
@@ -50,11 +50,15 @@ for case in get_workload("default"):
         ref = np.asarray(reference_forward(spec, x, w, bias)).reshape(-1)
         tol = np.asarray(forward_tolerance(spec, x, w, bias)).reshape(-1)
         assert np.all(np.abs(y.reshape(-1) - ref) <= tol), case.label
-        calls[case.label] = (lambda fn=fn, x=x, w=w, b=bias, k=case.keywords: fn(x, w, b, backend="cython", **k))
+        calls[case.label] = lambda fn=fn, x=x, w=w, b=bias, k=case.keywords: fn(
+            x, w, b, backend="cython", **k)
     else:
         gy = rng.standard_normal(spec.y_shape).astype("float32")
-        calls[case.label] = (lambda x=x, w=w, gy=gy, k=case.keywords: cs.conv2d_backward(gy, x, w, backend="cython", **k))
-loaded = sorted(m.__file__ for n, m in sys.modules.items() if n.startswith("convsuite._cython.") and getattr(m, "__file__", None))
+        calls[case.label] = lambda x=x, w=w, gy=gy, k=case.keywords: cs.conv2d_backward(
+            gy, x, w, backend="cython", **k)
+loaded = sorted(
+    m.__file__ for n, m in sys.modules.items() if n.startswith("convsuite._cython.") and getattr(m, "__file__", None)
+)
 assert loaded and all(f.startswith(sys.argv[1]) for f in loaded), loaded
 timings = time_side_by_side(calls, repeat=int(sys.argv[2]), rounds=1)
 print(json.dumps({name: t.median for name, t in timings.items()}))
@@ -98,7 +102,8 @@ def _markdown(data: dict) -> str:
         "",
         f"Flags: portable `{data['flags']['portable']}`, native `{data['flags']['native']}`.",
         "",
-        "| case (cython backend, float32) | portable ms | native ms | native speedup | rounds' spread (portable / native) |",
+        "| case (cython backend, float32) | portable ms | native ms | native speedup "
+        "| rounds' spread (portable / native) |",
         "|---|---|---|---|---|",
     ]
     for row in data["rows"]:
@@ -114,8 +119,12 @@ def main(argv: list[str] | None = None) -> int:
     """Build both targets, time them alternately, print and write the table."""
     from .machine import machine_metadata
 
-    parser = argparse.ArgumentParser(prog="python -m convsuite.bench.build_target", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="docs/measurements", help="folder for the .md and .json (default docs/measurements)")
+    parser = argparse.ArgumentParser(
+        prog="python -m convsuite.bench.build_target", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--out", default="docs/measurements", help="folder for the .md and .json (default docs/measurements)"
+    )
     parser.add_argument("--rounds", type=int, default=3, help="alternations of the two builds (default 3)")
     parser.add_argument("--repeat", type=int, default=7, help="timed calls per case and round (default 7)")
     args = parser.parse_args(argv)

@@ -263,7 +263,8 @@ def apply_sweep(cases: list[Case], sweep: dict[str, tuple[int, ...]], dtype: str
             for var, value in zip(variables, values):
                 case = _resized(case, var, value)
             setting = " ".join(f"{v}={value}" for v, value in zip(variables, values))
-            label = f"{case.op} {_short(case.x_shape)} * {_short(case.w_shape)}" if base.workload == "custom" else base.name
+            shapes = f"{case.op} {_short(case.x_shape)} * {_short(case.w_shape)}"
+            label = shapes if base.workload == "custom" else base.name
             case = replace(case, name=f"{label} ({setting})", family=family)
             check_case(case, dtype)
             swept.append(case)
