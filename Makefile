@@ -22,7 +22,7 @@ export CONVSUITE_NATIVE_BUILD ?= 1
 # statistical test agrees (docs/benchmarking.md: how the noise was measured).
 BENCH_MAIN   ?= main
 BENCH_BASE   ?= $(shell git merge-base $(BENCH_MAIN) HEAD 2>/dev/null)
-BENCH_FACTOR ?= 1.25
+BENCH_FACTOR ?= 2.0
 BENCH_ROUNDS ?= 4
 BENCH_FILTER ?= .
 

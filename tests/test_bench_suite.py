@@ -101,3 +101,38 @@ def test_a_benchmark_runs_and_times_the_right_call():
     tiny = CallOverhead()
     tiny.setup("python", "conv1d N=64 K=3 same")
     assert tiny.call().shape == (64,)
+
+
+def test_version_follows_what_is_measured_not_the_parameter_lists():
+    """asv compares only results of equal versions: a changed build() must change it, an appended name not."""
+    from benchmarks.common import ConvBenchmark
+
+    class First(ConvBenchmark):
+        params = (["numpy"],)
+
+        def build(self, backend):
+            return lambda: cs.conv1d([1.0, 2.0], [1.0], backend=backend)
+
+        def time_it(self, backend):
+            self.run()
+
+    class MoreParams(ConvBenchmark):
+        params = (["numpy", "a-new-backend"],)
+
+        def build(self, backend):
+            return lambda: cs.conv1d([1.0, 2.0], [1.0], backend=backend)
+
+        def time_it(self, backend):
+            self.run()
+
+    class OtherWork(ConvBenchmark):
+        params = (["numpy"],)
+
+        def build(self, backend):
+            return lambda: cs.conv1d([1.0, 2.0, 3.0], [1.0], backend=backend)
+
+        def time_it(self, backend):
+            self.run()
+
+    assert First.version == MoreParams.version
+    assert First.version != OtherWork.version
