@@ -8,11 +8,28 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.convsuite-installed
 EXTRAS ?= test,numba,bench,dask,nets,sass
+# torch CPU: the anchor of compare and of the torch cross-checks in the tests
+# (that exact version installs a CPU build; other specs pull a CUDA build of several GB).
+ANCHORS ?= torch==2.13.0
 
 # A broken extension must fail the install here, not silently disable a backend.
 export CONVSUITE_REQUIRE_EXTENSION := 1
+# The dev install compiles the Cython extension for this machine's CPU
+# (-march=native); wheels are portable unless this is set (see setup.py).
+export CONVSUITE_NATIVE_BUILD ?= 1
 
-.PHONY: install run test lint format clean
+# make bench-compare: asv continuous between the merge base with BENCH_MAIN
+# and HEAD. Each benchmark runs in BENCH_ROUNDS fresh processes of up to 20
+# samples each, so one slow moment of a shared 2-core machine cannot decide
+# a verdict; a change is reported when it exceeds BENCH_FACTOR and asv's
+# statistical test agrees (docs/benchmarking.md: how the noise was measured).
+BENCH_MAIN   ?= main
+BENCH_BASE   ?= $(shell git merge-base $(BENCH_MAIN) HEAD 2>/dev/null)
+BENCH_FACTOR ?= 2.0
+BENCH_ROUNDS ?= 4
+BENCH_FILTER ?= .
+
+.PHONY: install run test lint format clean bench-compare
 
 install: $(STAMP)
 
@@ -20,6 +37,7 @@ $(STAMP): pyproject.toml setup.py $(wildcard cython_src/*.pyx cython_src/*.pxd)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
+	$(BIN)/python -m pip install --quiet "$(ANCHORS)" || echo "note: $(ANCHORS) not installed: the torch anchor rows and torch cross-checks will be skipped"
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -37,6 +55,13 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(BIN)/ruff check --fix convsuite tests benchmarks tools setup.py
 	$(BIN)/ruff format convsuite tests benchmarks tools setup.py
+
+bench-compare: $(STAMP)
+	@test -n "$(BENCH_BASE)" || { echo "bench-compare: no merge base with $(BENCH_MAIN); set BENCH_BASE=<commit>"; exit 2; }
+	$(BIN)/asv machine --yes >/dev/null
+	$(BIN)/asv continuous --factor $(BENCH_FACTOR) --split --show-stderr \
+	    --attribute rounds=$(BENCH_ROUNDS) --attribute repeat="(5,20,20.0)" \
+	    --bench "$(BENCH_FILTER)" $(BENCH_BASE) HEAD
 
 clean:
 	rm -rf $(VENV) build *.egg-info convsuite/_cython/*.so cython_src/*.c

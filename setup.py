@@ -4,7 +4,8 @@ Everything declarative lives in pyproject.toml; this file only lists the
 Cython extension. If the extension cannot be compiled the install still
 succeeds (the ``cython`` backend then reports "extension not built" with the
 compiler's error), unless CONVSUITE_REQUIRE_EXTENSION=1, which the Makefile
-and CI set so that a broken kernel fails loudly.
+and CI set so that a broken kernel fails loudly. The build is portable unless
+CONVSUITE_NATIVE_BUILD=1 (see ``cpu_target_flags``).
 """
 
 import os
@@ -43,6 +44,25 @@ class OptionalBuildExt(build_ext):
         )
 
 
+def cpu_target_flags():
+    """Compiler flags that choose the instruction set the extension may use.
+
+    Portable by default: a wheel built here must run on any x86-64 (or
+    aarch64) machine, so no -march and only the architecture's baseline
+    (SSE2 on x86-64) is assumed; gcc still vectorises the contiguous inner
+    loops at -O3, 128 bits wide. CONVSUITE_NATIVE_BUILD=1 targets the
+    building machine (-march=native, 256-bit vectors on x86-64): faster
+    there, an illegal instruction on an older CPU. The Makefile's dev install
+    opts in; docs/measurements/build-target-*.md says what it buys.
+    """
+    if os.environ.get("CONVSUITE_NATIVE_BUILD", "") != "1":
+        return []
+    flags = ["-march=native"]
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        flags.append("-mprefer-vector-width=256")
+    return flags
+
+
 def extensions():
     sources = sorted(str(p.relative_to(HERE)) for p in (HERE / "cython_src").glob("_*_cy.pyx"))
     if not sources:
@@ -54,15 +74,7 @@ def extensions():
             raise
         sys.stderr.write("WARNING: Cython not found; the 'cython' backend will be unavailable.\n")
         return []
-    # -O3 lets gcc vectorise the contiguous inner loops. A source build targets
-    # the machine it runs on (-march=native, 256-bit vectors, the fastest of
-    # the variants measured in docs/measurements); CONVSUITE_PORTABLE_BUILD=1
-    # drops that for a binary meant to run on other machines.
-    flags = ["-O3"]
-    if os.environ.get("CONVSUITE_PORTABLE_BUILD", "") != "1":
-        flags.append("-march=native")
-        if platform.machine().lower() in ("x86_64", "amd64"):
-            flags.append("-mprefer-vector-width=256")
+    flags = ["-O3"] + cpu_target_flags()
     flags += os.environ.get("CONVSUITE_CFLAGS", "").split()
     mods = [
         Extension(f"convsuite._cython.{Path(s).stem}", [s], extra_compile_args=flags)

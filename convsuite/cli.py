@@ -1,54 +1,36 @@
-"""The ``convsuite`` command: ``info`` (machine and backends) and ``compare``."""
+"""The ``convsuite`` command: ``info`` (machine and backends) and ``compare``.
+
+Exit status: 0 success; 1 a comparison found a WRONG result (and only
+that); 2 a usage error, reported in one line before anything is measured;
+130 interrupted with Ctrl-C.
+"""
 
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 import sys
-from importlib import metadata
 
-__all__ = ["main"]
+from convsuite.bench.machine import blas_description, cpu_description, cpu_flags, gpu_description, library_versions
 
+__all__ = ["build_parser", "cpu_description", "gpu_description", "main"]
+
+#: The libraries ``convsuite info`` lists.
 _PACKAGES = ("numpy", "scipy", "numba", "cupy-cuda13x", "torch", "joblib", "rich", "asv")
 
-
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "not installed"
+#: Exit status of a usage error (argparse's) and of Ctrl-C (128 + SIGINT).
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
 
 
-def cpu_description() -> str:
-    """CPU model name and logical core count, as far as the OS tells."""
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} logical cores"
+def _print(*lines: str, err: bool = False) -> None:
+    """Print through rich with markup escaped, so `[cuda]` stays `[cuda]`."""
+    from rich.console import Console
+    from rich.markup import escape
 
-
-def gpu_description() -> str:
-    """The first CUDA device through CuPy, or why none was found."""
-    try:
-        import cupy
-    except Exception as exc:  # not installed, or a broken CUDA install
-        return f"none found (cupy not importable: {type(exc).__name__})"
-    try:
-        count = cupy.cuda.runtime.getDeviceCount()
-        if count == 0:
-            return "none found (no CUDA device)"
-        props = cupy.cuda.runtime.getDeviceProperties(0)
-        name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
-        return f"{name} ({count} device{'s' if count > 1 else ''}), {props['totalGlobalMem'] / 2**30:.0f} GiB"
-    except Exception as exc:
-        return f"none found ({type(exc).__name__}: {exc})"
+    console = Console(stderr=err, highlight=False, soft_wrap=True)
+    for line in lines:
+        console.print(escape(line))
 
 
 def _numba_layer() -> str:
@@ -65,13 +47,14 @@ def _numba_layer() -> str:
 
 def _table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=title)
+    table = Table(title=escape(title))
     for column in columns:
         table.add_column(column)
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*(escape(cell) for cell in row))  # reasons quote `pip install 'convsuite[cuda]'`
     Console().print(table)
 
 
@@ -79,11 +62,20 @@ def cmd_info(args: argparse.Namespace) -> int:
     """Print the machine, library versions and every backend's availability."""
     import convsuite
 
-    print(f"convsuite {convsuite.__version__} on Python {platform.python_version()} ({sys.executable})")
-    print(f"CPU: {cpu_description()}")
-    print(f"GPU: {gpu_description()}")
-    print("versions: " + ", ".join(f"{p} {_version(p)}" for p in _PACKAGES))
-    print(f"threads: numba backend uses {convsuite.get_num_threads()} (convsuite.set_num_threads), {_numba_layer()}")
+    versions = library_versions()
+    blas = ", ".join(
+        f"{pool.get('internal_api')} {pool.get('version') or ''} ({pool.get('user_api')}, "
+        f"{pool.get('num_threads')} threads)"
+        for pool in blas_description()
+    )
+    _print(
+        f"convsuite {convsuite.__version__} on Python {platform.python_version()} ({sys.executable})",
+        f"CPU: {cpu_description()}; vector extensions: {' '.join(cpu_flags()) or 'none reported'}",
+        f"BLAS/OpenMP: {blas or 'unknown (threadpoolctl not installed)'}",
+        f"GPU: {gpu_description()}",
+        "versions: " + ", ".join(f"{p} {versions[p]}" for p in _PACKAGES),
+        f"threads: numba backend uses {convsuite.get_num_threads()} (convsuite.set_num_threads), {_numba_layer()}",
+    )
     rows = [
         [b.name, b.device, "yes" if b.available else f"no: {b.reason}", ", ".join(b.algorithms), b.description]
         for b in convsuite.list_backends()
@@ -92,75 +84,105 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
-    """Compare every backend (and installed anchor) on a workload; write reports."""
-    from convsuite.bench.compare import run_comparison
+def _user_cases(args: argparse.Namespace):
+    """The cases the arguments describe (None: the workload preset); ValueError if invalid."""
+    from convsuite.bench.user_cases import apply_sweep, custom_case, load_cases_file, parse_sweep
+    from convsuite.bench.workloads import get_workload
 
+    shape_given = args.x is not None or args.w is not None
+    geometry = {k: getattr(args, k) for k in ("op", "stride", "padding", "dilation", "groups")}
+    if args.cases and shape_given:
+        raise ValueError("give either --x/--w or --cases, not both")
+    if (args.cases or shape_given) and args.workload is not None:
+        raise ValueError("give either --workload or your own cases (--x/--w, --cases), not both")
+    if not shape_given and not args.cases:
+        stray = [f"--{k}" for k, v in geometry.items() if v is not None]
+        if stray:
+            raise ValueError(f"{', '.join(stray)} describe your own case and need --x and --w")
+    sweep = parse_sweep(args.sweep or [])
+    directions = ["forward", "backward"] if args.direction == "both" else [args.direction]
+    if shape_given:
+        if args.x is None or args.w is None:
+            raise ValueError("--x and --w go together: give both shapes")
+        defaults = dict(stride=1, padding=0, dilation=1, groups=1)
+        given = {k: (v if v is not None else defaults.get(k)) for k, v in geometry.items()}
+        cases = [
+            custom_case(args.x, args.w, bias=not args.no_bias, direction=d, dtype=args.dtype, **given)
+            for d in directions
+        ]
+    elif args.cases:
+        cases = load_cases_file(args.cases, args.dtype)
+        if args.direction != "forward":
+            from dataclasses import replace
+
+            cases = [replace(c, direction=d) for c in cases for d in directions]
+    elif sweep:
+        cases = get_workload(args.workload or "default", args.device)
+    else:
+        return None
+    return apply_sweep(cases, sweep, args.dtype)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Compare every backend (and installed anchor) on a workload or the user's cases; write reports."""
+    from convsuite.bench.compare import check_request, run_comparison
+    from convsuite.bench.report import print_ratios, print_table
+
+    workload = args.workload or "default"
+    # Every argument is checked here, before the first measurement.
     try:
-        results, _ = run_comparison(
-            workload=args.workload,
-            backends=args.backends,
-            anchors=not args.no_anchors,
-            dtype=args.dtype,
-            repeat=args.repeat,
-            baseline=args.baseline,
-            out=args.out,
-            device=args.device,
+        cases = _user_cases(args)
+        request = check_request(
+            workload, args.backends, not args.no_anchors, args.baseline, args.out, args.device, cases, args.compare_to
         )
     except ValueError as exc:
-        print(f"convsuite compare: error: {exc}", file=sys.stderr)
-        return 2
-    if args.device == "gpu":  # issue 17: the backward ladder's ablation of its workloads
+        _print(f"convsuite compare: error: {exc}", err=True)
+        return EXIT_USAGE
+    from rich.progress import Progress
+
+    with Progress(transient=True, disable=not sys.stderr.isatty()) as bar:
+        task = bar.add_task("measuring", total=None)
+
+        def progress(done: int, total: int, description: str) -> None:
+            bar.update(task, completed=done, total=total, description=description)
+
+        try:
+            results, meta = run_comparison(
+                workload=workload, dtype=args.dtype, repeat=args.repeat, device=args.device,
+                progress=progress, cases=cases, request=request,
+            )
+        except OSError as exc:  # the folder was writable a moment ago; say what failed, in one line
+            _print(f"convsuite compare: error: could not write the reports: {exc}", err=True)
+            return EXIT_USAGE
+    where = meta["machine"]["cpu"] if args.device == "cpu" else meta["machine"]["gpu"]
+    ceilings = meta["ceilings"]
+    print_table(
+        results,
+        request.baseline,
+        f"{meta['workload']}, {args.dtype}, on {where} (copy {ceilings['copy_gbs']:.1f} GB/s, "
+        f"GEMM {ceilings['gemm_gflops']:.0f} GFLOP/s)",
+    )
+    if "compare_to" in meta:
+        print_ratios(meta["compare_to"])
+    for note in meta["notes"]:
+        _print(f"note: {note}")
+    if "files" in meta:
+        _print("written: " + ", ".join(meta["files"].values()))
+    if args.device == "gpu" and args.workload is not None:  # the backward ladder's ablation (issue 17)
         from convsuite.bench.backward_ladder import print_ablation
 
         print_ablation(args.workload, args.repeat, args.out)
     wrong = [r for r in results if r.status == "wrong"]
     for r in wrong:
-        print(f"WRONG: {r.contender} on {r.case}: {r.reason}", file=sys.stderr)
+        _print(f"WRONG: {r.contender} on {r.case}: {r.reason}", err=True)
     return 1 if wrong else 0
 
 
 def _backend_list(text: str) -> list[str]:
-    import convsuite
-
     names = [n.strip() for n in text.split(",") if n.strip()]
-    valid = [b.name for b in convsuite.list_backends()]
-    unknown = [n for n in names if n not in valid]
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(
-            f"must be a comma-separated list of {', '.join(valid)}; got {text!r}"
-        )
+    if not names:
+        raise argparse.ArgumentTypeError(f"must be a comma-separated list of backend names; got {text!r}")
     return names
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``convsuite`` command."""
-    parser = argparse.ArgumentParser(prog="convsuite", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("info", help="machine, versions, backends and why any is unavailable").set_defaults(
-        func=cmd_info
-    )
-    from convsuite.bench.workloads import workload_names
-
-    compare = sub.add_parser(
-        "compare",
-        help="every available backend and installed anchor on a workload: table, JSON, CSV, report, plots",
-    )
-    compare.add_argument("--workload", choices=workload_names(), default="default", help="(default: default)")
-    compare.add_argument("--backends", type=_backend_list, default=None, help="comma-separated (default: all)")
-    compare.add_argument("--dtype", choices=["float32", "float64"], default="float32")
-    compare.add_argument("--repeat", type=_positive, default=5, help="timed runs after warm-up (default 5)")
-    compare.add_argument("--device", choices=["cpu", "gpu"], default="cpu",
-                         help="size the workload for, and compare on, this device (default cpu)")
-    compare.add_argument("--baseline", default=None,
-                         help="contender the speedups are relative to (default: numpy on cpu, cuDNN on gpu)")
-    compare.add_argument("--out", default="compare-out", help="folder for the reports (default compare-out)")
-    compare.add_argument("--no-anchors", action="store_true", help="leave out torch / numpy / scipy rows")
-    compare.set_defaults(func=cmd_compare)
-    from convsuite.cli_train import add_train_parser  # the `train` command (issue 13)
-
-    add_train_parser(sub)
-    return parser
 
 
 def _positive(text: str) -> int:
@@ -173,10 +195,75 @@ def _positive(text: str) -> int:
     return value
 
 
+def _add_compare(sub) -> None:
+    """The ``compare`` subcommand and its options."""
+    from convsuite.bench.user_cases import SWEEP_VARIABLES
+    from convsuite.bench.workloads import workload_names
+
+    compare = sub.add_parser(
+        "compare",
+        help="every available backend and installed anchor on a workload or your own shapes: table, JSON, CSV, plots",
+        description="Measure every available backend (and torch / NumPy / SciPy where installed) side by side, "
+        "on a preset workload or on your own shapes; every result is checked against a float64 reference.",
+    )
+    what = compare.add_argument_group("what to measure (a preset, or your own cases)")
+    what.add_argument("--workload", choices=workload_names(), default=None, help="a preset (default: default)")
+    what.add_argument("--op", choices=["conv1d", "conv2d"], default=None,
+                      help="your case's operation (default: from the weight's rank)")
+    what.add_argument("--x", metavar="SHAPE", help="your input shape, e.g. 8,64,56,56 (or N for a plain signal)")
+    what.add_argument("--w", metavar="SHAPE", help="your weight shape, e.g. 64,64,3,3 (or K for a plain signal)")
+    what.add_argument("--stride", default=None, help="e.g. 1, or 2,1 (default 1)")
+    what.add_argument("--padding", default=None, help="e.g. 1, same, valid, full, 1,2 or per side 0:1,1:0 (default 0)")
+    what.add_argument("--dilation", default=None, help="e.g. 1, or 2,2 (default 1)")
+    what.add_argument("--groups", default=None, help="(default 1)")
+    what.add_argument("--no-bias", action="store_true", help="your case without a bias")
+    what.add_argument("--direction", choices=["forward", "backward", "both"], default="forward",
+                      help="for your cases (default forward)")
+    what.add_argument("--cases", metavar="FILE", help="a JSON (or YAML) list of cases: {x, w, stride, padding, ...}")
+    what.add_argument("--sweep", metavar="VAR=V1,V2", action="append",
+                      help=f"measure each case at several sizes; VAR is one of {', '.join(SWEEP_VARIABLES)} "
+                      "(repeatable: every combination)")
+    how = compare.add_argument_group("how")
+    how.add_argument("--backends", type=_backend_list, default=None, help="comma-separated (default: all)")
+    how.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    how.add_argument("--repeat", type=_positive, default=5, help="timed runs after warm-up (default 5)")
+    how.add_argument("--device", choices=["cpu", "gpu"], default="cpu",
+                     help="size the workload for, and compare on, this device (default cpu)")
+    how.add_argument("--baseline", default=None,
+                     help="contender the speedups are relative to (default: numpy on cpu, cuDNN on gpu)")
+    how.add_argument("--no-anchors", action="store_true", help="leave out torch / numpy / scipy rows")
+    out = compare.add_argument_group("output")
+    out.add_argument("--out", default="compare-out", help="folder for the reports (default compare-out)")
+    out.add_argument("--compare-to", metavar="RESULTS", default=None,
+                     help="a results.json (or its folder) of an earlier run: speed ratios against it")
+    compare.set_defaults(func=cmd_compare)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``convsuite`` command."""
+    import convsuite
+
+    parser = argparse.ArgumentParser(prog="convsuite", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"convsuite {convsuite.__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="machine, versions, backends and why any is unavailable").set_defaults(
+        func=cmd_info
+    )
+    _add_compare(sub)
+    from convsuite.cli_train import add_train_parser  # the `train` command (issue 13)
+
+    add_train_parser(sub)
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``convsuite`` console script."""
-    args = build_parser().parse_args(argv)
-    return args.func(args)
+    """Entry point of the ``convsuite`` console script and ``python -m convsuite``."""
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("convsuite: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -78,7 +78,7 @@ def test_wrong_backend_is_caught(wrong_backend):
     assert r.status == "wrong" and r.error_ok is False and r.max_rel_error > 1e-3
 
 
-def test_compare_writes_readable_reports(tmp_path, wrong_backend, capsys):
+def test_compare_writes_readable_reports(tmp_path, wrong_backend):
     import matplotlib.image
 
     results, meta = run_comparison(
@@ -89,15 +89,22 @@ def test_compare_writes_readable_reports(tmp_path, wrong_backend, capsys):
     assert {"date", "machine", "ceilings", "workload", "dtype", "repeat"} <= set(data["meta"])
     assert {"cpu", "gpu", "versions", "threads"} <= set(data["meta"]["machine"])
     assert len(data["results"]) == len(results)
+    assert {"cpu_flags", "blas", "driver"} <= set(data["meta"]["machine"])
+    assert data["meta"]["machine"]["versions"]["convsuite"] == cs.__version__
+    assert [c["name"] for c in data["meta"]["cases"]] == [c.name for c in get_workload("default")]
     rows = list(csv.DictReader((tmp_path / "results.csv").open()))
     assert rows and {"contender", "end_to_end_s", "kernel_s", "max_rel_error"} <= set(rows[0])
+    assert {"end_to_end_min_s", "end_to_end_max_s", "kernel_min_s", "kernel_max_s"} <= set(rows[0])
+    # Flat cells only: no Python tuples or lists in the CSV.
+    assert not any(str(v).startswith(("(", "[")) for row in rows for v in row.values())
+    assert {row["x_shape"] for row in rows} >= {"8x16x32x32", "100000"}
     report = (tmp_path / "report.md").read_text()
     assert "| case |" in report and "WRONG" in report and "roofline.png" in report
     for name in ("time_vs_size.png", "speedup.png", "roofline.png"):
         image = matplotlib.image.imread(tmp_path / name)
         assert image.ndim == 3 and image.shape[0] > 100
     assert any(r.status == "wrong" for r in results)
-    assert "speedup" in capsys.readouterr().out
+    assert set(meta["files"]) >= {"json", "csv", "markdown", "time_vs_size.png"}
 
 
 def test_cli_compare_exit_code_flags_wrong_results(tmp_path, wrong_backend, monkeypatch):
@@ -112,7 +119,6 @@ def test_cli_compare_exit_code_flags_wrong_results(tmp_path, wrong_backend, monk
     [
         (["compare", "--workload", "nope"], "invalid choice: 'nope'"),
         (["compare", "--repeat", "0"], "must be a positive integer"),
-        (["compare", "--backends", "numpy,gpu9000"], "comma-separated list of"),
         (["compare", "--dtype", "int8"], "invalid choice: 'int8'"),
         (["compare", "--device", "tpu"], "invalid choice: 'tpu'"),
     ],
@@ -153,3 +159,75 @@ def test_gpu_comparison_without_a_gpu_says_why(capsys):
         pytest.skip("a GPU backend is available here")
     assert cli.main(["compare", "--device", "gpu", "--out", "unused"]) == 2
     assert "needs an available GPU backend" in capsys.readouterr().err
+
+
+def test_reduced_rows_are_shown_per_unit_of_work():
+    from convsuite.bench.report import _rows
+
+    big = Case("test", "big", "conv2d", (16, 8, 24, 24), (8, 8, 3, 3), padding=1)  # > 5e6 MACs
+    results = [measure(big, name, "backend", "float32", 1, FIXED) for name in ("numpy", "python")]
+    rows = {row[1]: row for row in _rows(results, "numpy")}
+    assert rows["numpy"][2] != "-"  # full size: its time
+    assert rows["python"][2] == "-" and rows["python"][3] == "-"  # not beside full-size times
+    assert "reduced to batch 1" in rows["python"][8] and "GFLOP/s" in rows["python"][8]
+    assert rows["python"][4].endswith("x")  # the speedup is per unit of work
+
+
+def test_time_vs_size_lines_join_only_one_family():
+    from convsuite.bench.report import size_series
+    from convsuite.bench.user_cases import apply_sweep, custom_case
+
+    swept = apply_sweep([custom_case("1,4,12,12", "4,4,3,3", padding=1)], {"B": (1, 2, 4)})
+    other = custom_case("2,3,10,10", "5,3,3,3")
+    cases = [*swept, other]
+    results = [measure(c, "numpy", "backend", "float32", 1, FIXED) for c in cases]
+    meta = {"cases": [c.as_dict() for c in cases]}
+    series = size_series(results, meta)
+    lengths = sorted(len(points) for _, points in series)
+    assert lengths == [1, 3]  # the family is one line, the other layer a lone point
+    line = next(points for _, points in series if len(points) == 3)
+    assert [p[0] for p in line] == sorted(p[0] for p in line)
+
+
+def test_compare_to_a_saved_run(tmp_path):
+    from convsuite.bench.user_cases import custom_case
+
+    case = custom_case("2,3,12,12", "4,3,3,3", padding="same")
+    run_comparison(cases=[case], backends=["numpy"], anchors=False, repeat=1, out=tmp_path / "old", ceilings=FIXED)
+    _, meta = run_comparison(
+        cases=[case], backends=["numpy", "python"], anchors=False, repeat=1, out=tmp_path / "new", ceilings=FIXED,
+        compare_to=tmp_path / "old" / "results.json",
+    )
+    ratios = meta["compare_to"]["ratios"]
+    assert [(r["case"], r["contender"]) for r in ratios] == [(case.name, "numpy")]  # only what both runs have
+    assert ratios[0]["ratio"] > 0 and ratios[0]["same_size"]
+    report = (tmp_path / "new" / "report.md").read_text()
+    assert "## Against" in report
+    saved = json.loads((tmp_path / "new" / "results.json").read_text())
+    assert saved["meta"]["compare_to"]["path"].endswith("results.json")
+
+
+def test_plots_skipped_without_matplotlib_is_said(tmp_path, monkeypatch):
+    import convsuite.bench.report as report
+
+    def no_matplotlib(*args):
+        raise ImportError("No module named 'matplotlib'")
+
+    monkeypatch.setattr(report, "_plots", no_matplotlib)
+    case = Case("test", "s", "conv1d", (500,), (3,), padding="same", bias=False)
+    _, meta = run_comparison(cases=[case], backends=["numpy"], anchors=False, repeat=1, out=tmp_path, ceilings=FIXED)
+    assert report.PLOTS_SKIPPED in meta["notes"]
+    assert not list(tmp_path.glob("*.png"))
+    assert report.PLOTS_SKIPPED in json.loads((tmp_path / "results.json").read_text())["meta"]["notes"]
+
+
+def test_anchor_not_installed_gets_a_note(monkeypatch):
+    import convsuite.bench.anchors as anchors
+    from convsuite.bench.compare import _anchor_notes
+    from convsuite.bench.measure import Result
+
+    skipped = Result(
+        "w", "c", "forward", "torch", "anchor", "float32", status="skipped", reason="torch is not installed"
+    )
+    assert _anchor_notes([skipped, skipped]) == ["anchor torch left out: torch is not installed"]
+    assert "torch" in anchors.ANCHORS

@@ -28,3 +28,219 @@ def test_bad_arguments_exit_with_usage(argv, capsys):
 def test_console_script_module_entry():
     result = subprocess.run([sys.executable, "-m", "convsuite.cli", "info"], capture_output=True, text=True)
     assert result.returncode == 0 and "backends" in result.stdout
+
+
+# --- basics -----------------------------------------------------------------
+
+
+def test_version_flag_and_module_entry():
+    import convsuite
+
+    for module in ("convsuite", "convsuite.cli"):
+        argv = [sys.executable, "-m", module, "--version"]
+        result = subprocess.run(argv, capture_output=True, text=True)
+        assert result.returncode == 0 and result.stdout.strip() == f"convsuite {convsuite.__version__}"
+
+
+def test_version_has_one_source():
+    from importlib import metadata
+
+    import convsuite
+
+    assert metadata.version("convsuite") == convsuite.__version__
+
+
+def test_messages_keep_their_brackets(capsys, monkeypatch):
+    """rich would swallow `[cuda]` as markup; every printed message is escaped."""
+    monkeypatch.setenv("COLUMNS", "400")
+    cli._print("install it with `pip install 'convsuite[cuda]'`")
+    assert "convsuite[cuda]" in capsys.readouterr().out
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    cupy = {b.name: b for b in __import__("convsuite").list_backends()}["cupy"]
+    if not cupy.available and "convsuite[cuda]" in cupy.reason:
+        assert "convsuite[cuda]" in out
+
+
+# --- compare: usage errors exit 2 with one line, before anything is measured ------
+
+
+@pytest.fixture
+def no_measuring(monkeypatch):
+    """Fail the test if a usage error lets the comparison start measuring."""
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("measured before rejecting the arguments")
+
+    monkeypatch.setattr("convsuite.bench.compare.measure", forbidden)
+    monkeypatch.setattr("convsuite.bench.compare.measure_cpu_ceilings", forbidden)
+
+
+def _usage_error(argv, capsys) -> str:
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("convsuite compare: error:"), err
+    return err
+
+
+def test_unwritable_out_is_refused_before_measuring(tmp_path, no_measuring, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert "is a file" in _usage_error(["compare", "--out", str(blocker)], capsys)
+    assert "not writable" in _usage_error(["compare", "--out", str(blocker / "sub")], capsys)
+
+
+def test_bogus_baseline_is_refused_before_measuring(no_measuring, tmp_path, capsys):
+    err = _usage_error(["compare", "--baseline", "bogus", "--out", str(tmp_path)], capsys)
+    assert "--baseline must be one of the contenders" in err and "'bogus'" in err
+
+
+def test_unavailable_or_unknown_backend_is_an_error(no_measuring, tmp_path, capsys, monkeypatch):
+    from convsuite.backends.base import Backend
+
+    class Missing(Backend):
+        name = "missing"
+        algorithms = ("x",)
+        description = "never available"
+
+        def available(self):
+            return "its library is not installed (pip install 'missing[extra]')"
+
+        def forward(self, *args):
+            raise AssertionError("unreachable")
+
+        def backward(self, *args):
+            raise AssertionError("unreachable")
+
+    import convsuite as cs
+
+    cs.register_backend(Missing())
+    try:
+        monkeypatch.setenv("COLUMNS", "400")
+        err = _usage_error(["compare", "--backends", "numpy,missing", "--out", str(tmp_path)], capsys)
+        assert "unavailable backend: missing" in err and "'missing[extra]'" in err
+    finally:
+        cs.unregister_backend("missing")
+    assert "unknown gpu9000" in _usage_error(["compare", "--backends", "numpy,gpu9000", "--out", str(tmp_path)], capsys)
+
+
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        (["--x", "8,64,56,56"], "--x and --w go together"),
+        (["--stride", "2"], "need --x and --w"),
+        (["--workload", "default", "--x", "1,1,8,8", "--w", "1,1,3,3"], "not both"),
+        (["--x", "8,64,56,56", "--w", "64,32,3,3"], "channel mismatch"),
+        (["--x", "8,64,56,56", "--w", "64,64,3,3", "--padding", "sme"], "`padding` must be"),
+        (["--x", "1,1,8,8", "--w", "1,1,3,3", "--stride", "two"], "`stride` must be"),
+        (["--x", "1,1,8,8", "--w", "1,1,3,3", "--stride", "2.5"], "--stride must be"),
+        (["--x", "1,1,8,8", "--w", "1,1,3,3", "--groups", "x"], "--groups must be"),
+        (["--x", "8,-1", "--w", "3"], "--x must be"),
+        (["--x", "1,1,8,8", "--w", "1,1,3,3", "--op", "conv1d"], "conv1d takes a weight"),
+        (["--x", "1,1,8,8", "--w", "1,1,3,3", "--sweep", "Q=1,2"], "--sweep must be VAR="),
+        (["--x", "1,1,8,8", "--w", "1,1,3,3", "--sweep", "N=10,20"], "plain 1-D signal"),
+        (["--x", "1,1,8,8", "--w", "1,1,3,3", "--sweep", "B=1,0"], "positive integers"),
+        (["--cases", "/no/such/file.json"], "no such file"),
+        (["--compare-to", "/no/such/results.json"], "cannot be read"),
+    ],
+)
+def test_bad_compare_arguments_fail_fast(extra, fragment, no_measuring, tmp_path, capsys):
+    err = _usage_error(["compare", "--out", str(tmp_path), *extra], capsys)
+    assert fragment in err, err
+
+
+def test_bad_cases_file_and_saved_run(tmp_path, no_measuring, capsys):
+    bad = tmp_path / "cases.json"
+    bad.write_text('[{"x": [1, 3, 8, 8], "w": [4, 3, 3, 3], "stirde": 2}]')
+    assert "keys must include x and w" in _usage_error(["compare", "--cases", str(bad), "--out", str(tmp_path)], capsys)
+    bad.write_text("{not json")
+    assert "not valid JSON" in _usage_error(["compare", "--cases", str(bad), "--out", str(tmp_path)], capsys)
+    saved = tmp_path / "old.json"
+    saved.write_text('{"something": "else"}')
+    assert "not a results.json" in _usage_error(["compare", "--compare-to", str(saved), "--out", str(tmp_path)], capsys)
+
+
+def test_ctrl_c_prints_one_line_and_exits_130(monkeypatch, tmp_path, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("convsuite.bench.compare.measure_cpu_ceilings", interrupted)
+    assert cli.main(["compare", "--backends", "numpy", "--out", str(tmp_path)]) == 130
+    captured = capsys.readouterr()
+    assert captured.err.strip() == "convsuite: interrupted" and "Traceback" not in captured.err
+
+
+def test_ctrl_c_in_a_real_process_exits_130(tmp_path):
+    """SIGINT while measuring: one line on stderr, status 130, no traceback."""
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "convsuite", "compare", "--backends", "python", "--workload", "ece408-fa19",
+         "--no-anchors", "--out", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    time.sleep(8)  # past the imports, into the ceilings or the measurements
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == "convsuite: interrupted"
+
+
+# --- compare: the user's own problem --------------------------------------------
+
+
+def test_compare_own_shape_with_sweep(tmp_path, monkeypatch, capsys):
+    import csv
+    import json
+
+    from convsuite.bench.ceilings import Ceilings
+
+    monkeypatch.setattr(
+        "convsuite.bench.compare.measure_cpu_ceilings",
+        lambda: Ceilings(device="cpu", copy_gbs=20.0, gemm_gflops=100.0, how="fixed for tests"),
+    )
+    argv = ["compare", "--op", "conv2d", "--x", "2,4,12,12", "--w", "6,2,3,3", "--stride", "2", "--padding", "same",
+            "--dilation", "1", "--groups", "2", "--sweep", "B=1,3", "--backends", "numpy", "--repeat", "1",
+            "--no-anchors", "--out", str(tmp_path)]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "(B=1)" in out and "(B=3)" in out
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert [c["x_shape"] for c in data["meta"]["cases"]] == [[1, 4, 12, 12], [3, 4, 12, 12]]
+    assert {c["family"] for c in data["meta"]["cases"]} == {data["meta"]["cases"][0]["family"]}
+    assert all(r["status"] == "ok" and r["error_ok"] for r in data["results"])
+    rows = list(csv.DictReader((tmp_path / "results.csv").open()))
+    assert [row["x_shape"] for row in rows] == ["1x4x12x12", "3x4x12x12"]
+
+
+def test_compare_cases_file_json_and_yaml(tmp_path, monkeypatch):
+    import json
+
+    from convsuite.bench.ceilings import Ceilings
+    from convsuite.bench.user_cases import load_cases_file
+
+    monkeypatch.setattr(
+        "convsuite.bench.compare.measure_cpu_ceilings",
+        lambda: Ceilings(device="cpu", copy_gbs=20.0, gemm_gflops=100.0, how="fixed for tests"),
+    )
+    cases = [
+        {"name": "strided", "x": [2, 3, 11, 11], "w": [4, 3, 3, 3], "stride": [2, 1], "padding": [[1, 0], [0, 1]]},
+        {"x": "1000", "w": "5", "padding": "same", "direction": "forward"},
+        {"name": "dilated 1-D", "op": "conv1d", "x": [2, 3, 50], "w": [3, 3, 4], "dilation": 3, "bias": False,
+         "direction": "backward"},
+    ]
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps({"cases": cases}))
+    yaml_path = tmp_path / "cases.yaml"
+    yaml = pytest.importorskip("yaml")
+    yaml_path.write_text(yaml.safe_dump(cases))
+    assert load_cases_file(yaml_path) == load_cases_file(path)
+    loaded = load_cases_file(path)
+    assert loaded[0].padding == ((1, 0), (0, 1)) and loaded[2].dilation == 3 and loaded[2].direction == "backward"
+    out = tmp_path / "out"
+    assert cli.main(["compare", "--cases", str(path), "--backends", "numpy", "--repeat", "1", "--out", str(out)]) == 0
+    data = json.loads((out / "results.json").read_text())
+    ours = [r for r in data["results"] if r["contender"] == "numpy"]
+    assert len(ours) == 3 and all(r["error_ok"] for r in ours)
+    assert any(r["contender"] == "np.convolve" and r["status"] == "ok" for r in data["results"])

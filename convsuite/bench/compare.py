@@ -1,52 +1,156 @@
-"""``convsuite compare``: every backend and anchor on a workload, side by side."""
+"""``convsuite compare``: every backend and anchor on a workload, side by side.
+
+:func:`check_request` validates a whole request (cases, contenders,
+baseline, output folder, saved run) and raises ``ValueError`` with one line
+before anything is measured; :func:`run_comparison` then measures and
+returns the results and their metadata (and writes the reports if asked).
+Nothing here prints: the command line decides what to show.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
-import os
-import platform
-from importlib import metadata
+import json
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from .._registry import list_backends
 from .._threads import get_num_threads
 from .anchors import ANCHORS, GPU_ANCHORS
 from .ceilings import Ceilings, measure_cpu_ceilings, measure_gpu_ceilings
+from .machine import machine_metadata
 from .measure import Result, measure
-from .report import print_table, write_reports
-from .workloads import get_workload
+from .report import ratios_to_saved, write_reports
+from .workloads import Case, get_workload
 
-__all__ = ["run_comparison", "machine_metadata"]
+__all__ = ["Request", "check_request", "load_saved_run", "machine_metadata", "run_comparison"]
 
-_VERSIONS = ("numpy", "scipy", "numba", "torch", "cupy-cuda13x", "matplotlib", "rich")
+#: ``progress(done, total, description)``, called before and after each measurement.
+Progress = Callable[[int, int, str], None]
 
 
-def _version(dist: str) -> str:
+@dataclass
+class Request:
+    """A validated comparison: what to measure and against what."""
+
+    cases: list[Case]
+    contenders: list[tuple[str, str]]  # (name, "backend" | "anchor")
+    baseline: str
+    out: Path | None
+    saved: dict | None
+    saved_path: str | None
+
+
+def _default_baseline(backends: list[str], anchors: bool, device: str) -> str:
+    """numpy on the CPU and cuDNN on a GPU, if they take part; else the first backend."""
+    preferred = "numpy" if device == "cpu" else "cuDNN (torch, TF32 off)"
+    if preferred in backends or (anchors and preferred in GPU_ANCHORS):
+        return preferred
+    return backends[0]
+
+
+def check_output_dir(out: str | Path) -> Path:
+    """Create ``out`` if needed and prove a file can be written there; ValueError if not."""
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out {str(path)!r} is a file, not a folder")
     try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "not installed"
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".convsuite-write-test-"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"--out {str(path)!r} is not writable ({exc.strerror or exc})") from None
+    return path
 
 
-def machine_metadata() -> dict:
-    """Machine, library versions and thread counts, for the JSON report."""
-    from ..cli import cpu_description, gpu_description
-
-    threads = {"numba backend": get_num_threads(), "os.cpu_count": os.cpu_count()}
+def load_saved_run(path: str | Path) -> dict:
+    """A ``results.json`` written by an earlier comparison; ValueError if it is not one."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "results.json"
     try:
-        import torch
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"--compare-to {str(path)!r} cannot be read ({exc.strerror or exc})") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--compare-to {str(path)!r} is not JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("results"), list) or "meta" not in data:
+        raise ValueError(f"--compare-to {str(path)!r} is not a results.json of convsuite compare")
+    data["path"] = str(path)
+    return data
 
-        threads["torch"] = torch.get_num_threads()
-    except ImportError:
-        pass
-    return dict(
-        cpu=cpu_description(),
-        gpu=gpu_description(),
-        platform=platform.platform(),
-        python=platform.python_version(),
-        versions={d: _version(d) for d in _VERSIONS},
-        threads=threads,
+
+def check_request(
+    workload: str = "default",
+    backends: list[str] | None = None,
+    anchors: bool = True,
+    baseline: str | None = None,
+    out: str | Path | None = "compare-out",
+    device: str = "cpu",
+    cases: list[Case] | None = None,
+    compare_to: str | Path | None = None,
+) -> Request:
+    """Validate every part of a comparison before anything is measured.
+
+    Raises
+    ------
+    ValueError
+        With one line naming the argument at fault: an unknown or
+        unavailable backend asked for by name, a baseline that takes no
+        part, a folder that cannot be written, a saved run that cannot be
+        read, a device without a backend.
+    """
+    if device not in ("cpu", "gpu"):
+        raise ValueError(f"`device` must be 'cpu' or 'gpu'; got {device!r}")
+    rows = {b.name: b for b in list_backends()}
+    if backends is None:
+        # On a GPU the workloads are sized for it: the CPU backends would take minutes.
+        backends = [name for name, b in rows.items() if device == "cpu" or b.device == "gpu"]
+    else:
+        if not backends:
+            raise ValueError(f"--backends must name at least one of {', '.join(rows)}")
+        unknown = [n for n in backends if n not in rows]
+        if unknown:
+            raise ValueError(f"--backends must be names from {', '.join(rows)}; got unknown {', '.join(unknown)}")
+        unavailable = [f"{n} ({rows[n].reason})" for n in backends if not rows[n].available]
+        if unavailable:
+            raise ValueError(f"--backends names an unavailable backend: {'; '.join(unavailable)}")
+    if device == "gpu" and not any(rows[n].available for n in backends if rows[n].device == "gpu"):
+        reasons = "; ".join(f"{b.name}: {b.reason}" for b in rows.values() if b.device == "gpu")
+        raise ValueError(f"--device gpu needs an available GPU backend ({reasons or 'none registered'})")
+    anchor_names = list(ANCHORS if device == "cpu" else GPU_ANCHORS) if anchors else []
+    contenders = [(name, "backend") for name in backends] + [(name, "anchor") for name in anchor_names]
+    if baseline is None:
+        baseline = _default_baseline(backends, anchors, device)
+    elif baseline not in dict(contenders):
+        raise ValueError(f"--baseline must be one of the contenders ({', '.join(dict(contenders))}); got {baseline!r}")
+    if cases is None:
+        cases = get_workload(workload, device)
+    if not cases:
+        raise ValueError("nothing to compare: no cases")
+    labels = [c.label for c in cases]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"case names must be unique; got {labels}")
+    saved = None if compare_to is None else load_saved_run(compare_to)
+    return Request(
+        cases=cases,
+        contenders=contenders,
+        baseline=baseline,
+        out=None if out is None else check_output_dir(out),
+        saved=saved,
+        saved_path=None if saved is None else saved["path"],
     )
+
+
+def _anchor_notes(results: list[Result]) -> list[str]:
+    """One line per anchor that could not take part because it is not installed."""
+    notes = {}
+    for r in results:
+        if r.kind == "anchor" and r.status == "skipped" and "not installed" in r.reason:
+            notes.setdefault(r.contender, f"anchor {r.contender} left out: {r.reason}")
+    return list(notes.values())
 
 
 def run_comparison(
@@ -57,30 +161,52 @@ def run_comparison(
     repeat: int = 5,
     baseline: str | None = None,
     out: str | Path | None = "compare-out",
-    progress: bool = True,
+    progress: Progress | bool | None = None,
     device: str = "cpu",
     ceilings: Ceilings | None = None,
+    cases: list[Case] | None = None,
+    compare_to: str | Path | None = None,
+    request: Request | None = None,
 ) -> tuple[list[Result], dict]:
-    """Measure every chosen backend (and installed anchor) on every case of a workload.
+    """Measure every chosen backend (and anchor) on every case; return results and metadata.
 
-    Returns the results and the metadata; writes reports to ``out`` unless it is
-    None. ``ceilings`` are measured on the spot unless given.
+    Parameters
+    ----------
+    workload : str
+        A preset of :mod:`convsuite.bench.workloads`, used unless ``cases`` is given.
+    backends : list of str, optional
+        Backends by name (each must be available); all registered ones by default.
+    anchors : bool
+        Include torch / NumPy / SciPy (cuDNN / cupyx on a GPU) where installed.
+    dtype, repeat, device :
+        As ``convsuite compare`` takes them.
+    baseline : str, optional
+        The contender speedups are relative to.
+    out : path, optional
+        Folder for results.json, results.csv, report.md and plots; None writes nothing.
+    progress : callable or bool, optional
+        ``progress(done, total, description)``; falsy for none.
+    ceilings : Ceilings, optional
+        Measured on the spot unless given.
+    cases : list of Case, optional
+        The user's own cases (:mod:`convsuite.bench.user_cases`).
+    compare_to : path, optional
+        An earlier results.json; the metadata then has ``compare_to`` with
+        the speed ratio of every result found in both.
+    request : Request, optional
+        An already validated request (from :func:`check_request`).
+
+    Returns
+    -------
+    results : list of Result
+    meta : dict
+        Date, cases, machine, ceilings, notes (anchors not installed, plots
+        skipped), ``files`` written and, with ``compare_to``, the ratios.
     """
-    if device not in ("cpu", "gpu"):
-        raise ValueError(f"`device` must be 'cpu' or 'gpu'; got {device!r}")
-    rows = list_backends()
-    if backends is None:
-        # On a GPU the workloads are sized for it: the CPU backends would take minutes.
-        backends = [b.name for b in rows if device == "cpu" or b.device == "gpu"]
-    if device == "gpu" and not any(b.available for b in rows if b.device == "gpu" and b.name in backends):
-        reasons = "; ".join(f"{b.name}: {b.reason}" for b in rows if b.device == "gpu")
-        raise ValueError(f"--device gpu needs an available GPU backend ({reasons or 'none registered'})")
-    if baseline is None:
-        baseline = "numpy" if device == "cpu" else "cuDNN (torch, TF32 off)"
-    contenders = [(name, "backend") for name in backends]
-    if anchors:
-        contenders += [(name, "anchor") for name in (ANCHORS if device == "cpu" else GPU_ANCHORS)]
-    cases = get_workload(workload, device)
+    if request is None:
+        request = check_request(workload, backends, anchors, baseline, out, device, cases, compare_to)
+    if cases is not None:
+        workload = "custom" if all(c.workload == "custom" for c in cases) else workload
     try:
         import torch
 
@@ -90,19 +216,15 @@ def run_comparison(
     if ceilings is None:
         ceilings = measure_cpu_ceilings() if device == "cpu" else measure_gpu_ceilings()
     results: list[Result] = []
-    total = len(cases) * len(contenders)
-    if progress:
-        from rich.progress import Progress
-
-        with Progress(transient=True) as bar:
-            task = bar.add_task(f"{workload}", total=total)
-            for case in cases:
-                for name, kind in contenders:
-                    bar.update(task, description=f"{case.label} / {name}")
-                    results.append(measure(case, name, kind, dtype, repeat, ceilings))
-                    bar.advance(task)
-    else:
-        results = [measure(c, n, k, dtype, repeat, ceilings) for c in cases for n, k in contenders]
+    total = len(request.cases) * len(request.contenders)
+    for case in request.cases:
+        for name, kind in request.contenders:
+            if callable(progress):
+                progress(len(results), total, f"{case.label} / {name}")
+            results.append(measure(case, name, kind, dtype, repeat, ceilings))
+    if callable(progress):
+        progress(total, total, "done")
+    notes = _anchor_notes(results)
     # Anchors that apply to none of the cases only add noise to the table.
     used = {r.contender for r in results if r.status != "skipped" or r.kind == "backend"}
     results = [r for r in results if r.contender in used]
@@ -112,17 +234,20 @@ def run_comparison(
         device=device,
         dtype=dtype,
         repeat=repeat,
-        baseline=baseline,
+        baseline=request.baseline,
+        cases=[c.as_dict() for c in request.cases],
         machine=machine_metadata(),
         ceilings=ceilings.as_dict(),
+        notes=notes,
     )
-    where = meta["machine"]["cpu"] if device == "cpu" else meta["machine"]["gpu"]
-    title = (
-        f"{workload}, {dtype}, on {where} (copy {ceilings.copy_gbs:.1f} GB/s, "
-        f"GEMM {ceilings.gemm_gflops:.0f} GFLOP/s)"
-    )
-    print_table(results, baseline, title)
-    if out is not None:
-        paths = write_reports(results, meta, baseline, Path(out))
-        print("written: " + ", ".join(str(p) for p in paths.values()))
+    if request.saved is not None:
+        saved_meta = request.saved.get("meta", {})
+        meta["compare_to"] = dict(
+            path=request.saved_path,
+            date=saved_meta.get("date"),
+            machine=(saved_meta.get("machine") or {}).get("cpu"),
+            ratios=ratios_to_saved(results, request.saved["results"]),
+        )
+    if request.out is not None:
+        meta["files"] = {k: str(p) for k, p in write_reports(results, meta, request.baseline, request.out).items()}
     return results, meta

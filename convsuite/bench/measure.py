@@ -112,7 +112,7 @@ def _transfer_times(backend, x, w, bias, out, repeat: int) -> tuple[float, float
 
 def _spec(case: Case, x, w, bias):
     ndim = 1 if case.op == "conv1d" else 2
-    return prepare_forward(case.op, ndim, x, w, bias, case.stride, case.padding, 1, case.groups).spec
+    return prepare_forward(case.op, ndim, x, w, bias, case.stride, case.padding, case.dilation, case.groups).spec
 
 
 def _call_backend(case: Case, name: str, x, w, bias, grad_y):

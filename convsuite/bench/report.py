@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .measure import Result
 
-__all__ = ["speedups", "write_reports", "print_table"]
+__all__ = ["csv_row", "print_ratios", "print_table", "ratios_to_saved", "speedups", "write_reports"]
 
 
 def speedups(results: list[Result], baseline: str) -> dict[tuple[str, str], float]:
@@ -25,8 +25,43 @@ def speedups(results: list[Result], baseline: str) -> dict[tuple[str, str], floa
     return out
 
 
+def ratios_to_saved(results: list[Result], saved: list[dict]) -> list[dict]:
+    """Speed of each result relative to the same case and contender in a saved run.
+
+    ``ratio`` is this run's throughput over the saved one's (> 1: faster
+    now); throughput, so a reduced-size row compares fairly with a full one.
+    Results are matched on case, contender, direction and dtype.
+    """
+
+    def key(row):
+        return (row["case"], row["contender"], row["direction"], row["dtype"])
+
+    old = {key(row): row for row in saved if isinstance(row, dict) and row.get("status") == "ok" and row.get("gflops")}
+    ratios = []
+    for r in results:
+        before = old.get(key(r.as_dict()))
+        if r.status != "ok" or before is None:
+            continue
+        ratios.append(
+            dict(
+                case=r.case,
+                contender=r.contender,
+                saved_ms=before["end_to_end_s"] * 1e3,
+                now_ms=r.end_to_end_s * 1e3,
+                ratio=r.gflops / before["gflops"],
+                same_size=list(before.get("x_shape", [])) == list(r.x_shape),
+            )
+        )
+    return ratios
+
+
 def _ms(seconds) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.3g}"
+
+
+def _reduced(r: Result) -> bool:
+    """Whether the result was measured on a smaller version of its case."""
+    return r.note.startswith("reduced to")
 
 
 def _rows(results: list[Result], baseline: str):
@@ -35,17 +70,24 @@ def _rows(results: list[Result], baseline: str):
         if r.status == "skipped":
             yield [r.case, r.contender, "-", "-", "-", "-", "-", "-", f"skipped: {r.reason}"]
             continue
+        note = r.note
+        if _reduced(r):
+            # Its times are for less work than the other rows: show them in the
+            # note, per unit of work in the table (GFLOP/s, speedup).
+            note = (
+                f"{r.note}: {_ms(r.end_to_end_s)} ms for {r.flops:.3g} FLOP; compare by GFLOP/s and speedup"
+            )
         yield [
             r.case,
             r.contender,
-            _ms(r.end_to_end_s),
-            _ms(r.kernel_s),
+            "-" if _reduced(r) else _ms(r.end_to_end_s),
+            "-" if _reduced(r) else _ms(r.kernel_s),
             f"{ratio[(r.case, r.contender)]:.2f}x" if (r.case, r.contender) in ratio else "-",
             f"{r.gflops:.3g}",
             "-" if r.frac_roof is None else f"{100 * r.frac_roof:.1f}%",
             f"{r.max_rel_error:.1e}" + ("" if r.error_ok else " WRONG"),
             "; ".join(
-                filter(None, [r.note, None if r.h2d_s is None else f"copies: to GPU {_ms(r.h2d_s)} ms, back {_ms(r.d2h_s)} ms"])
+                filter(None, [note, None if r.h2d_s is None else f"copies: to GPU {_ms(r.h2d_s)} ms, back {_ms(r.d2h_s)} ms"])
             ),
         ]
 
@@ -54,15 +96,21 @@ HEADERS = ["case", "contender", "ms (end to end)", "ms (kernel)", "speedup", "GF
 #: A GPU result's note also gives its transfer times (NumPy in, NumPy out).
 
 
-def print_table(results: list[Result], baseline: str, title: str) -> None:
-    """The seed reports' table, in the terminal: one section per case."""
+def _console():
+    """A rich console that does not fold logs and pipes to 80 columns."""
     from rich.console import Console
-    from rich.table import Table
 
     console = Console()
-    if not console.is_terminal:
-        console = Console(width=160)  # logs and pipes: do not fold to 80 columns
-    table = Table(title=title, title_justify="left")
+    return console if console.is_terminal else Console(width=160)
+
+
+def print_table(results: list[Result], baseline: str, title: str) -> None:
+    """The seed reports' table, in the terminal: one section per case."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = _console()
+    table = Table(title=escape(title), title_justify="left")
     for header in ("case", "contender", "ms", "kernel ms", "speedup", "GFLOP/s", "% roof", "rel. error", "note"):
         table.add_column(header, overflow="fold")
     previous = None
@@ -71,9 +119,27 @@ def print_table(results: list[Result], baseline: str, title: str) -> None:
             continue  # anchors that do not apply: listed in the files, not here
         if previous is not None and row[0] != previous:
             table.add_section()
-        table.add_row(row[0] if row[0] != previous else "", *row[1:])
+        cells = [row[0] if row[0] != previous else "", *row[1:]]
+        table.add_row(*(escape(str(c)) for c in cells))  # case names and reasons may hold [brackets]
         previous = row[0]
     console.print(table)
+
+
+def print_ratios(compare_to: dict) -> None:
+    """This run against a saved one: one row per case and contender found in both."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    title = f"against {compare_to['path']} ({compare_to.get('date')}, {compare_to.get('machine')}): > 1 is faster now"
+    table = Table(title=escape(title), title_justify="left")
+    for header in ("case", "contender", "ms then", "ms now", "speed ratio"):
+        table.add_column(header, overflow="fold")
+    for row in compare_to["ratios"]:
+        table.add_row(
+            escape(row["case"]), escape(row["contender"]), f"{row['saved_ms']:.3g}", f"{row['now_ms']:.3g}",
+            f"{row['ratio']:.2f}x" + ("" if row["same_size"] else " (other size: per unit of work)"),
+        )
+    _console().print(table)
 
 
 def _markdown(results: list[Result], meta: dict, baseline: str, plots: list[str]) -> str:
@@ -92,8 +158,47 @@ def _markdown(results: list[Result], meta: dict, baseline: str, plots: list[str]
         "|" + "---|" * len(HEADERS),
     ]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in _rows(results, baseline)]
+    if meta.get("notes"):
+        lines += ["", *[f"- {note}" for note in meta["notes"]]]
+    saved = meta.get("compare_to")
+    if saved:
+        lines += [
+            "",
+            f"## Against {saved['path']} ({saved.get('date')}, {saved.get('machine')})",
+            "",
+            "Speed ratio: this run's throughput over the saved run's, > 1 is faster now.",
+            "",
+            "| case | contender | ms then | ms now | speed ratio |",
+            "|---|---|---|---|---|",
+            *[
+                f"| {r['case']} | {r['contender']} | {r['saved_ms']:.3g} | {r['now_ms']:.3g} | {r['ratio']:.2f}x |"
+                for r in saved["ratios"]
+            ],
+        ]
     lines += ["", *[f"![{p}]({p})" for p in plots], ""]
     return "\n".join(lines)
+
+
+def size_series(results: list[Result], meta: dict) -> list[tuple[str, list[tuple[float, float]]]]:
+    """The time-vs-size plot's series: (contender, [(FLOP, seconds), ...]) per family.
+
+    A line only joins cases of one family (one shape at several sizes, from
+    a sweep or a preset such as the signal lengths); every other case is a
+    series of one point, since a line between different layers means nothing.
+    """
+    family = {}
+    for c in meta.get("cases", []):
+        label = f"{c['name']} backward" if c.get("direction") == "backward" else c["name"]
+        family[label] = c.get("family") or ""
+    series: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for r in results:
+        if r.status != "ok":
+            continue
+        # A reduced-size row measured another size than its family's member: a point of its own.
+        joined = family.get(r.case) if not _reduced(r) else None
+        key = (r.contender, joined or f"single: {r.case}")
+        series.setdefault(key, []).append((r.flops, r.end_to_end_s))
+    return [(name, sorted(points)) for (name, _), points in series.items()]
 
 
 def _plots(results: list[Result], meta: dict, baseline: str, out: Path) -> list[str]:
@@ -107,10 +212,14 @@ def _plots(results: list[Result], meta: dict, baseline: str, out: Path) -> list[
     written = []
 
     fig, ax = plt.subplots(figsize=(7, 5))
-    for name in contenders:
-        pts = sorted((r.flops, r.end_to_end_s) for r in ok if r.contender == name)
-        ax.loglog([p[0] for p in pts], [p[1] for p in pts], "o-", label=name)
-    ax.set_xlabel("work (FLOP)")
+    colours = {name: f"C{i % 10}" for i, name in enumerate(contenders)}
+    labelled = set()
+    for name, points in size_series(results, meta):
+        style = "o-" if len(points) > 1 else "o"
+        ax.loglog([p[0] for p in points], [p[1] for p in points], style, color=colours[name],
+                  label=None if name in labelled else name)
+        labelled.add(name)
+    ax.set_xlabel("work (FLOP; reduced-size rows at their own work)")
     ax.set_ylabel("time, end to end (s)")
     ax.set_title(f"{meta['workload']}: time vs size")
     ax.grid(True, which="both", alpha=0.3)
@@ -161,22 +270,43 @@ def _plots(results: list[Result], meta: dict, baseline: str, out: Path) -> list[
     return written
 
 
+def csv_row(result: Result) -> dict:
+    """One result as flat CSV cells: ranges split into low/high, shapes as ``8x64x56x56``."""
+    row = {}
+    for key, value in result.as_dict().items():
+        if key.endswith("_range_s"):
+            stem = key[: -len("_range_s")]
+            row[f"{stem}_min_s"], row[f"{stem}_max_s"] = value if value is not None else (None, None)
+        elif key == "x_shape":
+            row[key] = "x".join(str(v) for v in value)
+        else:
+            row[key] = value
+    return row
+
+
+#: Why plots are missing, for the notes of a run without matplotlib.
+PLOTS_SKIPPED = "plots skipped: matplotlib is not installed (pip install 'convsuite[bench]')"
+
+
 def write_reports(results: list[Result], meta: dict, baseline: str, out: Path) -> dict[str, Path]:
-    """Write results.json, results.csv, report.md and the PNG plots to ``out``."""
+    """Write results.json, results.csv, report.md and the PNG plots to ``out``.
+
+    Without matplotlib the plots are skipped and ``meta["notes"]`` says so.
+    """
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "results.json", "csv": out / "results.csv", "markdown": out / "report.md"}
-    paths["json"].write_text(json.dumps(dict(meta=meta, results=[r.as_dict() for r in results]), indent=2))
-    fields = list(results[0].as_dict()) if results else []
-    with paths["csv"].open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
-        writer.writeheader()
-        for r in results:
-            writer.writerow(r.as_dict())
     try:
         plots = _plots(results, meta, baseline, out)
     except ImportError:  # matplotlib is in the bench extra
         plots = []
+        meta.setdefault("notes", []).append(PLOTS_SKIPPED)
     for name in plots:
         paths[name] = out / name
+    paths["json"].write_text(json.dumps(dict(meta=meta, results=[r.as_dict() for r in results]), indent=2))
+    rows = [csv_row(r) for r in results]
+    with paths["csv"].open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else [], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
     paths["markdown"].write_text(_markdown(results, meta, baseline, plots))
     return paths

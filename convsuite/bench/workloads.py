@@ -60,10 +60,13 @@ class Case:
     bias: bool = True
     direction: str = "forward"
     note: str = ""
+    dilation: Any = 1
+    #: Cases of one family differ only in size (a sweep); plots join them by a line.
+    family: str = ""
 
     @property
     def keywords(self) -> dict:
-        return dict(stride=self.stride, padding=self.padding, groups=self.groups)
+        return dict(stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups)
 
     @property
     def label(self) -> str:
@@ -112,7 +115,10 @@ def _signal_cases(device: str) -> list[Case]:
             continue
         for k in entry["mask_widths"]:
             cases.append(
-                Case("conv1d-signal", f"N={n:.0e} K={k}", "conv1d", (n,), (k,), padding="same", bias=False)
+                Case(
+                    "conv1d-signal", f"N={n:.0e} K={k}", "conv1d", (n,), (k,), padding="same", bias=False,
+                    family=f"1-D K={k}",
+                )
             )
     return cases
 
