@@ -16,7 +16,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from . import _epilogue, _plans, _threads, _tuning, distributed
+from . import _capture, _epilogue, _plans, _threads, _tuning, distributed
 from ._plans import Decision, Plan
 from ._registry import home_backend, requested_backend
 from ._spec import ConvSpec
@@ -102,6 +102,7 @@ def _plan_key(
         _tuning.autotune_enabled(),
         _plans._generation,
         activation,
+        _capture._CAPTURING.get(),  # CUDA-graph capture chooses among capturable kernels only
     )
 
 

@@ -288,9 +288,13 @@ class Plan:
         contiguous, dtype = self._xp_in.ascontiguousarray, self.dtype
         if self._large:
             check_call_memory(self, "forward", (x, w, bias))
-        x = contiguous(x, dtype=dtype)
-        w = contiguous(w, dtype=dtype)
-        if bias is not None:
+        # Attribute checks first: a conversion call costs microseconds even when
+        # it has nothing to do (CuPy's especially), and most operands are ready.
+        if x.dtype != dtype or not x.flags.c_contiguous:
+            x = contiguous(x, dtype=dtype)
+        if w.dtype != dtype or not w.flags.c_contiguous:
+            w = contiguous(w, dtype=dtype)
+        if bias is not None and (bias.dtype != dtype or not bias.flags.c_contiguous):
             bias = contiguous(bias, dtype=dtype)
         if self._to_device is not None:
             to_device = self._to_device

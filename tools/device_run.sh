@@ -45,9 +45,13 @@ bench)
   run regret 120 python3 -m convsuite.bench.regret --device gpu --docs "$LOGS"
   ;;
 multi)
-  run pytest-multigpu 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_distributed_gpu.py
+  nvidia-smi -L | tee -a "$SUMMARY"
+  run pytest-multigpu 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_distributed_gpu.py tests/test_nets_gpu.py
   grep -E "^(FAILED|ERROR)" "$LOGS/pytest-multigpu.log" | head -20 | tee -a "$SUMMARY"
-  run scaling 200 python3 -m convsuite.bench.scaling --only gpus --out "$LOGS"
+  run networks 110 python3 -m convsuite.bench.networks --gpu --only mobilenet --backends numpy --out "$LOGS/networks.json"
+  grep -A8 "GPU, device-resident" "$LOGS/networks.log" | tee -a "$SUMMARY"
+  run scaling 130 python3 -m convsuite.bench.scaling --only gpus --out "$LOGS"
+  grep -iE "gpu|x one" "$LOGS/scaling.log" | tail -8 | tee -a "$SUMMARY"
   ;;
 esac
 echo "=== summary"

@@ -43,6 +43,7 @@ import threading
 import time
 from collections import OrderedDict
 
+from .._capture import capturing
 from .._spec import ConvSpec
 from . import _cupy_runtime as rt
 from ._cupy_algorithms import (
@@ -62,6 +63,9 @@ _PLAN_CACHE_SIZE = 256
 _POINTWISE_MOST = 160  # output channels per group up to which the pointwise kernel beat cuBLAS (5 passes over x)
 _BIG_ENOUGH = 128  # big block tiles (about one per multiprocessor) before igemm_big beats the 64x64 kernel
 
+
+#: Algorithms that multiply through cuBLAS (declined while a CUDA graph is captured).
+_CALLS_CUBLAS = frozenset({"pointwise_gemm", "im2col_gemm"})
 
 #: Forward kernels whose input tiles hold padding as zeros that are multiplied
 #: like any other input (load_patch, the implicit-GEMM gathers).
@@ -166,6 +170,8 @@ class CupyBackend(Backend):
                 "stride, dilation, padding or a padded/dilated extent of 2^30 or more overflows "
                 "the kernels' 32-bit int geometry; the 'cython' and 'numba' backends index with 64 bits"
             )
+        if algorithm in _CALLS_CUBLAS and capturing():
+            return "calls cuBLAS, which CuPy refuses during CUDA-graph stream capture"
         return super().can_run(spec, algorithm, direction)
 
     def ieee_padding(self, spec: ConvSpec, algorithm: str, direction: str) -> bool:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._arrays import is_cupy_array
+from .._capture import graph_capture
 from .module import Module, no_grad
 
 __all__ = ["CapturedNetwork"]
@@ -101,7 +102,7 @@ class CapturedNetwork:
         stream = cupy.cuda.Stream(non_blocking=True)
         pool = cupy.cuda.MemoryPool()
         caller = cupy.cuda.get_current_stream()
-        with cupy.cuda.using_allocator(pool.malloc), stream, no_grad():
+        with cupy.cuda.using_allocator(pool.malloc), stream, no_grad(), graph_capture():
             stream.wait_event(caller.record())
             static_x = cupy.empty_like(x)
             static_x[...] = x

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from .._capture import capturing
 from ._xp import array_module
 from .conv import _float_dtype, _rng
 from .module import Module, Parameter
@@ -116,6 +117,48 @@ class Flatten(Module):
         return grad_y.reshape(self._shape)
 
 
+_LINEAR_SOURCE = r"""
+template <typename T>
+__global__ void linear_rows(const T* x, const T* w, const T* b, T* y, int rows, int n_in, int n_out, int has_bias) {
+    // One thread per output y[r, o] = b[o] + sum_i x[r, i] * w[o, i]; used only under
+    // CUDA-graph capture, where cuBLAS may not be called (batch-1 classifiers).
+    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (long long)rows * n_out) return;
+    int r = (int)(t / n_out), o = (int)(t % n_out);
+    const T* xr = x + (long long)r * n_in;
+    const T* wr = w + (long long)o * n_in;
+    T acc = has_bias ? b[o] : T(0);
+    for (int i = 0; i < n_in; ++i) acc += xr[i] * wr[i];
+    y[t] = acc;
+}
+"""
+_linear_modules: dict = {}
+
+
+def _linear_without_blas(x, w, b):
+    """``x @ w.T + b`` on the GPU with one thread per output (no cuBLAS)."""
+    import cupy
+
+    dtype = x.dtype
+    key = (cupy.cuda.Device().id, dtype.name)
+    module = _linear_modules.get(key)
+    if module is None:
+        name = "linear_rows<float>" if dtype == np.float32 else "linear_rows<double>"
+        module = cupy.RawModule(code=_LINEAR_SOURCE, options=("-std=c++17",), name_expressions=[name])
+        _linear_modules[key] = module = (module, name)
+    raw, name = module
+    x = cupy.ascontiguousarray(x, dtype=dtype)
+    w = cupy.ascontiguousarray(w, dtype=dtype)
+    rows, n_in, n_out = x.shape[0], x.shape[1], w.shape[0]
+    y = cupy.empty((rows, n_out), dtype=dtype)
+    bias = y if b is None else cupy.ascontiguousarray(b, dtype=dtype)  # any pointer when there is none
+    total = rows * n_out
+    kernel = raw.get_function(name)
+    kernel(((total + 255) // 256,), (256,), (x, w, bias, y, np.int32(rows), np.int32(n_in), np.int32(n_out),
+                                            np.int32(b is not None)))
+    return y
+
+
 class Linear(Module):
     """``y = x @ weight.T + bias``, like ``torch.nn.Linear`` (same initialisation).
 
@@ -155,6 +198,8 @@ class Linear(Module):
                 f"got {tuple(x.shape)}"
             )
         self._x = x if self._need_cache() else None
+        if capturing():  # CuPy refuses cuBLAS during CUDA-graph capture: a kernel of our own
+            return _linear_without_blas(x, self.weight.data, None if self.bias is None else self.bias.data)
         y = x @ self.weight.data.T
         if self.bias is not None:
             y += self.bias.data
