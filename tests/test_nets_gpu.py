@@ -71,8 +71,10 @@ def test_graph_replay_equals_eager_and_is_never_stale():
     assert graph.fallback_reason is None and graph.captures == 1 and graph.replays == 1
     out2 = graph(x2)
     assert graph.captures == 1 and graph.replays == 2
-    cupy.testing.assert_allclose(out1, eager1, rtol=1e-5, atol=1e-6)
-    cupy.testing.assert_allclose(out2, eager2, rtol=1e-5, atol=1e-6)
+    # Under capture the plans avoid cuBLAS (CuPy refuses it there), so some
+    # layers run another algorithm than eagerly: equal to float32 rounding of
+    # a different summation order, not bit for bit.
+    assert _rel(out1, eager1.get()) <= 1e-5 and _rel(out2, eager2.get()) <= 1e-5
     assert not cupy.allclose(out1, out2)  # the first result was not overwritten by the second replay
     assert _rel(out1, FIXTURE["logits_float64_224"][:1]) <= 1e-4
 
@@ -87,7 +89,7 @@ def test_graph_recaptures_on_a_new_shape_or_new_weights():
     out = graph(large)
     assert graph.captures == 2 and graph.fallback_reason is None
     with nn.no_grad():
-        cupy.testing.assert_allclose(out, net(large), rtol=1e-5, atol=1e-6)
+        assert _rel(out, net(large).get()) <= 1e-5
     # New weights: the graph must not read the old arrays.
     state = {k: cupy.asnumpy(v) * 1.5 if k.endswith("classifier.1.weight") else cupy.asnumpy(v)
              for k, v in net.state_dict().items()}
@@ -95,7 +97,7 @@ def test_graph_recaptures_on_a_new_shape_or_new_weights():
     out = graph(small)
     assert graph.captures == 3
     with nn.no_grad():
-        cupy.testing.assert_allclose(out, net(small), rtol=1e-5, atol=1e-6)
+        assert _rel(out, net(small).get()) <= 1e-5
 
 
 def test_graph_eager_fallback_for_new_shapes():
