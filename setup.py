@@ -39,8 +39,7 @@ class OptionalBuildExt(build_ext):
         if REQUIRE:
             raise
         sys.stderr.write(
-            f"WARNING: convsuite's Cython extension was not built ({exc}); "
-            "the 'cython' backend will be unavailable.\n"
+            f"WARNING: convsuite's Cython extension was not built ({exc}); the 'cython' backend will be unavailable.\n"
         )
 
 
@@ -76,10 +75,7 @@ def extensions():
         return []
     flags = ["-O3"] + cpu_target_flags()
     flags += os.environ.get("CONVSUITE_CFLAGS", "").split()
-    mods = [
-        Extension(f"convsuite._cython.{Path(s).stem}", [s], extra_compile_args=flags)
-        for s in sources
-    ]
+    mods = [Extension(f"convsuite._cython.{Path(s).stem}", [s], extra_compile_args=flags) for s in sources]
     return cythonize(
         mods,
         language_level=3,

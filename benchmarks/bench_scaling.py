@@ -69,8 +69,9 @@ class DaskWorkers:
         except ImportError as exc:
             raise NotImplementedError(f"the dask extra is not installed ({exc})") from None
         _require_backend("numba")
-        self.cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                                dashboard_address=None, silence_logs=40)
+        self.cluster = distributed.LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
+        )
         self.client = distributed.Client(self.cluster, set_as_default=False)
         self.client.run(cs.set_num_threads, 1)  # one core per worker process
         rng = np.random.default_rng(0)

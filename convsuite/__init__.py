@@ -10,6 +10,7 @@ Importing this package imports NumPy only; backends (and numba, cupy, the
 compiled extension) load the first time a call needs them.
 """
 
+from . import nets, nn  # networks on top of the functions above (imports numpy only)
 from ._api import Explanation, conv1d, conv1d_backward, conv2d, conv2d_backward, explain, plan, tune
 from ._errors import BackendUnavailableError, UnsupportedCaseError
 from ._layers import Conv1D, Conv2D
@@ -26,7 +27,6 @@ from ._registry import (
 from ._spec import ConvSpec
 from ._threads import get_num_threads, set_num_threads
 from ._tuning import TuneResult, clear_tuning_cache, set_autotune, use_autotune
-from . import nets, nn  # networks on top of the functions above (imports numpy only)
 
 __version__ = "0.1.0"
 

@@ -166,9 +166,7 @@ def _build(
     )
 
 
-def _planned(
-    ndim, direction, a, b, c, stride, padding, dilation, groups, backend, algorithm, activation=None
-) -> Plan:
+def _planned(ndim, direction, a, b, c, stride, padding, dilation, groups, backend, algorithm, activation=None) -> Plan:
     """The cached plan of a call, built on a miss."""
     name, source = requested_backend(backend)
     geometry = (stride, padding, dilation, groups, name, source, algorithm)
@@ -193,9 +191,7 @@ def _planned(
 def _as_plan_operands(plan_: Plan, names: tuple[str, ...], operands: tuple) -> tuple:
     """Operands of another type than the plan's (lists, __array__, DLPack) read as arrays."""
     kind = plan_.in_type
-    return tuple(
-        a if a is None or type(a) is kind else as_real_array(a, name) for name, a in zip(names, operands)
-    )
+    return tuple(a if a is None or type(a) is kind else as_real_array(a, name) for name, a in zip(names, operands))
 
 
 def _forward(ndim, x, w, bias, stride, padding, dilation, groups, backend, algorithm, activation=None):

@@ -26,8 +26,8 @@ from typing import Any, Callable, Hashable
 import numpy as np
 
 from . import _buffers, _epilogue, _instrument, _nonfinite
-from ._validation import SMALL_CALL_BYTES, check_call_memory
 from ._spec import ConvSpec
+from ._validation import SMALL_CALL_BYTES, check_call_memory
 from .backends.base import Backend
 
 __all__ = ["Decision", "Plan", "PlanCache", "clear_plan_cache", "generation", "invalidate", "plan_cache_info"]

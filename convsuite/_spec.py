@@ -30,9 +30,7 @@ def full_padding(kernel: int, dilation: int) -> tuple[int, int]:
     return reach, reach
 
 
-def output_length(
-    length: int, pad: tuple[int, int], kernel: int, stride: int, dilation: int
-) -> int:
+def output_length(length: int, pad: tuple[int, int], kernel: int, stride: int, dilation: int) -> int:
     """Number of outputs along one dimension; may be <= 0 for an impossible case."""
     span = dilation * (kernel - 1) + 1
     padded = length + pad[0] + pad[1]

@@ -38,9 +38,7 @@ def set_num_threads(n: int | None) -> None:
     n = positive_int(n, "n")
     limit = max_threads()
     if n > limit:
-        raise ValueError(
-            f"`n` must be between 1 and {limit} (NUMBA_NUM_THREADS or the CPU count); got {n}"
-        )
+        raise ValueError(f"`n` must be between 1 and {limit} (NUMBA_NUM_THREADS or the CPU count); got {n}")
     _requested = n
 
 

@@ -81,8 +81,7 @@ def as_int_tuple(value: Any, ndim: int, name: str, minimum: int = 1) -> tuple[in
         raise ValueError(f"`{name}` must be >= {minimum} in every dimension; got {_show(value)}")
     if any(v >= INDEX_LIMIT for v in items):
         raise ValueError(
-            f"`{name}` must be below 2**62 in every dimension (kernels index with 64-bit "
-            f"integers); got {_show(value)}"
+            f"`{name}` must be below 2**62 in every dimension (kernels index with 64-bit integers); got {_show(value)}"
         )
     return tuple(int(v) for v in items)
 
@@ -121,8 +120,7 @@ def parse_padding(value: Any, ndim: int) -> str | tuple[tuple[int, int], ...]:
             raise ValueError(f"`padding` must be non-negative in every dimension; got {_show(value)}")
         if pair[0] >= INDEX_LIMIT or pair[1] >= INDEX_LIMIT:
             raise ValueError(
-                f"`padding` must be below 2**62 on every side (kernels index with 64-bit "
-                f"integers); got {_show(value)}"
+                f"`padding` must be below 2**62 on every side (kernels index with 64-bit integers); got {_show(value)}"
             )
         pairs.append((int(pair[0]), int(pair[1])))
     return tuple(pairs)
@@ -334,9 +332,7 @@ def prepare_forward(
     w = as_real_array(w, "w")
     if bias is not None:
         bias = as_real_array(bias, "bias")
-    if is_cupy_array(x) != is_cupy_array(w) or (
-        bias is not None and is_cupy_array(bias) != is_cupy_array(x)
-    ):
+    if is_cupy_array(x) != is_cupy_array(w) or (bias is not None and is_cupy_array(bias) != is_cupy_array(x)):
         raise TypeError(
             "`x`, `w` and `bias` must all be NumPy arrays or all be CuPy arrays; "
             f"got x: {type(x).__module__}, w: {type(w).__module__}"
@@ -355,14 +351,9 @@ def prepare_forward(
     out_channels, channels_per_group, *kernel = (int(s) for s in wc.shape)
 
     if channels % groups:
-        raise ValueError(
-            f"`groups` must divide the input channels C={channels}; got groups={groups}"
-        )
+        raise ValueError(f"`groups` must divide the input channels C={channels}; got groups={groups}")
     if out_channels % groups:
-        raise ValueError(
-            f"`groups` must divide the output channels M={out_channels} (w.shape[0]); "
-            f"got groups={groups}"
-        )
+        raise ValueError(f"`groups` must divide the output channels M={out_channels} (w.shape[0]); got groups={groups}")
     if channels_per_group * groups != channels:
         raise ValueError(
             f"channel mismatch: x has C={channels} channels, so w.shape[1] must be "
@@ -437,15 +428,12 @@ def prepare_backward(
     not copied (see :func:`convert_operands`).
     """
     grad_y = as_real_array(grad_y, "grad_y")
-    call = prepare_forward(
-        op, ndim, x, w, None, stride, padding, dilation, groups, extra=(grad_y,), convert=False
-    )
+    call = prepare_forward(op, ndim, x, w, None, stride, padding, dilation, groups, extra=(grad_y,), convert=False)
     spec = call.spec
     expected = call.user_shape(spec.y_shape)
     if tuple(grad_y.shape) != tuple(expected):
         raise ValueError(
-            f"`grad_y` must have the shape of the forward output, {tuple(expected)}; "
-            f"got {tuple(grad_y.shape)}"
+            f"`grad_y` must have the shape of the forward output, {tuple(expected)}; got {tuple(grad_y.shape)}"
         )
     if is_cupy_array(grad_y) != (call.xp is not np):
         raise TypeError("`grad_y` must live where `x` lives (both NumPy or both CuPy)")
@@ -511,9 +499,7 @@ def check_call_memory(plan: Any, direction: str, operands: tuple) -> None:
     _refuse_if_short(parts, direction)
 
 
-def reserve_memory(
-    call: PreparedCall, backend: Any, algorithm: str, direction: str, grad_y: Any = None
-) -> None:
+def reserve_memory(call: PreparedCall, backend: Any, algorithm: str, direction: str, grad_y: Any = None) -> None:
     """Refuse, before anything is allocated, a call whose buffers do not fit in memory.
 
     Counts every host buffer the call allocates: copies of the operands
@@ -524,11 +510,7 @@ def reserve_memory(
     Outputs and workspace of a GPU backend are checked on its device instead.
     """
     spec = call.spec
-    parts = {
-        "operand copies": sum(
-            copy_bytes(a, spec.dtype) for a in (call.x, call.w, call.bias, grad_y)
-        )
-    }
+    parts = {"operand copies": sum(copy_bytes(a, spec.dtype) for a in (call.x, call.w, call.bias, grad_y))}
     if getattr(backend, "device", "cpu") == "cpu":
         if direction == "forward":
             outputs = math.prod(spec.y_shape)

@@ -148,8 +148,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
         try:
             results, meta = run_comparison(
-                workload=workload, dtype=args.dtype, repeat=args.repeat, device=args.device,
-                progress=progress, cases=cases, request=request,
+                workload=workload,
+                dtype=args.dtype,
+                repeat=args.repeat,
+                device=args.device,
+                progress=progress,
+                cases=cases,
+                request=request,
             )
         except OSError as exc:  # the folder was writable a moment ago; say what failed, in one line
             _print(f"convsuite compare: error: could not write the reports: {exc}", err=True)
@@ -208,8 +213,12 @@ def _add_compare(sub) -> None:
     )
     what = compare.add_argument_group("what to measure (a preset, or your own cases)")
     what.add_argument("--workload", choices=workload_names(), default=None, help="a preset (default: default)")
-    what.add_argument("--op", choices=["conv1d", "conv2d"], default=None,
-                      help="your case's operation (default: from the weight's rank)")
+    what.add_argument(
+        "--op",
+        choices=["conv1d", "conv2d"],
+        default=None,
+        help="your case's operation (default: from the weight's rank)",
+    )
     what.add_argument("--x", metavar="SHAPE", help="your input shape, e.g. 8,64,56,56 (or N for a plain signal)")
     what.add_argument("--w", metavar="SHAPE", help="your weight shape, e.g. 64,64,3,3 (or K for a plain signal)")
     what.add_argument("--stride", default=None, help="e.g. 1, or 2,1 (default 1)")
@@ -217,25 +226,42 @@ def _add_compare(sub) -> None:
     what.add_argument("--dilation", default=None, help="e.g. 1, or 2,2 (default 1)")
     what.add_argument("--groups", default=None, help="(default 1)")
     what.add_argument("--no-bias", action="store_true", help="your case without a bias")
-    what.add_argument("--direction", choices=["forward", "backward", "both"], default="forward",
-                      help="for your cases (default forward)")
+    what.add_argument(
+        "--direction",
+        choices=["forward", "backward", "both"],
+        default="forward",
+        help="for your cases (default forward)",
+    )
     what.add_argument("--cases", metavar="FILE", help="a JSON (or YAML) list of cases: {x, w, stride, padding, ...}")
-    what.add_argument("--sweep", metavar="VAR=V1,V2", action="append",
-                      help=f"measure each case at several sizes; VAR is one of {', '.join(SWEEP_VARIABLES)} "
-                      "(repeatable: every combination)")
+    what.add_argument(
+        "--sweep",
+        metavar="VAR=V1,V2",
+        action="append",
+        help=f"measure each case at several sizes; VAR is one of {', '.join(SWEEP_VARIABLES)} "
+        "(repeatable: every combination)",
+    )
     how = compare.add_argument_group("how")
     how.add_argument("--backends", type=_backend_list, default=None, help="comma-separated (default: all)")
     how.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     how.add_argument("--repeat", type=_positive, default=5, help="timed runs after warm-up (default 5)")
-    how.add_argument("--device", choices=["cpu", "gpu"], default="cpu",
-                     help="size the workload for, and compare on, this device (default cpu)")
-    how.add_argument("--baseline", default=None,
-                     help="contender the speedups are relative to (default: numpy on cpu, cuDNN on gpu)")
+    how.add_argument(
+        "--device",
+        choices=["cpu", "gpu"],
+        default="cpu",
+        help="size the workload for, and compare on, this device (default cpu)",
+    )
+    how.add_argument(
+        "--baseline", default=None, help="contender the speedups are relative to (default: numpy on cpu, cuDNN on gpu)"
+    )
     how.add_argument("--no-anchors", action="store_true", help="leave out torch / numpy / scipy rows")
     out = compare.add_argument_group("output")
     out.add_argument("--out", default="compare-out", help="folder for the reports (default compare-out)")
-    out.add_argument("--compare-to", metavar="RESULTS", default=None,
-                     help="a results.json (or its folder) of an earlier run: speed ratios against it")
+    out.add_argument(
+        "--compare-to",
+        metavar="RESULTS",
+        default=None,
+        help="a results.json (or its folder) of an earlier run: speed ratios against it",
+    )
     compare.set_defaults(func=cmd_compare)
 
 
@@ -246,9 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="convsuite", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"convsuite {convsuite.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("info", help="machine, versions, backends and why any is unavailable").set_defaults(
-        func=cmd_info
-    )
+    sub.add_parser("info", help="machine, versions, backends and why any is unavailable").set_defaults(func=cmd_info)
     _add_compare(sub)
     from convsuite.cli_train import add_train_parser  # the `train` command (issue 13)
 

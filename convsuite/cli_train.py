@@ -45,13 +45,25 @@ def add_train_parser(sub) -> None:
     defaults = TrainConfig()
     train = sub.add_parser("train", help="train LeNet-5 on scikit-learn's digits with convsuite's backward passes")
     train.add_argument("network", choices=["lenet5"], help="network to train")
-    train.add_argument("--data", choices=["digits"], default="digits",
-                       help="scikit-learn's 8x8 digits, resized to the network's input (default)")
-    train.add_argument("--variant", choices=list(LENET5_VARIANTS), default=defaults.variant,
-                       help=f"LeNet-5 variant (default {defaults.variant})")
+    train.add_argument(
+        "--data",
+        choices=["digits"],
+        default="digits",
+        help="scikit-learn's 8x8 digits, resized to the network's input (default)",
+    )
+    train.add_argument(
+        "--variant",
+        choices=list(LENET5_VARIANTS),
+        default=defaults.variant,
+        help=f"LeNet-5 variant (default {defaults.variant})",
+    )
     train.add_argument("--backend", default=None, help="convolution backend (default: auto)")
-    train.add_argument("--device", choices=["cpu", "gpu"], default=None,
-                       help="where weights and batches live (default: the backend's device)")
+    train.add_argument(
+        "--device",
+        choices=["cpu", "gpu"],
+        default=None,
+        help="where weights and batches live (default: the backend's device)",
+    )
     train.add_argument("--epochs", type=_positive, default=defaults.epochs, help=f"(default {defaults.epochs})")
     train.add_argument("--batch", type=_positive, default=defaults.batch, help=f"(default {defaults.batch})")
     train.add_argument("--seed", type=_non_negative, default=defaults.seed, help=f"(default {defaults.seed})")
@@ -79,8 +91,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     names = [b.name for b in convsuite.list_backends()]
     if args.backend is not None and args.backend not in names + ["auto"]:
-        print(f"convsuite train: error: --backend must be one of {', '.join(names)} or auto; got {args.backend!r}",
-              file=sys.stderr)
+        print(
+            f"convsuite train: error: --backend must be one of {', '.join(names)} or auto; got {args.backend!r}",
+            file=sys.stderr,
+        )
         return 2
     if args.backend not in (None, "auto"):
         info = {b.name: b for b in convsuite.list_backends()}[args.backend]
@@ -90,20 +104,35 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not args.lr > 0:
         print(f"convsuite train: error: --lr must be positive; got {args.lr}", file=sys.stderr)
         return 2
-    config = TrainConfig(variant=args.variant, backend=args.backend, epochs=args.epochs, batch=args.batch,
-                         seed=args.seed, lr=args.lr, device=args.device or _device_of(args.backend))
+    config = TrainConfig(
+        variant=args.variant,
+        backend=args.backend,
+        epochs=args.epochs,
+        batch=args.batch,
+        seed=args.seed,
+        lr=args.lr,
+        device=args.device or _device_of(args.backend),
+    )
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("[bold]lenet5[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("loss {task.fields[loss]:.4f}"), TimeElapsedColumn(), transient=False) as bar:
+    with Progress(
+        TextColumn("[bold]lenet5[/] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]:.4f}"),
+        TimeElapsedColumn(),
+        transient=False,
+    ) as bar:
         task = bar.add_task(f"{config.variant} on {config.backend or 'auto'}", total=None, loss=float("nan"))
 
         def progress(step: int, total: int, loss: float) -> None:
             bar.update(task, completed=step, total=total, loss=loss)
 
         result = train_lenet5(config, progress=progress)
-    print(f"test accuracy {result.test_accuracy:.4f} on {result.sizes['test']} held-out digits "
-          f"after {config.epochs} epochs ({result.seconds:.1f} s)")
+    print(
+        f"test accuracy {result.test_accuracy:.4f} on {result.sizes['test']} held-out digits "
+        f"after {config.epochs} epochs ({result.seconds:.1f} s)"
+    )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report = {
@@ -115,8 +144,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         "epochs": config.epochs,
         "batch": config.batch,
         "seed": config.seed,
-        "optimizer": {"name": "SGD", "lr": config.lr, "momentum": config.momentum,
-                      "weight_decay": config.weight_decay},
+        "optimizer": {"name": "SGD", "lr": config.lr, "momentum": config.momentum, "weight_decay": config.weight_decay},
         "train_size": result.sizes["train"],
         "test_size": result.sizes["test"],
         "test_accuracy": result.test_accuracy,

@@ -44,9 +44,19 @@ def check_layer(layer, x: np.ndarray, *, seed: int = 0, rtol: float = 1e-5, atol
         return float((layer(x) * G).sum())
 
     idx = sample_indices(x.shape, rng)
-    np.testing.assert_allclose(np.array([grad_x[i] for i in idx]), numeric_gradient(f, x, idx), rtol=rtol, atol=atol,
-                               err_msg=f"{type(layer).__name__}: grad wrt input")
+    np.testing.assert_allclose(
+        np.array([grad_x[i] for i in idx]),
+        numeric_gradient(f, x, idx),
+        rtol=rtol,
+        atol=atol,
+        err_msg=f"{type(layer).__name__}: grad wrt input",
+    )
     for name, p in layer.named_parameters():
         idx = sample_indices(p.data.shape, rng)
-        np.testing.assert_allclose(np.array([grads[id(p)][i] for i in idx]), numeric_gradient(f, p.data, idx),
-                                   rtol=rtol, atol=atol, err_msg=f"{type(layer).__name__}: grad wrt {name}")
+        np.testing.assert_allclose(
+            np.array([grads[id(p)][i] for i in idx]),
+            numeric_gradient(f, p.data, idx),
+            rtol=rtol,
+            atol=atol,
+            err_msg=f"{type(layer).__name__}: grad wrt {name}",
+        )

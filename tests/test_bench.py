@@ -82,8 +82,13 @@ def test_compare_writes_readable_reports(tmp_path, wrong_backend):
     import matplotlib.image
 
     results, meta = run_comparison(
-        workload="default", backends=["numpy", wrong_backend], anchors=True, repeat=1,
-        out=tmp_path, progress=False, ceilings=FIXED,
+        workload="default",
+        backends=["numpy", wrong_backend],
+        anchors=True,
+        repeat=1,
+        out=tmp_path,
+        progress=False,
+        ceilings=FIXED,
     )
     data = json.loads((tmp_path / "results.json").read_text())
     assert {"date", "machine", "ceilings", "workload", "dtype", "repeat"} <= set(data["meta"])
@@ -195,7 +200,12 @@ def test_compare_to_a_saved_run(tmp_path):
     case = custom_case("2,3,12,12", "4,3,3,3", padding="same")
     run_comparison(cases=[case], backends=["numpy"], anchors=False, repeat=1, out=tmp_path / "old", ceilings=FIXED)
     _, meta = run_comparison(
-        cases=[case], backends=["numpy", "python"], anchors=False, repeat=1, out=tmp_path / "new", ceilings=FIXED,
+        cases=[case],
+        backends=["numpy", "python"],
+        anchors=False,
+        repeat=1,
+        out=tmp_path / "new",
+        ceilings=FIXED,
         compare_to=tmp_path / "old" / "results.json",
     )
     ratios = meta["compare_to"]["ratios"]

@@ -176,9 +176,22 @@ def test_ctrl_c_in_a_real_process_exits_130(tmp_path):
     import time
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "convsuite", "compare", "--backends", "python", "--workload", "ece408-fa19",
-         "--no-anchors", "--out", str(tmp_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "convsuite",
+            "compare",
+            "--backends",
+            "python",
+            "--workload",
+            "ece408-fa19",
+            "--no-anchors",
+            "--out",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     time.sleep(8)  # past the imports, into the ceilings or the measurements
     proc.send_signal(signal.SIGINT)
@@ -200,9 +213,32 @@ def test_compare_own_shape_with_sweep(tmp_path, monkeypatch, capsys):
         "convsuite.bench.compare.measure_cpu_ceilings",
         lambda: Ceilings(device="cpu", copy_gbs=20.0, gemm_gflops=100.0, how="fixed for tests"),
     )
-    argv = ["compare", "--op", "conv2d", "--x", "2,4,12,12", "--w", "6,2,3,3", "--stride", "2", "--padding", "same",
-            "--dilation", "1", "--groups", "2", "--sweep", "B=1,3", "--backends", "numpy", "--repeat", "1",
-            "--no-anchors", "--out", str(tmp_path)]
+    argv = [
+        "compare",
+        "--op",
+        "conv2d",
+        "--x",
+        "2,4,12,12",
+        "--w",
+        "6,2,3,3",
+        "--stride",
+        "2",
+        "--padding",
+        "same",
+        "--dilation",
+        "1",
+        "--groups",
+        "2",
+        "--sweep",
+        "B=1,3",
+        "--backends",
+        "numpy",
+        "--repeat",
+        "1",
+        "--no-anchors",
+        "--out",
+        str(tmp_path),
+    ]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "(B=1)" in out and "(B=3)" in out
@@ -227,8 +263,15 @@ def test_compare_cases_file_json_and_yaml(tmp_path, monkeypatch):
     cases = [
         {"name": "strided", "x": [2, 3, 11, 11], "w": [4, 3, 3, 3], "stride": [2, 1], "padding": [[1, 0], [0, 1]]},
         {"x": "1000", "w": "5", "padding": "same", "direction": "forward"},
-        {"name": "dilated 1-D", "op": "conv1d", "x": [2, 3, 50], "w": [3, 3, 4], "dilation": 3, "bias": False,
-         "direction": "backward"},
+        {
+            "name": "dilated 1-D",
+            "op": "conv1d",
+            "x": [2, 3, 50],
+            "w": [3, 3, 4],
+            "dilation": 3,
+            "bias": False,
+            "direction": "backward",
+        },
     ]
     path = tmp_path / "cases.json"
     path.write_text(json.dumps({"cases": cases}))

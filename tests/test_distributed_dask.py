@@ -59,8 +59,9 @@ def _check_case(ndim, x, w, b, keywords, chunks, grad_seed, backend=None):
     single = FORWARD[ndim](x, w, b, **keywords)
     got = y.compute()
     assert got.shape == single.shape and got.dtype == single.dtype
-    assert_within(got.reshape(spec.y_shape), reference_forward(spec, x, w, b),
-                  forward_tolerance(spec, x, w, b), "dask forward")
+    assert_within(
+        got.reshape(spec.y_shape), reference_forward(spec, x, w, b), forward_tolerance(spec, x, w, b), "dask forward"
+    )
 
     grad_y = np.random.default_rng(grad_seed).standard_normal(single.shape).astype(single.dtype)
     grads = BACKWARD[ndim](grad_y, xd, w, backend=backend, **keywords)
@@ -69,8 +70,9 @@ def _check_case(ndim, x, w, b, keywords, chunks, grad_seed, backend=None):
     assert gx.shape == x.shape and gw.shape == w.shape and gb.shape == (spec.out_channels,)
     assert grads[0].chunks == xd.chunks  # grad_x comes back chunked like x
     expected = reference_backward(spec, grad_y, x, w)
-    for name, g, want, tol in zip(("grad_x", "grad_w", "grad_b"), (gx, gw, gb), expected,
-                                  backward_tolerances(spec, grad_y, x, w)):
+    for name, g, want, tol in zip(
+        ("grad_x", "grad_w", "grad_b"), (gx, gw, gb), expected, backward_tolerances(spec, grad_y, x, w)
+    ):
         assert g.dtype == single.dtype
         assert_within(np.reshape(g, np.shape(want)), want, tol, f"dask {name}")
 
@@ -200,8 +202,9 @@ def test_dask_weights_and_grad_y_are_accepted_lazily():
     xd, wd, gyd = da.from_array(x, chunks=(1, 2, 7)), da.from_array(w, chunks=(1, 2, 4)), da.from_array(gy, chunks=5)
     with dask.config.set(scheduler="synchronous"):
         np.testing.assert_allclose(cs.conv1d(xd, wd, stride=2).compute(), cs.conv1d(x, w, stride=2), rtol=1e-12)
-        for got, want in zip(dask.compute(*cs.conv1d_backward(gyd, xd, wd, stride=2)),
-                             cs.conv1d_backward(gy, x, w, stride=2)):
+        for got, want in zip(
+            dask.compute(*cs.conv1d_backward(gyd, xd, wd, stride=2)), cs.conv1d_backward(gy, x, w, stride=2)
+        ):
             np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
 
 

@@ -37,8 +37,14 @@ def test_pieces_tile_the_output_and_reproduce_it_locally(n, kernel, stride, dila
         if p.in_size == 0:  # reads only padding
             np.testing.assert_array_equal(whole[p.out_lo : p.out_hi], 0)
             continue
-        local = cs.conv1d(x[p.in_lo : p.in_hi], w, stride=stride, dilation=dilation,
-                          padding=((p.pad_before, p.pad_after),), backend="numpy")
+        local = cs.conv1d(
+            x[p.in_lo : p.in_hi],
+            w,
+            stride=stride,
+            dilation=dilation,
+            padding=((p.pad_before, p.pad_after),),
+            backend="numpy",
+        )
         assert local.shape == (p.out_size,)
         np.testing.assert_allclose(local, whole[p.out_lo : p.out_hi], rtol=1e-12, atol=1e-12)
 

@@ -141,8 +141,24 @@ def test_train_command_writes_train_json(tmp_path, capsys):
     pytest.importorskip("sklearn")
     from convsuite.cli import main
 
-    code = main(["train", "lenet5", "--data", "digits", "--backend", "numpy", "--epochs", "1", "--batch", "128",
-                 "--seed", "1", "--out", str(tmp_path)])
+    code = main(
+        [
+            "train",
+            "lenet5",
+            "--data",
+            "digits",
+            "--backend",
+            "numpy",
+            "--epochs",
+            "1",
+            "--batch",
+            "128",
+            "--seed",
+            "1",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 0
     report = json.loads((tmp_path / "train.json").read_text())
     assert 0 <= report["test_accuracy"] <= 1 and len(report["loss_per_epoch"]) == 1
@@ -156,10 +172,13 @@ def test_train_command_writes_train_json(tmp_path, capsys):
     assert nets.evaluate(trained, data.x_test, data.y_test) == report["test_accuracy"]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--backend", "nosuch"], "--backend must be one of"),
-    (["--lr", "-1"], "--lr must be positive"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--backend", "nosuch"], "--backend must be one of"),
+        (["--lr", "-1"], "--lr must be positive"),
+    ],
+)
 def test_train_command_rejects_bad_options(argv, message, capsys):
     from convsuite.cli import main
 

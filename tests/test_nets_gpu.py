@@ -91,8 +91,10 @@ def test_graph_recaptures_on_a_new_shape_or_new_weights():
     with nn.no_grad():
         assert _rel(out, net(large).get()) <= 1e-5
     # New weights: the graph must not read the old arrays.
-    state = {k: cupy.asnumpy(v) * 1.5 if k.endswith("classifier.1.weight") else cupy.asnumpy(v)
-             for k, v in net.state_dict().items()}
+    state = {
+        k: cupy.asnumpy(v) * 1.5 if k.endswith("classifier.1.weight") else cupy.asnumpy(v)
+        for k, v in net.state_dict().items()
+    }
     net.load_state_dict(state)
     out = graph(small)
     assert graph.captures == 3

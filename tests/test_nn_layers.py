@@ -18,10 +18,14 @@ def _x(shape, seed=1):
 
 LAYERS = {
     "conv2d": (lambda: nn.Conv2D(3, 4, 3, padding=1, seed=0, **F64), (2, 3, 6, 5)),
-    "conv2d-strided-grouped": (lambda: nn.Conv2D(4, 6, (3, 2), stride=2, padding=((1, 0), (0, 1)), groups=2,
-                                                 seed=1, **F64), (2, 4, 7, 6)),
-    "conv2d-depthwise-nobias": (lambda: nn.Conv2D(4, 4, 3, stride=2, padding=1, groups=4, bias=False, seed=2, **F64),
-                                (1, 4, 6, 6)),
+    "conv2d-strided-grouped": (
+        lambda: nn.Conv2D(4, 6, (3, 2), stride=2, padding=((1, 0), (0, 1)), groups=2, seed=1, **F64),
+        (2, 4, 7, 6),
+    ),
+    "conv2d-depthwise-nobias": (
+        lambda: nn.Conv2D(4, 4, 3, stride=2, padding=1, groups=4, bias=False, seed=2, **F64),
+        (1, 4, 6, 6),
+    ),
     "conv2d-dilated-same": (lambda: nn.Conv2D(2, 3, 3, dilation=2, padding="same", seed=3, **F64), (2, 2, 7, 7)),
     "conv1d": (lambda: nn.Conv1D(3, 5, 4, stride=2, padding=2, seed=4, **F64), (2, 3, 11)),
     "linear": (lambda: nn.Linear(7, 5, seed=0, **F64), (4, 7)),
@@ -38,9 +42,17 @@ LAYERS = {
     "batchnorm-eval": (lambda: _trained_bn().eval(), (4, 3, 3, 2)),
     "flatten": (lambda: nn.Flatten(), (2, 3, 2, 2)),
     "dropout-eval": (lambda: nn.Dropout(0.3).eval(), (3, 5)),
-    "sequential": (lambda: nn.Sequential(nn.Conv2D(2, 3, 3, padding=1, seed=0, **F64), nn.BatchNorm2D(3, **F64),
-                                         nn.ReLU6(), nn.MaxPool2D(2), nn.Flatten(), nn.Linear(12, 4, seed=0, **F64)),
-                   (3, 2, 4, 4)),
+    "sequential": (
+        lambda: nn.Sequential(
+            nn.Conv2D(2, 3, 3, padding=1, seed=0, **F64),
+            nn.BatchNorm2D(3, **F64),
+            nn.ReLU6(),
+            nn.MaxPool2D(2),
+            nn.Flatten(),
+            nn.Linear(12, 4, seed=0, **F64),
+        ),
+        (3, 2, 4, 4),
+    ),
 }
 
 
@@ -48,8 +60,14 @@ def _trained_bn() -> nn.BatchNorm2D:
     """A batch norm with non-trivial running statistics, scale and shift."""
     bn = nn.BatchNorm2D(3, **F64)
     rng = np.random.default_rng(5)
-    bn.load_state_dict({"weight": rng.uniform(0.5, 2, 3), "bias": rng.normal(size=3),
-                        "running_mean": rng.normal(size=3), "running_var": rng.uniform(0.5, 2, 3)})
+    bn.load_state_dict(
+        {
+            "weight": rng.uniform(0.5, 2, 3),
+            "bias": rng.normal(size=3),
+            "running_mean": rng.normal(size=3),
+            "running_var": rng.uniform(0.5, 2, 3),
+        }
+    )
     return bn
 
 
@@ -85,11 +103,14 @@ def test_cross_entropy_gradient_and_stability():
     assert float(loss(big, np.array([1, 0]))) == pytest.approx(500.0)
 
 
-@pytest.mark.parametrize("bad, message", [
-    (np.array([0, 5]), r"\[0, 4\)"),
-    (np.array([0.0, 1.0]), "integer class indices"),
-    (np.array([0, 1, 2]), r"shape \(2,\)"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (np.array([0, 5]), r"\[0, 4\)"),
+        (np.array([0.0, 1.0]), "integer class indices"),
+        (np.array([0, 1, 2]), r"shape \(2,\)"),
+    ],
+)
 def test_cross_entropy_rejects_bad_targets(bad, message):
     with pytest.raises(ValueError, match=message):
         nn.CrossEntropyLoss()(np.zeros((2, 4)), bad)
@@ -161,8 +182,14 @@ def test_fold_batchnorm_equals_conv_then_bn():
 def _trained_bn_n(c: int) -> nn.BatchNorm2D:
     bn = nn.BatchNorm2D(c, **F64)
     rng = np.random.default_rng(c)
-    bn.load_state_dict({"weight": rng.uniform(0.5, 2, c), "bias": rng.normal(size=c),
-                        "running_mean": rng.normal(size=c), "running_var": rng.uniform(0.5, 2, c)})
+    bn.load_state_dict(
+        {
+            "weight": rng.uniform(0.5, 2, c),
+            "bias": rng.normal(size=c),
+            "running_mean": rng.normal(size=c),
+            "running_var": rng.uniform(0.5, 2, c),
+        }
+    )
     return bn.eval()
 
 
@@ -177,8 +204,15 @@ def test_add_layer():
 
 
 def test_float32_in_float32_out_through_a_network():
-    net = nn.Sequential(nn.Conv2D(1, 2, 3, seed=0), nn.BatchNorm2D(2), nn.ReLU6(), nn.AvgPool2D(2),
-                        nn.AdaptiveAvgPool2D(), nn.Flatten(), nn.Linear(2, 3, seed=0))
+    net = nn.Sequential(
+        nn.Conv2D(1, 2, 3, seed=0),
+        nn.BatchNorm2D(2),
+        nn.ReLU6(),
+        nn.AvgPool2D(2),
+        nn.AdaptiveAvgPool2D(),
+        nn.Flatten(),
+        nn.Linear(2, 3, seed=0),
+    )
     x = _x((2, 1, 6, 6)).astype(np.float32)
     y = net(x)
     assert y.dtype == np.float32
@@ -196,15 +230,18 @@ def test_backward_without_forward_is_a_clear_error():
         layer.backward(np.ones((1, 2), np.float32))
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda: nn.AdaptiveAvgPool2D(2), "output_size"),
-    (lambda: nn.MaxPool2D(2, padding=2), "at most half"),
-    (lambda: nn.MaxPool2D(0), "kernel_size"),
-    (lambda: nn.Linear(0, 3), "in_features"),
-    (lambda: nn.BatchNorm2D(2, momentum=2), "momentum"),
-    (lambda: nn.Conv2D(3, 4, 3, groups=2), "groups"),
-    (lambda: nn.Conv2D(3, 4, 3, dtype="int8"), "dtype"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: nn.AdaptiveAvgPool2D(2), "output_size"),
+        (lambda: nn.MaxPool2D(2, padding=2), "at most half"),
+        (lambda: nn.MaxPool2D(0), "kernel_size"),
+        (lambda: nn.Linear(0, 3), "in_features"),
+        (lambda: nn.BatchNorm2D(2, momentum=2), "momentum"),
+        (lambda: nn.Conv2D(3, 4, 3, groups=2), "groups"),
+        (lambda: nn.Conv2D(3, 4, 3, dtype="int8"), "dtype"),
+    ],
+)
 def test_bad_settings_name_the_parameter(make, message):
     with pytest.raises((ValueError, TypeError), match=message):
         make()

@@ -9,17 +9,36 @@ from convsuite import nn
 
 
 def _small_net() -> nn.Sequential:
-    return nn.Sequential(nn.Conv2D(1, 2, 3, padding=1, seed=0), nn.BatchNorm2D(2), nn.ReLU(), nn.Flatten(),
-                         nn.Dropout(0.5, seed=0), nn.Linear(2 * 4 * 4, 3, seed=0))
+    return nn.Sequential(
+        nn.Conv2D(1, 2, 3, padding=1, seed=0),
+        nn.BatchNorm2D(2),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Dropout(0.5, seed=0),
+        nn.Linear(2 * 4 * 4, 3, seed=0),
+    )
 
 
 def test_names_follow_pytorch_conventions():
     net = _small_net()
     assert list(net.state_dict()) == [
-        "0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean", "1.running_var", "5.weight", "5.bias",
+        "0.weight",
+        "0.bias",
+        "1.weight",
+        "1.bias",
+        "1.running_mean",
+        "1.running_var",
+        "5.weight",
+        "5.bias",
     ]
-    assert [name for name, _ in net.named_parameters()] == ["0.weight", "0.bias", "1.weight", "1.bias",
-                                                            "5.weight", "5.bias"]
+    assert [name for name, _ in net.named_parameters()] == [
+        "0.weight",
+        "0.bias",
+        "1.weight",
+        "1.bias",
+        "5.weight",
+        "5.bias",
+    ]
     assert len(net.parameters()) == 6
     assert [name for name, _ in net.named_modules()][:3] == ["", "0", "1"]
 
@@ -96,11 +115,14 @@ def test_gradients_accumulate_until_zero_grad():
     assert layer.weight.grad is None
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(lr=0), "`lr` must be positive"),
-    (dict(lr=0.1, momentum=1.0), "`momentum`"),
-    (dict(lr=0.1, weight_decay=-1), "`weight_decay`"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(lr=0), "`lr` must be positive"),
+        (dict(lr=0.1, momentum=1.0), "`momentum`"),
+        (dict(lr=0.1, weight_decay=-1), "`weight_decay`"),
+    ],
+)
 def test_sgd_rejects_bad_settings(kwargs, message):
     with pytest.raises(ValueError, match=message):
         nn.SGD(nn.Linear(2, 2).parameters(), **kwargs)
@@ -125,8 +147,7 @@ def test_layer_times_cover_every_leaf_in_both_directions():
     assert list(times.totals("backward")) == names[::-1]
     assert all(s >= 0 for s in times.totals("forward").values())
     categories = times.by_category("forward")
-    assert set(categories) == {"convolution", "batch norm", "activation", "reshape", "element-wise",
-                               "fully connected"}
+    assert set(categories) == {"convolution", "batch norm", "activation", "reshape", "element-wise", "fully connected"}
     assert sum(categories.values()) == pytest.approx(sum(times.totals("forward").values()))
     net(x)  # outside the block: nothing more recorded
     assert len(times.samples[("0", "forward")]) == 1

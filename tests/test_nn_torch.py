@@ -22,12 +22,21 @@ def _copy_weights(ours: nn.Module, theirs) -> None:
 def _pairs():
     torch.manual_seed(0)
     return {
-        "conv2d": (nn.Conv2D(3, 4, 3, stride=2, padding=1, **F64), tnn.Conv2d(3, 4, 3, stride=2, padding=1),
-                   (2, 3, 7, 6)),
-        "conv2d-depthwise": (nn.Conv2D(4, 4, 3, padding=1, groups=4, bias=False, **F64),
-                             tnn.Conv2d(4, 4, 3, padding=1, groups=4, bias=False), (2, 4, 5, 5)),
-        "conv1d": (nn.Conv1D(2, 3, 5, dilation=2, padding=4, **F64), tnn.Conv1d(2, 3, 5, dilation=2, padding=4),
-                   (2, 2, 12)),
+        "conv2d": (
+            nn.Conv2D(3, 4, 3, stride=2, padding=1, **F64),
+            tnn.Conv2d(3, 4, 3, stride=2, padding=1),
+            (2, 3, 7, 6),
+        ),
+        "conv2d-depthwise": (
+            nn.Conv2D(4, 4, 3, padding=1, groups=4, bias=False, **F64),
+            tnn.Conv2d(4, 4, 3, padding=1, groups=4, bias=False),
+            (2, 4, 5, 5),
+        ),
+        "conv1d": (
+            nn.Conv1D(2, 3, 5, dilation=2, padding=4, **F64),
+            tnn.Conv1d(2, 3, 5, dilation=2, padding=4),
+            (2, 2, 12),
+        ),
         "linear": (nn.Linear(6, 4, **F64), tnn.Linear(6, 4), (5, 6)),
         "relu": (nn.ReLU(), tnn.ReLU(), (2, 3, 4)),
         "relu6": (nn.ReLU6(), tnn.ReLU6(), (2, 3, 4)),
@@ -77,10 +86,22 @@ def test_cross_entropy_matches_torch():
 def test_sgd_training_steps_match_torch():
     """Five steps of SGD (momentum, weight decay) on a small CNN: parameters equal torch's."""
     torch.manual_seed(3)
-    theirs = tnn.Sequential(tnn.Conv2d(1, 3, 3, padding=1), tnn.BatchNorm2d(3), tnn.ReLU(), tnn.MaxPool2d(2),
-                            tnn.Flatten(), tnn.Linear(12, 4)).double()
-    ours = nn.Sequential(nn.Conv2D(1, 3, 3, padding=1, **F64), nn.BatchNorm2D(3, **F64), nn.ReLU(), nn.MaxPool2D(2),
-                         nn.Flatten(), nn.Linear(12, 4, **F64))
+    theirs = tnn.Sequential(
+        tnn.Conv2d(1, 3, 3, padding=1),
+        tnn.BatchNorm2d(3),
+        tnn.ReLU(),
+        tnn.MaxPool2d(2),
+        tnn.Flatten(),
+        tnn.Linear(12, 4),
+    ).double()
+    ours = nn.Sequential(
+        nn.Conv2D(1, 3, 3, padding=1, **F64),
+        nn.BatchNorm2D(3, **F64),
+        nn.ReLU(),
+        nn.MaxPool2D(2),
+        nn.Flatten(),
+        nn.Linear(12, 4, **F64),
+    )
     _copy_weights(ours, theirs)
     settings = dict(lr=0.1, momentum=0.9, weight_decay=1e-3)
     t_opt = torch.optim.SGD(theirs.parameters(), **settings)

@@ -55,9 +55,7 @@ def test_fork_pool_after_a_numba_call_finishes_with_correct_results(tmp_path):
     script = tmp_path / "fork_after_numba.py"
     script.write_text(SCRIPT)
     try:
-        run = subprocess.run(
-            [sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=280
-        )
+        run = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=280)
     except subprocess.TimeoutExpired as exc:  # the pool hung: children died
         pytest.fail(f"fork pool after a numba call hung\n{exc.stdout}\n{exc.stderr}")
     assert run.returncode == 0, f"exit {run.returncode}\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"

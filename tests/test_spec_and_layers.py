@@ -57,10 +57,21 @@ def test_numpy_tiles_cover_every_output(monkeypatch, workspace, ndim):
     monkeypatch.setattr(numpy_backend, "WORKSPACE_BYTES", workspace)
     for padding, stride in (("same", (2, 3)), ("full", (1, 1)), (((2, 0), (1, 3)), (3, 2))):
         case = Case(
-            ndim=ndim, layout="batched", batch=3, groups=2, channels_per_group=2, out_per_group=2,
-            in_size=(11, 13)[:ndim] if ndim == 2 else (37,), kernel=(3, 2)[:ndim], stride=stride[:ndim],
-            dilation=(2, 1)[:ndim], padding=padding if not isinstance(padding, tuple) else padding[-ndim:],
-            dtype=np.float64, bias=True, noncontiguous=False, seed=3,
+            ndim=ndim,
+            layout="batched",
+            batch=3,
+            groups=2,
+            channels_per_group=2,
+            out_per_group=2,
+            in_size=(11, 13)[:ndim] if ndim == 2 else (37,),
+            kernel=(3, 2)[:ndim],
+            stride=stride[:ndim],
+            dilation=(2, 1)[:ndim],
+            padding=padding if not isinstance(padding, tuple) else padding[-ndim:],
+            dtype=np.float64,
+            bias=True,
+            noncontiguous=False,
+            seed=3,
         )
         check_forward(case, "numpy")
         check_backward(case, "numpy")

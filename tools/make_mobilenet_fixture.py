@@ -46,13 +46,16 @@ def main() -> None:
         input_seed=recipe.INPUT_SEED,
         **{f"input_shape_{name}": np.array(shape) for name, shape in recipe.INPUTS.items()},
         **logits,
-        versions=np.array([f"torch {torch.__version__}", f"torchvision {torchvision.__version__}",
-                           f"numpy {np.__version__}"]),
+        versions=np.array(
+            [f"torch {torch.__version__}", f"torchvision {torchvision.__version__}", f"numpy {np.__version__}"]
+        ),
     )
     for name in recipe.INPUTS:
         l32, l64 = logits[f"logits_float32_{name}"], logits[f"logits_float64_{name}"]
-        print(f"{name}: logits {l64.min():.3f}..{l64.max():.3f}, float32 vs float64 max rel "
-              f"{np.abs(l32 - l64).max() / np.abs(l64).max():.2e}")
+        print(
+            f"{name}: logits {l64.min():.3f}..{l64.max():.3f}, float32 vs float64 max rel "
+            f"{np.abs(l32 - l64).max() / np.abs(l64).max():.2e}"
+        )
     print(f"wrote {out} ({out.stat().st_size} bytes)")
 
 

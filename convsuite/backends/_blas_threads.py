@@ -25,7 +25,7 @@ _limiter = None
 
 
 def _get_controller():
-    """threadpoolctl's controller, built once after SciPy's BLAS is loaded (None if unavailable)."""
+    """Threadpoolctl's controller, built once after SciPy's BLAS is loaded (None if unavailable)."""
     global _controller
     if _controller is None:
         try:

@@ -90,9 +90,7 @@ def _interior(xr, wr, orow, acc, lo, hi, sw, dw, pad, bv):
         else:
             for k in range(n):
                 uk = np.uint64(k) * us + ub
-                orow[uo + np.uint64(k)] = (
-                    bv + w0 * xr[uk] + w1 * xr[uk + ud] + w2 * xr[uk + ud2] + w3 * xr[uk + ud3]
-                )
+                orow[uo + np.uint64(k)] = bv + w0 * xr[uk] + w1 * xr[uk + ud] + w2 * xr[uk + ud2] + w3 * xr[uk + ud3]
         return
     for k in range(n):
         acc[k] = bv

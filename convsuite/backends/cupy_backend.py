@@ -240,7 +240,8 @@ class CupyBackend(Backend):
 
     def forward(self, spec, x, w, bias, out, algorithm, activation=None):
         """Run the plan of ``algorithm`` (with ``activation`` fused, see :meth:`fuses_activation`);
-        running out of device memory is a ``MemoryError``."""
+        running out of device memory is a ``MemoryError``.
+        """
         cp = rt.cupy()
         if activation is not None and not self.fuses_activation(spec, algorithm, activation):
             raise ValueError(f"{algorithm!r} does not fuse activation={activation!r}; apply it after the kernel")

@@ -26,7 +26,6 @@ _DIRECT = "convsuite._cython._conv_cy"
 _GEMM = "convsuite._cython._gemm_cy"
 
 
-
 def _gemm_extra(s: ConvSpec, direction: str) -> tuple:
     from ._tiles import rows_per_tile
 

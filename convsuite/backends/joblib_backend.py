@@ -117,8 +117,9 @@ class JoblibBackend(Backend):
         """Pieces of the last-but-one axis of the 2-D view: rows (2-D) or, for 1-D, segments."""
         axis = 0 if s.out_size[0] > 1 else 1  # a 1-D problem as 2-D has one output row
         bounds = even_bounds(s.out_size[axis], workers * PIECES_PER_WORKER)
-        return axis, pieces(bounds, s.in_size[axis], s.padding[axis][0], s.kernel_size[axis],
-                            s.stride[axis], s.dilation[axis])
+        return axis, pieces(
+            bounds, s.in_size[axis], s.padding[axis][0], s.kernel_size[axis], s.stride[axis], s.dilation[axis]
+        )
 
     # --- directions --------------------------------------------------------------
 
@@ -136,8 +137,9 @@ class JoblibBackend(Backend):
             if _shares_memory(parallel):  # threads: each piece writes its own batch slice of `out`
                 parallel(_delayed(forward_piece)(x[a:b], w, bias, None, geometry, out[a:b]) for a, b in spans)
                 return
-            results = parallel(_delayed(forward_piece)(x[a:b], w, bias, (b - a, *s.y_shape[1:]), geometry)
-                               for a, b in spans)
+            results = parallel(
+                _delayed(forward_piece)(x[a:b], w, bias, (b - a, *s.y_shape[1:]), geometry) for a, b in spans
+            )
             for (a, b), part in zip(spans, results):
                 out[a:b] = part
             return

@@ -49,7 +49,6 @@ _LINE = "convsuite.backends._numba_line"
 _BLOCKED = "convsuite.backends._numba_blocked"
 
 
-
 def _direct_extra(s: ConvSpec, direction: str) -> tuple:
     return (CHUNKS_PER_THREAD * get_num_threads(),) if direction == "forward" else ()
 

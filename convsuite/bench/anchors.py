@@ -16,7 +16,7 @@ __all__ = ["ANCHORS", "GPU_ANCHORS", "anchor_callable"]
 
 
 def _torch_on(device: str):
-    """torch on the CPU, or on the GPU through cuDNN with TF32 off (strict FP32)."""
+    """Torch on the CPU, or on the GPU through cuDNN with TF32 off (strict FP32)."""
 
     def anchor(case: Case, x, w, bias, grad_y, spec):
         try:
@@ -45,6 +45,7 @@ def _torch_on(device: str):
 
 def _torch(case: Case, x, w, bias, grad_y, spec, where: str = "cpu"):
     import torch
+
     # torch takes symmetric padding only: asymmetric ("same" with even kernels
     # or stride) is applied as an explicit pad first, as a torch user would.
     pads = spec.padding
@@ -57,8 +58,23 @@ def _torch(case: Case, x, w, bias, grad_y, spec, where: str = "cpu"):
 
     def forward(inp):
         if symmetric:
-            return conv(inp, tw, tb, stride=spec.stride, padding=tuple(lo for lo, _ in pads), dilation=spec.dilation, groups=spec.groups)
-        return conv(torch.nn.functional.pad(inp, flat_pad), tw, tb, stride=spec.stride, dilation=spec.dilation, groups=spec.groups)
+            return conv(
+                inp,
+                tw,
+                tb,
+                stride=spec.stride,
+                padding=tuple(lo for lo, _ in pads),
+                dilation=spec.dilation,
+                groups=spec.groups,
+            )
+        return conv(
+            torch.nn.functional.pad(inp, flat_pad),
+            tw,
+            tb,
+            stride=spec.stride,
+            dilation=spec.dilation,
+            groups=spec.groups,
+        )
 
     if case.direction == "forward":
 
@@ -72,8 +88,15 @@ def _torch(case: Case, x, w, bias, grad_y, spec, where: str = "cpu"):
     def run_backward():
         xi = tx.detach().requires_grad_(True)
         wi = tw.detach().requires_grad_(True)
-        out = conv(xi if symmetric else torch.nn.functional.pad(xi, flat_pad), wi, None, stride=spec.stride,
-                   padding=tuple(lo for lo, _ in pads) if symmetric else 0, dilation=spec.dilation, groups=spec.groups)
+        out = conv(
+            xi if symmetric else torch.nn.functional.pad(xi, flat_pad),
+            wi,
+            None,
+            stride=spec.stride,
+            padding=tuple(lo for lo, _ in pads) if symmetric else 0,
+            dilation=spec.dilation,
+            groups=spec.groups,
+        )
         out.backward(tgy)
         gb = tgy.sum(dim=tuple(d for d in range(tgy.ndim) if d != 1))
         return tuple(g.cpu().numpy() if where == "cpu" else g for g in (xi.grad, wi.grad, gb))

@@ -106,7 +106,7 @@ def _compile_cubin(filename: str, expressions: list[str], workdir: Path) -> Path
 
 
 def _functions(sass: str) -> dict[str, list[tuple[int, str, bool]]]:
-    """mangled name -> [(address, opcode, predicated)] from ``cuobjdump -sass`` text."""
+    """Mangled name -> [(address, opcode, predicated)] from ``cuobjdump -sass`` text."""
     out: dict[str, list] = {}
     current = None
     for line in sass.splitlines():
@@ -158,7 +158,7 @@ def loop_mix(code: list[tuple[int, str, bool]], dtype: str = "float32") -> dict:
 
 
 def _registers(cuobjdump: str, cubin: Path) -> dict[str, int]:
-    """mangled name -> registers per thread (``cuobjdump -res-usage``)."""
+    """Mangled name -> registers per thread (``cuobjdump -res-usage``)."""
     text = subprocess.run([cuobjdump, "-res-usage", str(cubin)], capture_output=True, text=True).stdout
     regs, name = {}, None
     for line in text.splitlines():
@@ -431,7 +431,8 @@ def _device_line() -> str:
 
 def print_ablation(workload: str, repeat: int = 5, out=None) -> None:
     """The ablation (and, for cnn-train-3x3, the fused-ReLU table) of one workload, printed:
-    the hook of ``convsuite compare --device gpu --workload W`` for the ladder's workloads."""
+    the hook of ``convsuite compare --device gpu --workload W`` for the ladder's workloads.
+    """
     if workload not in WORKLOADS:
         return
     args = ["--time", "--workload", workload, "--repeat", str(repeat)]

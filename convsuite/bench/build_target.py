@@ -76,9 +76,21 @@ def build(native: bool, where: Path, source: Path) -> Path:
     if native:
         env["CONVSUITE_NATIVE_BUILD"] = "1"
     subprocess.run(
-        [sys.executable, "setup.py", "-q", "build_ext", "--force", "--build-lib", str(where / "lib"),
-         "--build-temp", str(where / "tmp")],
-        cwd=source, env=env, check=True, capture_output=True,
+        [
+            sys.executable,
+            "setup.py",
+            "-q",
+            "build_ext",
+            "--force",
+            "--build-lib",
+            str(where / "lib"),
+            "--build-temp",
+            str(where / "tmp"),
+        ],
+        cwd=source,
+        env=env,
+        check=True,
+        capture_output=True,
     )
     return where / "lib" / "convsuite" / "_cython"
 
@@ -119,9 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     """Build both targets, time them alternately, print and write the table."""
     from .machine import machine_metadata
 
-    parser = argparse.ArgumentParser(
-        prog="python -m convsuite.bench.build_target", description=__doc__.splitlines()[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m convsuite.bench.build_target", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--out", default="docs/measurements", help="folder for the .md and .json (default docs/measurements)"
     )
@@ -143,8 +153,14 @@ def main(argv: list[str] | None = None) -> int:
         native = samples["native"][case]
         p, n = statistics.median(portable), statistics.median(native)
         rows.append(
-            dict(case=case, portable_ms=p * 1e3, native_ms=n * 1e3, speedup=p / n,
-                 portable_spread=(max(portable) - min(portable)) / p, native_spread=(max(native) - min(native)) / n)
+            dict(
+                case=case,
+                portable_ms=p * 1e3,
+                native_ms=n * 1e3,
+                speedup=p / n,
+                portable_spread=(max(portable) - min(portable)) / p,
+                native_spread=(max(native) - min(native)) / n,
+            )
         )
     data = dict(
         date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

@@ -44,7 +44,7 @@ class Request:
 
 
 def _default_baseline(backends: list[str], anchors: bool, device: str) -> str:
-    """numpy on the CPU and cuDNN on a GPU, if they take part; else the first backend."""
+    """Numpy on the CPU and cuDNN on a GPU, if they take part; else the first backend."""
     preferred = "numpy" if device == "cpu" else "cuDNN (torch, TF32 off)"
     if preferred in backends or (anchors and preferred in GPU_ANCHORS):
         return preferred

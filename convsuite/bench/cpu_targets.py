@@ -210,7 +210,14 @@ def main(argv=None) -> int:
                     finally:
                         cs.set_num_threads(None)
                     record(
-                        "threads", f"numba {threads} threads vs 1 thread", case, "numba", "numba 1 thread", t, 1.7, err,
+                        "threads",
+                        f"numba {threads} threads vs 1 thread",
+                        case,
+                        "numba",
+                        "numba 1 thread",
+                        t,
+                        1.7,
+                        err,
                         predicted=PREDICTED["threads"],
                     )
             if backends.get("cython"):
@@ -287,19 +294,53 @@ def main(argv=None) -> int:
             repeat=max(repeat, 9),
         )
         n = f"{signal_n:.0e}"
-        record("1-D", "numba vs numpy.convolve (every run)", f"1-D N={n} K=31 same", "numba K=31", "np.convolve K=31",
-               t, 5.0, err31, every_run=True)
-        record("1-D", "numba vs memory copy (goal: within 1.3x)", f"1-D N={n} K=3 same", "numba K=3", "x.copy()", t,
-               round(1 / 1.3, 3), err3)
-        record("1-D", "numba vs copy into existing buffer (info)", f"1-D N={n} K=3 same", "numba K=3",
-               "np.copyto (no allocation)", t, 0, err3)
+        record(
+            "1-D",
+            "numba vs numpy.convolve (every run)",
+            f"1-D N={n} K=31 same",
+            "numba K=31",
+            "np.convolve K=31",
+            t,
+            5.0,
+            err31,
+            every_run=True,
+        )
+        record(
+            "1-D",
+            "numba vs memory copy (goal: within 1.3x)",
+            f"1-D N={n} K=3 same",
+            "numba K=3",
+            "x.copy()",
+            t,
+            round(1 / 1.3, 3),
+            err3,
+        )
+        record(
+            "1-D",
+            "numba vs copy into existing buffer (info)",
+            f"1-D N={n} K=3 same",
+            "numba K=3",
+            "np.copyto (no allocation)",
+            t,
+            0,
+            err3,
+        )
         cs.set_num_threads(1)
         try:
             t.update(time_side_by_side({"numba 1 thread": conv("numba", s, m31, same)}, repeat=repeat))
         finally:
             cs.set_num_threads(None)
-        record("threads", f"numba {threads} threads vs 1 thread", f"1-D N={n} K=31", "numba K=31", "numba 1 thread", t,
-               1.7, err31, predicted=PREDICTED["threads"])
+        record(
+            "threads",
+            f"numba {threads} threads vs 1 thread",
+            f"1-D N={n} K=31",
+            "numba K=31",
+            "numba 1 thread",
+            t,
+            1.7,
+            err31,
+            predicted=PREDICTED["threads"],
+        )
 
     meta = dict(
         date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

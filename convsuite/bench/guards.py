@@ -46,6 +46,7 @@ def _per_call(function, inner: int) -> float:
 
 def _variants(backend: str, x, w, keywords):
     """The guards and the call they guard, as zero-argument callables."""
+
     def validate():
         return prepare_forward("conv2d", 2, x, w, None, 1, keywords["padding"], 1, 1, convert=False)
 

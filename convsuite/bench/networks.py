@@ -127,8 +127,13 @@ def mobilenet_table(backends: list[str], repeat: int = 10) -> dict:
     base = timings["torch eager"].median
     return {
         "end_to_end": {
-            n: {"median_s": t.median, "low_s": t.low, "high_s": t.high, "first_call_s": t.first_call,
-                "speedup_vs_torch": base / t.median}
+            n: {
+                "median_s": t.median,
+                "low_s": t.low,
+                "high_s": t.high,
+                "first_call_s": t.first_call,
+                "speedup_vs_torch": base / t.median,
+            }
             for n, t in timings.items()
         },
         "layer_types": layer_types,
@@ -177,8 +182,10 @@ def lenet_training_step(backends: list[str], batch: int = 64, repeat: int = 10) 
     base = timings["torch eager"].median
     return {
         "batch": batch,
-        "step": {n: {"median_s": t.median, "low_s": t.low, "high_s": t.high, "speedup_vs_torch": base / t.median}
-                 for n, t in timings.items()},
+        "step": {
+            n: {"median_s": t.median, "low_s": t.low, "high_s": t.high, "speedup_vs_torch": base / t.median}
+            for n, t in timings.items()
+        },
         "max_relative_error": errors,
     }
 
@@ -207,6 +214,7 @@ def gpu_mobilenet(repeat: int = 50) -> dict:
         def run():
             with nn.no_grad():
                 return net(x)
+
         return run
 
     contenders = {
@@ -254,8 +262,11 @@ def training_accuracy(backends: list[str]) -> dict[str, dict]:
     out = {}
     for name in backends:
         result = nets.train_lenet5(nets.TrainConfig(backend=name))
-        out[name] = {"test_accuracy": result.test_accuracy, "seconds": result.seconds,
-                     "loss_per_epoch": result.loss_per_epoch}
+        out[name] = {
+            "test_accuracy": result.test_accuracy,
+            "seconds": result.seconds,
+            "loss_per_epoch": result.loss_per_epoch,
+        }
     return out
 
 
@@ -265,8 +276,10 @@ def _print_mobilenet(result: dict) -> None:
     print(f"{'contender':<24} {'median ms':>10} {'min-max ms':>17} {'vs torch':>9} {'max rel err':>12}")
     for name, row in rows.items():
         err = result["max_relative_error"].get(name)
-        print(f"{name:<24} {row['median_s'] * 1e3:>10.2f} {row['low_s'] * 1e3:>8.2f}-{row['high_s'] * 1e3:<8.2f} "
-              f"{row['speedup_vs_torch']:>8.2f}x {'' if err is None else f'{err:.1e}':>12}")
+        print(
+            f"{name:<24} {row['median_s'] * 1e3:>10.2f} {row['low_s'] * 1e3:>8.2f}-{row['high_s'] * 1e3:<8.2f} "
+            f"{row['speedup_vs_torch']:>8.2f}x {'' if err is None else f'{err:.1e}':>12}"
+        )
     categories: list[str] = []
     for table in result["layer_types"].values():
         categories += [c for c in table if c not in categories]
@@ -282,20 +295,28 @@ def _print_lenet(result: dict) -> None:
     print(f"\nLeNet-5 training step (forward, loss, backward, SGD), batch {result['batch']}, digits 32x32")
     print(f"{'contender':<16} {'median ms':>10} {'min-max ms':>17} {'vs torch':>9}")
     for name, row in result["step"].items():
-        print(f"{name:<16} {row['median_s'] * 1e3:>10.2f} {row['low_s'] * 1e3:>8.2f}-{row['high_s'] * 1e3:<8.2f} "
-              f"{row['speedup_vs_torch']:>8.2f}x")
+        print(
+            f"{name:<16} {row['median_s'] * 1e3:>10.2f} {row['low_s'] * 1e3:>8.2f}-{row['high_s'] * 1e3:<8.2f} "
+            f"{row['speedup_vs_torch']:>8.2f}x"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the network benchmarks and print the tables."""
-    parser = argparse.ArgumentParser(prog="python -m convsuite.bench.networks", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m convsuite.bench.networks",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--backends", default=None, help="comma-separated CPU backends (default: all but python)")
     parser.add_argument("--repeat", type=int, default=10, help="timed calls per contender (default 10)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     parser.add_argument("--only", choices=["mobilenet", "lenet"], default=None, help="run one of the two")
-    parser.add_argument("--gpu", action="store_true",
-                        help="also MobileNetV2 batch 1 on the GPU: cupy eager, BN folded, CUDA graph, torch")
+    parser.add_argument(
+        "--gpu",
+        action="store_true",
+        help="also MobileNetV2 batch 1 on the GPU: cupy eager, BN folded, CUDA graph, torch",
+    )
     parser.add_argument("--train", action="store_true", help="also train LeNet-5 with the defaults per backend")
     parser.add_argument("--out", default=None, help="write the figures as JSON to this file")
     args = parser.parse_args(argv)
@@ -326,8 +347,10 @@ def main(argv: list[str] | None = None) -> int:
         for name, seconds in gpu["median_s"].items():
             ratio = gpu["speedup_vs_torch_eager"].get(name)
             err = gpu["max_relative_error"].get(name)
-            print(f"{name:<30} {seconds * 1e3:>8.3f} ms  {'' if ratio is None else f'{ratio:.2f}x torch eager':>18}"
-                  f"  {'' if err is None else f'max rel err {err:.1e}'}")
+            print(
+                f"{name:<30} {seconds * 1e3:>8.3f} ms  {'' if ratio is None else f'{ratio:.2f}x torch eager':>18}"
+                f"  {'' if err is None else f'max rel err {err:.1e}'}"
+            )
         if gpu["graph_fallback"]:
             print(f"CUDA graph capture failed, ran eagerly: {gpu['graph_fallback']}")
     if args.train:

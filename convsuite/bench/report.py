@@ -74,9 +74,7 @@ def _rows(results: list[Result], baseline: str):
         if _reduced(r):
             # Its times are for less work than the other rows: show them in the
             # note, per unit of work in the table (GFLOP/s, speedup).
-            note = (
-                f"{r.note}: {_ms(r.end_to_end_s)} ms for {r.flops:.3g} FLOP; compare by GFLOP/s and speedup"
-            )
+            note = f"{r.note}: {_ms(r.end_to_end_s)} ms for {r.flops:.3g} FLOP; compare by GFLOP/s and speedup"
         yield [
             r.case,
             r.contender,
@@ -87,12 +85,25 @@ def _rows(results: list[Result], baseline: str):
             "-" if r.frac_roof is None else f"{100 * r.frac_roof:.1f}%",
             f"{r.max_rel_error:.1e}" + ("" if r.error_ok else " WRONG"),
             "; ".join(
-                filter(None, [note, None if r.h2d_s is None else f"copies: to GPU {_ms(r.h2d_s)} ms, back {_ms(r.d2h_s)} ms"])
+                filter(
+                    None,
+                    [note, None if r.h2d_s is None else f"copies: to GPU {_ms(r.h2d_s)} ms, back {_ms(r.d2h_s)} ms"],
+                )
             ),
         ]
 
 
-HEADERS = ["case", "contender", "ms (end to end)", "ms (kernel)", "speedup", "GFLOP/s", "% of roof", "max rel. error", "note"]
+HEADERS = [
+    "case",
+    "contender",
+    "ms (end to end)",
+    "ms (kernel)",
+    "speedup",
+    "GFLOP/s",
+    "% of roof",
+    "max rel. error",
+    "note",
+]
 #: A GPU result's note also gives its transfer times (NumPy in, NumPy out).
 
 
@@ -136,7 +147,10 @@ def print_ratios(compare_to: dict) -> None:
         table.add_column(header, overflow="fold")
     for row in compare_to["ratios"]:
         table.add_row(
-            escape(row["case"]), escape(row["contender"]), f"{row['saved_ms']:.3g}", f"{row['now_ms']:.3g}",
+            escape(row["case"]),
+            escape(row["contender"]),
+            f"{row['saved_ms']:.3g}",
+            f"{row['now_ms']:.3g}",
             f"{row['ratio']:.2f}x" + ("" if row["same_size"] else " (other size: per unit of work)"),
         )
     _console().print(table)
@@ -216,8 +230,13 @@ def _plots(results: list[Result], meta: dict, baseline: str, out: Path) -> list[
     labelled = set()
     for name, points in size_series(results, meta):
         style = "o-" if len(points) > 1 else "o"
-        ax.loglog([p[0] for p in points], [p[1] for p in points], style, color=colours[name],
-                  label=None if name in labelled else name)
+        ax.loglog(
+            [p[0] for p in points],
+            [p[1] for p in points],
+            style,
+            color=colours[name],
+            label=None if name in labelled else name,
+        )
         labelled.add(name)
     ax.set_xlabel("work (FLOP; reduced-size rows at their own work)")
     ax.set_ylabel("time, end to end (s)")
@@ -254,7 +273,9 @@ def _plots(results: list[Result], meta: dict, baseline: str, out: Path) -> list[
         lo = min((r.intensity for r in ok), default=0.1) / 4
         hi = max((r.intensity for r in ok), default=100) * 4
         xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
-        ax.loglog(xs, [min(ceilings["gemm_gflops"], ceilings["copy_gbs"] * x) for x in xs], "k-", label="roof (measured)")
+        ax.loglog(
+            xs, [min(ceilings["gemm_gflops"], ceilings["copy_gbs"] * x) for x in xs], "k-", label="roof (measured)"
+        )
         for name in contenders:
             pts = [(r.intensity, r.gflops) for r in ok if r.contender == name]
             ax.loglog([p[0] for p in pts], [p[1] for p in pts], "o", label=name)

@@ -94,7 +94,7 @@ def _row(section, case, ours, theirs, timings: dict[str, Timing], goal_name, ext
 
 
 def joblib_rows(batch: int, threads: int, repeat: int) -> list[dict]:
-    """joblib threads vs single-core Cython vs Numba prange on the ECE408 layers."""
+    """Joblib threads vs single-core Cython vs Numba prange on the ECE408 layers."""
     import joblib
 
     rows = []
@@ -151,8 +151,9 @@ def dask_rows(n: int, chunk: int, kernel: int, repeat: int, backend: str) -> lis
     clusters = {}
     try:
         for workers in (1, 2):
-            cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                               dashboard_address=None, silence_logs=40)
+            cluster = distributed.LocalCluster(
+                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
+            )
             client = distributed.Client(cluster, set_as_default=False)
             client.run(_set_worker_threads, 1)
             x = client.persist(da.from_array(signal, chunks=chunk))
@@ -260,16 +261,26 @@ def gpu_rows(batch: int, repeat: int) -> list[dict]:
             return call
 
         t = time_side_by_side({"2 GPUs": run(two), "1 GPU": run(one)}, repeat=repeat)
-        rows.append(_row("gpus", f"{workload} {name} B={batch}", "2 GPUs", "1 GPU", t, "2 GPUs vs 1",
-                         dict(device=cupy.cuda.runtime.getDeviceProperties(0)["name"].decode())))
+        rows.append(
+            _row(
+                "gpus",
+                f"{workload} {name} B={batch}",
+                "2 GPUs",
+                "1 GPU",
+                t,
+                "2 GPUs vs 1",
+                dict(device=cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()),
+            )
+        )
     return rows
 
 
 # --- the table ------------------------------------------------------------------------
 
 
-def scaling_rows(sections=("joblib", "dask", "gpus"), quick: bool = False, repeat: int = 7,
-                 backend: str = "cython") -> list[dict]:
+def scaling_rows(
+    sections=("joblib", "dask", "gpus"), quick: bool = False, repeat: int = 7, backend: str = "cython"
+) -> list[dict]:
     """Measure the scaling rows of the chosen sections (what ``convsuite compare`` can show).
 
     Parameters
@@ -310,10 +321,16 @@ def scaling_rows(sections=("joblib", "dask", "gpus"), quick: bool = False, repea
 def _markdown(rows, meta) -> str:
     load = f"load average {meta.get('load_average_before', float('nan')):.1f} before, "
     load += f"{meta.get('load_average_after', float('nan')):.1f} after"
-    lines = [f"# Scaling measurements, {meta['date']}", "", f"Machine: {meta['machine']}; {load}.", "",
-             "Medians of interleaved repeats in one run, (min-max) in parentheses; ratio = baseline / ours.", "",
-             "| section | case | ours | ms (spread) | baseline | ms (spread) | ratio | goal |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Scaling measurements, {meta['date']}",
+        "",
+        f"Machine: {meta['machine']}; {load}.",
+        "",
+        "Medians of interleaved repeats in one run, (min-max) in parentheses; ratio = baseline / ours.",
+        "",
+        "| section | case | ours | ms (spread) | baseline | ms (spread) | ratio | goal |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         goal = "" if r["goal"] is None else f"{r['goal']:.2f} {'met' if r['met'] else 'missed'}"
         ours = f"{r['ours_ms']:.1f} ({r['ours_spread_ms'][0]:.1f}-{r['ours_spread_ms'][1]:.1f})"
@@ -336,15 +353,18 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from convsuite.cli import cpu_description
 
-    meta = dict(date=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                machine=f"{cpu_description()}; Python {platform.python_version()}")
+    meta = dict(
+        date=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        machine=f"{cpu_description()}; Python {platform.python_version()}",
+    )
     # The load average says how much of the machine others were using: on a
     # shared host, a ratio of threads or workers cannot exceed the idle cores.
     meta["load_average_before"] = os.getloadavg()[0]
     print(f"machine: {meta['machine']}; load average {meta['load_average_before']:.1f}", flush=True)
     start = time.perf_counter()
-    rows = scaling_rows(tuple(s.strip() for s in args.only.split(",")), quick=args.quick, repeat=args.repeat,
-                        backend=args.backend)
+    rows = scaling_rows(
+        tuple(s.strip() for s in args.only.split(",")), quick=args.quick, repeat=args.repeat, backend=args.backend
+    )
     meta["seconds"] = time.perf_counter() - start
     meta["load_average_after"] = os.getloadavg()[0]
     out = Path(args.out)

@@ -16,10 +16,20 @@ from ..nets.mobilenet import InvertedResidual, MobileNetV2
 __all__ = ["to_torch", "torch_category"]
 
 _CATEGORIES = {
-    "Conv1d": "convolution", "Conv2d": "convolution", "BatchNorm2d": "batch norm", "ReLU": "activation",
-    "ReLU6": "activation", "MaxPool1d": "pooling", "MaxPool2d": "pooling", "AvgPool2d": "pooling",
-    "AdaptiveAvgPool2d": "pooling", "Linear": "fully connected", "Flatten": "reshape", "Identity": "reshape",
-    "Dropout": "element-wise", "_Add": "element-wise",
+    "Conv1d": "convolution",
+    "Conv2d": "convolution",
+    "BatchNorm2d": "batch norm",
+    "ReLU": "activation",
+    "ReLU6": "activation",
+    "MaxPool1d": "pooling",
+    "MaxPool2d": "pooling",
+    "AvgPool2d": "pooling",
+    "AdaptiveAvgPool2d": "pooling",
+    "Linear": "fully connected",
+    "Flatten": "reshape",
+    "Identity": "reshape",
+    "Dropout": "element-wise",
+    "_Add": "element-wise",
 }
 
 
@@ -76,8 +86,16 @@ def to_torch(network: nn.Module):
             (pt, pb), (pl, pr) = m.padding if not isinstance(m.padding, str) else ((0, 0), (0, 0))
             if isinstance(m.padding, str) or pt != pb or pl != pr:
                 raise ValueError(f"to_torch handles symmetric integer padding only; got {m.padding!r}")
-            return tnn.Conv2d(m.in_channels, m.out_channels, m.kernel_size, m.stride, (pt, pl), m.dilation,
-                              m.groups, bias=m.bias is not None)
+            return tnn.Conv2d(
+                m.in_channels,
+                m.out_channels,
+                m.kernel_size,
+                m.stride,
+                (pt, pl),
+                m.dilation,
+                m.groups,
+                bias=m.bias is not None,
+            )
         if isinstance(m, nn.BatchNorm2D):
             return tnn.BatchNorm2d(m.num_features, m.eps, m.momentum)
         if isinstance(m, nn.Linear):
@@ -99,8 +117,10 @@ def to_torch(network: nn.Module):
         raise TypeError(f"to_torch does not know {type(m).__name__}")
 
     model = convert(network).float()
-    state = {k: torch.from_numpy(np.ascontiguousarray(nn._xp.to_numpy(v), dtype=np.float32))
-             for k, v in network.state_dict().items()}
+    state = {
+        k: torch.from_numpy(np.ascontiguousarray(nn._xp.to_numpy(v), dtype=np.float32))
+        for k, v in network.state_dict().items()
+    }
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.endswith("num_batches_tracked")]
     if missing or unexpected:

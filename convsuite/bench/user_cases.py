@@ -81,8 +81,7 @@ def parse_geometry(text: Any, what: str) -> Any:
             value = tuple(int(p) for p in parts)
     except ValueError:
         raise ValueError(
-            f"{what} must be an integer, integers separated by commas, lo:hi pairs or a word "
-            f"such as same; got {text!r}"
+            f"{what} must be an integer, integers separated by commas, lo:hi pairs or a word such as same; got {text!r}"
         ) from None
     return value[0] if len(value) == 1 else value
 
@@ -164,8 +163,17 @@ def custom_case(
         )
     )
     case = Case(
-        "custom", label, op, x_shape, w_shape, stride=stride, padding=padding, groups=groups,
-        bias=bool(bias), direction=direction, dilation=dilation,
+        "custom",
+        label,
+        op,
+        x_shape,
+        w_shape,
+        stride=stride,
+        padding=padding,
+        groups=groups,
+        bias=bool(bias),
+        direction=direction,
+        dilation=dilation,
     )
     check_case(case, dtype)
     return case
@@ -222,7 +230,7 @@ def _resized(case: Case, var: str, value: int) -> Case:
             raise ValueError(f"--sweep N applies to a plain 1-D signal (--x N --w K); case {case.name!r} is not one")
         x[0] = value
     elif var == "K":
-        w[len(w) - spatial:] = [value] * spatial
+        w[len(w) - spatial :] = [value] * spatial
     elif plain:
         raise ValueError(f"--sweep {var} needs the (B, C, ...) layout; case {case.name!r} is a plain signal or image")
     elif var == "B":
@@ -303,7 +311,7 @@ def load_cases_file(path: str | Path, dtype: str = "float32") -> list[Case]:
     if isinstance(data, dict) and "cases" in data:
         data = data["cases"]
     if not isinstance(data, list) or not data:
-        raise ValueError(f"--cases {path}: expected a non-empty list of cases (or {{\"cases\": [...]}})")
+        raise ValueError(f'--cases {path}: expected a non-empty list of cases (or {{"cases": [...]}})')
     cases = []
     for i, entry in enumerate(data):
         where = f"--cases {path}, case {i + 1}"
@@ -319,9 +327,15 @@ def load_cases_file(path: str | Path, dtype: str = "float32") -> list[Case]:
         try:
             cases.append(
                 custom_case(
-                    entry["x"], entry["w"], op=entry.get("op"), groups=entry.get("groups", 1),
-                    bias=entry.get("bias", True), direction=entry.get("direction", "forward"),
-                    name=entry.get("name"), dtype=dtype, **geometry,
+                    entry["x"],
+                    entry["w"],
+                    op=entry.get("op"),
+                    groups=entry.get("groups", 1),
+                    bias=entry.get("bias", True),
+                    direction=entry.get("direction", "forward"),
+                    name=entry.get("name"),
+                    dtype=dtype,
+                    **geometry,
                 )
             )
         except ValueError as exc:

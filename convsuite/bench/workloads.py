@@ -116,7 +116,13 @@ def _signal_cases(device: str) -> list[Case]:
         for k in entry["mask_widths"]:
             cases.append(
                 Case(
-                    "conv1d-signal", f"N={n:.0e} K={k}", "conv1d", (n,), (k,), padding="same", bias=False,
+                    "conv1d-signal",
+                    f"N={n:.0e} K={k}",
+                    "conv1d",
+                    (n,),
+                    (k,),
+                    padding="same",
+                    bias=False,
                     family=f"1-D K={k}",
                 )
             )
@@ -175,11 +181,28 @@ def _default_cases(device: str) -> list[Case]:
     """A small mix that runs on every available backend in well under two minutes."""
     return [
         Case("default", "3x3 C16->32 32x32 B=8", "conv2d", (8, 16, 32, 32), (32, 16, 3, 3), padding="same"),
-        Case("default", "dw3x3 s2 C32 56x56 B=4", "conv2d", (4, 32, 56, 56), (32, 1, 3, 3), stride=2, padding=1, groups=32),
+        Case(
+            "default",
+            "dw3x3 s2 C32 56x56 B=4",
+            "conv2d",
+            (4, 32, 56, 56),
+            (32, 1, 3, 3),
+            stride=2,
+            padding=1,
+            groups=32,
+        ),
         Case("default", "fa21-conv1 B=16", "conv2d", (16, 1, 86, 86), (4, 1, 7, 7)),
         Case("default", "1-D N=1e5 K=7", "conv1d", (100_000,), (7,), padding="same", bias=False),
         Case("default", "1-D N=1e6 K=31", "conv1d", (1_000_000,), (31,), padding="same", bias=False),
-        Case("default", "3x3 C16->16 24x24 B=4", "conv2d", (4, 16, 24, 24), (16, 16, 3, 3), padding=1, direction="backward"),
+        Case(
+            "default",
+            "3x3 C16->16 24x24 B=4",
+            "conv2d",
+            (4, 16, 24, 24),
+            (16, 16, 3, 3),
+            padding=1,
+            direction="backward",
+        ),
     ]
 
 

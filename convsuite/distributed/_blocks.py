@@ -56,6 +56,7 @@ def _xp(array):
 
 def _assemble(inputs, ndim: int):
     """Glue the pieces cut from neighbouring chunks (nested: rows of columns for 2-D) into one slab."""
+
     def join(parts, axis):
         return parts[0] if len(parts) == 1 else _xp(parts[0]).concatenate(parts, axis=axis)
 

@@ -61,8 +61,9 @@ def _validate(op, ndim, x, w, bias, stride, padding, dilation, groups, extra=())
             )
     proxies = [_shape_proxy(a) for a in (x, w, bias, *extra)]
     try:
-        call = prepare_forward(op, ndim, *proxies[:3], stride, padding, dilation, groups,
-                               extra=tuple(proxies[3:]), convert=False)
+        call = prepare_forward(
+            op, ndim, *proxies[:3], stride, padding, dilation, groups, extra=tuple(proxies[3:]), convert=False
+        )
     except MemoryError:
         # The host-memory check is about an in-memory output; a Dask output is
         # made of chunks that live wherever the scheduler puts them. Check the
@@ -70,8 +71,9 @@ def _validate(op, ndim, x, w, bias, stride, padding, dilation, groups, extra=())
         if x.ndim != ndim + 2:
             raise
         first = proxies[0][:1]
-        call = prepare_forward(op, ndim, first, *proxies[1:3], stride, padding, dilation, groups,
-                               extra=tuple(proxies[3:]), convert=False)
+        call = prepare_forward(
+            op, ndim, first, *proxies[1:3], stride, padding, dilation, groups, extra=tuple(proxies[3:]), convert=False
+        )
         from dataclasses import replace
 
         call = replace(call, spec=replace(call.spec, batch=int(x.shape[0])))
@@ -116,8 +118,9 @@ def _axis_pieces(spec, xc):
         chunks = xc.chunks[2 + axis]
         pad = spec.padding[axis][0]
         bounds = output_bounds_for_input_chunks(chunks, spec.out_size[axis], pad, spec.stride[axis])
-        result.append(pieces(bounds, spec.in_size[axis], pad, spec.kernel_size[axis],
-                             spec.stride[axis], spec.dilation[axis]))
+        result.append(
+            pieces(bounds, spec.in_size[axis], pad, spec.kernel_size[axis], spec.stride[axis], spec.dilation[axis])
+        )
     return result
 
 
@@ -197,8 +200,9 @@ def conv(op, ndim, x, w, bias, stride, padding, dilation, groups, backend, algor
     layer = {operands_key: operands}
     axis_pieces = _axis_pieces(spec, xc)
     for ib, batch in enumerate(xc.chunks[0]):
-        for index, combo in zip(itertools.product(*(range(len(p)) for p in axis_pieces)),
-                                itertools.product(*axis_pieces)):
+        for index, combo in zip(
+            itertools.product(*(range(len(p)) for p in axis_pieces)), itertools.product(*axis_pieces)
+        ):
             keys = _block_inputs(xc, ib, combo, layer, name)
             geometry = _blocks.BlockGeometry(
                 ndim=ndim,
@@ -242,8 +246,9 @@ def conv_backward(op, ndim, grad_y, x, w, stride, padding, dilation, groups, bac
     # contributions[(ib, *input chunk index)] -> [(key of a slab-gradient part, where it goes in the chunk)]
     contributions: dict[tuple, list] = {}
     for ib, batch in enumerate(xc.chunks[0]):
-        for index, combo in zip(itertools.product(*(range(len(p)) for p in axis_pieces)),
-                                itertools.product(*axis_pieces)):
+        for index, combo in zip(
+            itertools.product(*(range(len(p)) for p in axis_pieces)), itertools.product(*axis_pieces)
+        ):
             keys = _block_inputs(xc, ib, combo, layer, name)
             geometry = _blocks.BlockGeometry(
                 ndim=ndim,
@@ -278,10 +283,18 @@ def conv_backward(op, ndim, grad_y, x, w, stride, padding, dilation, groups, bac
             gx_layer[(gx_name, ib, 0, *index)] = (_blocks.gradient_of_chunk, parts, shape, spec.dtype)
     blocks = HighLevelGraph.from_collections(name, layer, dependencies=[xc, gyc, *deps])
     w_chunks = tuple((s,) for s in spec.w_shape)
-    gw_all = da.Array(_on_top(blocks, name, gw_name, gw_layer), gw_name, ((1,) * n_blocks, *w_chunks),
-                      meta=_meta(x, spec.dtype, ndim + 3))
-    gb_all = da.Array(_on_top(blocks, name, gb_name, gb_layer), gb_name, ((1,) * n_blocks, (spec.out_channels,)),
-                      meta=_meta(x, spec.dtype, 2))
+    gw_all = da.Array(
+        _on_top(blocks, name, gw_name, gw_layer),
+        gw_name,
+        ((1,) * n_blocks, *w_chunks),
+        meta=_meta(x, spec.dtype, ndim + 3),
+    )
+    gb_all = da.Array(
+        _on_top(blocks, name, gb_name, gb_layer),
+        gb_name,
+        ((1,) * n_blocks, (spec.out_channels,)),
+        meta=_meta(x, spec.dtype, 2),
+    )
     gx = da.Array(_on_top(blocks, name, gx_name, gx_layer), gx_name, xc.chunks, meta=_meta(x, spec.dtype, ndim + 2))
     grad_x = _to_user(gx, layout)
     if _is_dask(x) and grad_x.chunks != x.chunks:

@@ -78,9 +78,7 @@ def even_bounds(n: int, parts: int) -> list[int]:
     return [n * i // parts for i in range(parts + 1)]
 
 
-def output_bounds_for_input_chunks(
-    in_chunks: Sequence[int], n_out: int, pad_before: int, stride: int
-) -> list[int]:
+def output_bounds_for_input_chunks(in_chunks: Sequence[int], n_out: int, pad_before: int, stride: int) -> list[int]:
     """Output chunk boundaries aligned with the stride in padded coordinates.
 
     Output ``j`` starts reading at padded position ``j*stride``; an input chunk

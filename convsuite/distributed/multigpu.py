@@ -124,8 +124,16 @@ def _replicate(array, device: int):
     return out
 
 
-def conv_shards(shards: Sequence[Shard], w, bias=None, *, ndim: int = 2, direction: str = "forward",
-                grad_y: Sequence[Shard] | None = None, **keywords) -> list:
+def conv_shards(
+    shards: Sequence[Shard],
+    w,
+    bias=None,
+    *,
+    ndim: int = 2,
+    direction: str = "forward",
+    grad_y: Sequence[Shard] | None = None,
+    **keywords,
+) -> list:
     """Run the convolution of every shard on its own GPU, concurrently.
 
     Forward returns a list of :class:`Shard` outputs. Backward (``grad_y``:

@@ -36,8 +36,7 @@ def _resize(images: np.ndarray, size: int) -> np.ndarray:
     return zoom(images, (1, size / 8, size / 8), order=1, grid_mode=True, mode="nearest")
 
 
-def load_digits_split(size: int = 32, *, test_fraction: float = 0.25, seed: int = 0,
-                      dtype="float32") -> DigitSplit:
+def load_digits_split(size: int = 32, *, test_fraction: float = 0.25, seed: int = 0, dtype="float32") -> DigitSplit:
     """The 1,797 scikit-learn digits as ``(N, 1, size, size)`` images, split for training.
 
     Parameters
@@ -72,7 +71,5 @@ def load_digits_split(size: int = 32, *, test_fraction: float = 0.25, seed: int 
     images = (digits.images / 16.0).astype(dtype)
     x = _resize(images, size)[:, None, :, :].astype(dtype)
     y = digits.target.astype(np.int64)
-    x_train, x_test, y_train, y_test = train_test_split(
-        x, y, test_size=test_fraction, random_state=seed, stratify=y
-    )
+    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=test_fraction, random_state=seed, stratify=y)
     return DigitSplit(np.ascontiguousarray(x_train), y_train, np.ascontiguousarray(x_test), y_test)

@@ -14,8 +14,14 @@ __all__ = ["LENET5_VARIANTS", "lenet5"]
 LENET5_VARIANTS = {"classic": 32, "ece408-fa21": 86}
 
 
-def lenet5(variant: str = "classic", *, num_classes: int = 10, backend: str | None = None,
-           dtype: Any = "float32", seed: int | np.random.Generator | None = 0) -> nn.Sequential:
+def lenet5(
+    variant: str = "classic",
+    *,
+    num_classes: int = 10,
+    backend: str | None = None,
+    dtype: Any = "float32",
+    seed: int | np.random.Generator | None = 0,
+) -> nn.Sequential:
     """LeNet-5 as an :class:`convsuite.nn.Sequential`.
 
     ``"classic"`` (input ``(B, 1, 32, 32)``): conv 1->6 5x5, ReLU, max-pool 2,
@@ -52,8 +58,12 @@ def lenet5(variant: str = "classic", *, num_classes: int = 10, backend: str | No
     else:
         c1, c2, k, flat, hidden = 4, 16, 7, 16 * 17 * 17, (128,)
     layers: list[nn.Module] = [
-        nn.Conv2D(1, c1, k, **conv), nn.ReLU(), nn.MaxPool2D(2),
-        nn.Conv2D(c1, c2, k, **conv), nn.ReLU(), nn.MaxPool2D(2),
+        nn.Conv2D(1, c1, k, **conv),
+        nn.ReLU(),
+        nn.MaxPool2D(2),
+        nn.Conv2D(c1, c2, k, **conv),
+        nn.ReLU(),
+        nn.MaxPool2D(2),
         nn.Flatten(),
     ]
     widths = (flat, *hidden)

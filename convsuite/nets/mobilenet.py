@@ -20,17 +20,34 @@ from .. import nn
 __all__ = ["InvertedResidual", "MobileNetV2", "mobilenet_v2"]
 
 # (expansion t, output channels c, repeats n, first stride s): MobileNetV2 Table 2.
-_SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
-             (6, 320, 1, 1))
+_SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))
 
 
 class ConvBNActivation(nn.Sequential):
     """``Conv2D (no bias) -> BatchNorm2D -> ReLU6`` (torchvision's ``Conv2dNormActivation``)."""
 
-    def __init__(self, c_in: int, c_out: int, kernel: int = 3, stride: int = 1, groups: int = 1, *,
-                 activation: bool = True, **options) -> None:
-        conv = nn.Conv2D(c_in, c_out, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False,
-                         backend=options["backend"], dtype=options["dtype"])
+    def __init__(
+        self,
+        c_in: int,
+        c_out: int,
+        kernel: int = 3,
+        stride: int = 1,
+        groups: int = 1,
+        *,
+        activation: bool = True,
+        **options,
+    ) -> None:
+        conv = nn.Conv2D(
+            c_in,
+            c_out,
+            kernel,
+            stride,
+            (kernel - 1) // 2,
+            groups=groups,
+            bias=False,
+            backend=options["backend"],
+            dtype=options["dtype"],
+        )
         layers = [conv, nn.BatchNorm2D(c_out, dtype=options["dtype"])]
         super().__init__(*layers, *([nn.ReLU6()] if activation else []))
 
@@ -68,8 +85,14 @@ class InvertedResidual(nn.Module):
 class MobileNetV2(nn.Module):
     """MobileNetV2-1.0 (see :func:`mobilenet_v2`)."""
 
-    def __init__(self, num_classes: int = 1000, *, backend: str | None = None, dtype: Any = "float32",
-                 seed: int | np.random.Generator | None = 0) -> None:
+    def __init__(
+        self,
+        num_classes: int = 1000,
+        *,
+        backend: str | None = None,
+        dtype: Any = "float32",
+        seed: int | np.random.Generator | None = 0,
+    ) -> None:
         super().__init__()
         options = dict(backend=backend, dtype=dtype)
         c_in, last = 32, 1280
@@ -95,7 +118,7 @@ class MobileNetV2(nn.Module):
 
 
 def _torchvision_init(network: nn.Module, rng: np.random.Generator) -> None:
-    """torchvision's initialisation: He-normal (fan out) convs, N(0, 0.01) linear, BN 1/0."""
+    """Torchvision's initialisation: He-normal (fan out) convs, N(0, 0.01) linear, BN 1/0."""
     for _, layer in network.named_modules():
         if isinstance(layer, nn.Conv2D):
             w = layer.weight.data
@@ -107,8 +130,13 @@ def _torchvision_init(network: nn.Module, rng: np.random.Generator) -> None:
             layer.bias.data = np.zeros_like(layer.bias.data)
 
 
-def mobilenet_v2(num_classes: int = 1000, *, backend: str | None = None, dtype: Any = "float32",
-                 seed: int | np.random.Generator | None = 0) -> MobileNetV2:
+def mobilenet_v2(
+    num_classes: int = 1000,
+    *,
+    backend: str | None = None,
+    dtype: Any = "float32",
+    seed: int | np.random.Generator | None = 0,
+) -> MobileNetV2:
     """MobileNetV2-1.0 whose ``state_dict`` is torchvision's (less ``num_batches_tracked``).
 
     Parameters

@@ -91,8 +91,9 @@ def evaluate(network: nn.Module, x: np.ndarray, y: np.ndarray, *, batch: int = 2
     return correct / len(x)
 
 
-def train_lenet5(config: TrainConfig = TrainConfig(), *, progress: Callable[[int, int, float], None] | None = None
-                 ) -> TrainResult:
+def train_lenet5(
+    config: TrainConfig = TrainConfig(), *, progress: Callable[[int, int, float], None] | None = None
+) -> TrainResult:
     """Train LeNet-5 on the scikit-learn digits; deterministic for a seed on one backend.
 
     Parameters
@@ -118,8 +119,7 @@ def train_lenet5(config: TrainConfig = TrainConfig(), *, progress: Callable[[int
     if config.device == "gpu":
         network.to("gpu")
     criterion = nn.CrossEntropyLoss()
-    optimiser = nn.SGD(network.parameters(), lr=config.lr, momentum=config.momentum,
-                       weight_decay=config.weight_decay)
+    optimiser = nn.SGD(network.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
     steps_per_epoch = -(-len(data.x_train) // config.batch)
     total_steps = steps_per_epoch * config.epochs
     losses, accuracies = [], []

@@ -154,8 +154,11 @@ def _linear_without_blas(x, w, b):
     bias = y if b is None else cupy.ascontiguousarray(b, dtype=dtype)  # any pointer when there is none
     total = rows * n_out
     kernel = raw.get_function(name)
-    kernel(((total + 255) // 256,), (256,), (x, w, bias, y, np.int32(rows), np.int32(n_in), np.int32(n_out),
-                                            np.int32(b is not None)))
+    kernel(
+        ((total + 255) // 256,),
+        (256,),
+        (x, w, bias, y, np.int32(rows), np.int32(n_in), np.int32(n_out), np.int32(b is not None)),
+    )
     return y
 
 
@@ -177,8 +180,9 @@ class Linear(Module):
 
     category = "fully connected"
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, dtype: Any = "float32",
-                 seed=None) -> None:
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool = True, *, dtype: Any = "float32", seed=None
+    ) -> None:
         super().__init__()
         for name, value in (("in_features", in_features), ("out_features", out_features)):
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:

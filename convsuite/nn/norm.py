@@ -129,11 +129,13 @@ def fold_batchnorm(conv: _Conv, bn: BatchNorm2D) -> _Conv:
         A new layer with a bias; ``conv`` and ``bn`` are unchanged.
     """
     if not isinstance(conv, _Conv) or not isinstance(bn, BatchNorm2D):
-        raise TypeError(f"fold_batchnorm takes a Conv1D/Conv2D and a BatchNorm2D; got {type(conv).__name__}, "
-                        f"{type(bn).__name__}")
+        raise TypeError(
+            f"fold_batchnorm takes a Conv1D/Conv2D and a BatchNorm2D; got {type(conv).__name__}, {type(bn).__name__}"
+        )
     if bn.num_features != conv.out_channels:
-        raise ValueError(f"BatchNorm2D({bn.num_features}) cannot follow a convolution with "
-                         f"{conv.out_channels} output channels")
+        raise ValueError(
+            f"BatchNorm2D({bn.num_features}) cannot follow a convolution with {conv.out_channels} output channels"
+        )
     xp = array_module(conv.weight.data)
     w = conv.weight.data
     scale = bn.weight.data / xp.sqrt(bn.running_var + w.dtype.type(bn.eps))

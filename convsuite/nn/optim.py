@@ -24,8 +24,9 @@ class SGD:
         L2 penalty coefficient, >= 0.
     """
 
-    def __init__(self, params: Iterable[Parameter], lr: float, momentum: float = 0.0,
-                 weight_decay: float = 0.0) -> None:
+    def __init__(
+        self, params: Iterable[Parameter], lr: float, momentum: float = 0.0, weight_decay: float = 0.0
+    ) -> None:
         self.params = list(params)
         if not all(isinstance(p, Parameter) for p in self.params):
             raise TypeError("`params` must be Parameter objects, e.g. network.parameters()")

@@ -39,9 +39,7 @@ class _Pool2D(Module):
         self.stride = self.kernel_size if stride is None else as_int_tuple(stride, 2, "stride")
         self.padding = _padding(padding, 2)
         if any(2 * p > k for p, k in zip(self.padding, self.kernel_size)):
-            raise ValueError(
-                f"`padding` must be at most half of kernel_size={self.kernel_size}; got {self.padding}"
-            )
+            raise ValueError(f"`padding` must be at most half of kernel_size={self.kernel_size}; got {self.padding}")
         self._cache: Any = None
 
     def _geometry(self, x) -> tuple[tuple[int, int], Any]:
