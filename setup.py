@@ -24,12 +24,14 @@ class OptionalBuildExt(build_ext):
     """build_ext that downgrades a compile failure to a warning unless required."""
 
     def run(self):
+        """Build the extensions; a failure is a warning unless the extension is required."""
         try:
             super().run()
         except Exception as exc:  # no compiler, no Cython: install the rest
             self._fail(exc)
 
     def build_extension(self, ext):
+        """Build one extension; a failure is a warning unless the extension is required."""
         try:
             super().build_extension(ext)
         except Exception as exc:
@@ -63,6 +65,7 @@ def cpu_target_flags():
 
 
 def extensions():
+    """The Cython extensions to build, or none when there are no sources or no Cython."""
     sources = sorted(str(p.relative_to(HERE)) for p in (HERE / "cython_src").glob("_*_cy.pyx"))
     if not sources:
         return []

@@ -226,7 +226,7 @@ def check_index_bounds(ndim, in_size, kernel, stride, dilation, pads) -> None:
     a kernel forms (``oh*sh + p*dh - pad``, ``pad_left - q*dw``,
     ``shift + sw - 1``, ``W - 1 + shift``) lies in ``(-2**63, 2**63)``.
     """
-    for axis, (n, k, s, d, (before, after)) in enumerate(zip(in_size, kernel, stride, dilation, pads)):
+    for axis, (n, k, _s, d, (before, after)) in enumerate(zip(in_size, kernel, stride, dilation, pads)):
         dim = _DIM_NAMES[ndim][axis]
         span = d * (k - 1) + 1
         if span >= INDEX_LIMIT:

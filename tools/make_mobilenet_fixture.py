@@ -11,6 +11,7 @@ and float64. The weights themselves are not stored: tests regenerate them.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -19,8 +20,18 @@ import torch
 import torchvision
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-import mobilenet_recipe as recipe
+
+
+def _load_recipe():
+    """Import ``tests/mobilenet_recipe.py`` by path (``tests`` is not on ``sys.path`` when run as a script)."""
+    spec = importlib.util.spec_from_file_location("mobilenet_recipe", REPO / "tests" / "mobilenet_recipe.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+recipe = _load_recipe()
 
 
 def main() -> None:

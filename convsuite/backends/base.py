@@ -118,9 +118,11 @@ class WallTimer:
     __slots__ = ("_t0",)
 
     def start(self) -> None:
+        """Record the start time."""
         self._t0 = time.perf_counter()
 
     def stop(self) -> float:
+        """Seconds since :meth:`start`."""
         return time.perf_counter() - self._t0
 
 
@@ -231,6 +233,7 @@ class Backend(abc.ABC):
 
     def synchronize(self) -> None:
         """Wait until work queued on the device has finished (no-op on the CPU)."""
+        return None  # CPU backends run synchronously; GPU backends override this
 
     def timer(self) -> WallTimer:
         """A fresh timer whose ``start()``/``stop()`` bracket device work."""

@@ -93,6 +93,7 @@ class JoblibBackend(Backend):
     description = "Cython kernels (GIL released) on batch or row pieces under joblib.Parallel (threads by default)"
 
     def available(self) -> Verdict:
+        """True when joblib is installed and the Cython extension is built, else why not."""
         try:
             import joblib  # noqa: F401
         except ImportError as exc:
@@ -124,6 +125,7 @@ class JoblibBackend(Backend):
     # --- directions --------------------------------------------------------------
 
     def forward(self, spec, x, w, bias, out, algorithm):
+        """Write ``conv(x, w) + bias`` into ``out``, cut into batch or row pieces run under joblib."""
         s = spec.as_2d()
         x, w, out = x.reshape(s.x_shape), w.reshape(s.w_shape), out.reshape(s.y_shape)
         if bias is None:
@@ -161,6 +163,7 @@ class JoblibBackend(Backend):
             out[index] = part
 
     def backward(self, spec, grad_y, x, w, grad_x, grad_w, grad_b, algorithm):
+        """Fill ``grad_x``, ``grad_w`` and ``grad_b`` from ``grad_y``, pieces run under joblib and summed."""
         s = spec.as_2d()
         grad_y, x, w = grad_y.reshape(s.y_shape), x.reshape(s.x_shape), w.reshape(s.w_shape)
         grad_x, grad_w = grad_x.reshape(s.x_shape), grad_w.reshape(s.w_shape)

@@ -440,6 +440,7 @@ def print_ablation(workload: str, repeat: int = 5, out=None) -> None:
 
 
 def main(argv=None) -> int:
+    """Command line: print the SASS instruction mix and/or time the tables; returns the exit status."""
     parser = argparse.ArgumentParser(
         prog="python -m convsuite.bench.backward_ladder", description=__doc__.split("\n")[0]
     )

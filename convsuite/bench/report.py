@@ -137,7 +137,7 @@ def print_table(results: list[Result], baseline: str, title: str) -> None:
 
 
 def print_ratios(compare_to: dict) -> None:
-    """This run against a saved one: one row per case and contender found in both."""
+    """Print this run against a saved one: one row per case and contender found in both."""
     from rich.markup import escape
     from rich.table import Table
 

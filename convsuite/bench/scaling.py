@@ -105,14 +105,14 @@ def joblib_rows(batch: int, threads: int, repeat: int) -> list[dict]:
         w = rng.standard_normal((entry["M"], entry["C"], entry["K"], entry["K"]), dtype=np.float32)
         kw = dict(stride=entry["stride"], padding=entry["padding"])
 
-        def joblib_call():
+        def joblib_call(x=x, w=w, kw=kw):
             with joblib.parallel_config(backend="threading", n_jobs=threads):
                 return cs.conv2d(x, w, backend="joblib", **kw)
 
         contenders = {
             f"joblib ({threads} threads)": joblib_call,
-            "cython (1 core)": lambda: cs.conv2d(x, w, backend="cython", **kw),
-            f"numba ({threads} threads)": lambda: cs.conv2d(x, w, backend="numba", **kw),
+            "cython (1 core)": lambda x=x, w=w, kw=kw: cs.conv2d(x, w, backend="cython", **kw),
+            f"numba ({threads} threads)": lambda x=x, w=w, kw=kw: cs.conv2d(x, w, backend="numba", **kw),
         }
         for fn in contenders.values():
             _check(x, w, kw, fn())
@@ -254,7 +254,7 @@ def gpu_rows(batch: int, repeat: int) -> list[dict]:
         two = multigpu.scatter(x, gpus[:2])
         _check(x, w, kw, multigpu.gather(multigpu.conv_shards(two, w, **kw)))
 
-        def run(shards):
+        def run(shards, w=w, kw=kw):
             def call():
                 multigpu.conv_shards(shards, w, **kw)  # synchronises every device it used
 
@@ -344,6 +344,7 @@ def _markdown(rows, meta) -> str:
 
 
 def main(argv=None) -> int:
+    """Command line: run the joblib, Dask and multi-GPU scaling sections, write the record; returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="docs/measurements", help="folder for the .md and .json record")
     parser.add_argument("--quick", action="store_true", help="small problems, few repeats (a smoke run)")

@@ -66,14 +66,17 @@ class Case:
 
     @property
     def keywords(self) -> dict:
+        """Keyword arguments of the convolution call: stride, padding, dilation, groups."""
         return dict(stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups)
 
     @property
     def label(self) -> str:
+        """The case's name, with the direction appended for backward cases."""
         return f"{self.name} {self.direction}" if self.direction == "backward" else self.name
 
     @property
     def batch(self) -> int:
+        """Batch size: the first axis of ``x`` for batched layouts, else 1."""
         return self.x_shape[0] if len(self.x_shape) == len(self.w_shape) and len(self.w_shape) > 2 else 1
 
     def with_batch(self, batch: int, note: str) -> Case:
@@ -103,6 +106,7 @@ class Case:
         return explain(shaped(self.x_shape), shaped(self.w_shape), bias, **self.keywords).spec
 
     def as_dict(self) -> dict:
+        """The case's fields as a dict."""
         return asdict(self)
 
 

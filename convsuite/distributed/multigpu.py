@@ -210,6 +210,8 @@ def _backward(ndim, grad_y, x, w, devices, keywords):
     return grad_x, _sum_on([r[1] for r in results], device), _sum_on([r[2] for r in results], device)
 
 
+# The four public functions below get their docstrings from this template
+# (assigned after their definitions), hence their ``noqa: D103``.
 _DOC = """{what} of a batch split across GPUs (one slice per device, concurrently).
 
     Takes the arguments of :func:`convsuite.{name}` (batched layout) plus
@@ -218,19 +220,19 @@ _DOC = """{what} of a batch split across GPUs (one slice per device, concurrentl
     """
 
 
-def conv1d(x, w, bias=None, *, devices=None, **keywords):
+def conv1d(x, w, bias=None, *, devices=None, **keywords):  # noqa: D103
     return _forward(1, x, w, bias, devices, keywords)
 
 
-def conv2d(x, w, bias=None, *, devices=None, **keywords):
+def conv2d(x, w, bias=None, *, devices=None, **keywords):  # noqa: D103
     return _forward(2, x, w, bias, devices, keywords)
 
 
-def conv1d_backward(grad_y, x, w, *, devices=None, **keywords):
+def conv1d_backward(grad_y, x, w, *, devices=None, **keywords):  # noqa: D103
     return _backward(1, grad_y, x, w, devices, keywords)
 
 
-def conv2d_backward(grad_y, x, w, *, devices=None, **keywords):
+def conv2d_backward(grad_y, x, w, *, devices=None, **keywords):  # noqa: D103
     return _backward(2, grad_y, x, w, devices, keywords)
 
 

@@ -72,10 +72,12 @@ class InvertedResidual(nn.Module):
             self.add = nn.Add()
 
     def forward(self, x):
+        """The block's output, plus the input when the residual applies."""
         y = self.conv(x)
         return self.add(x, y) if self.use_residual else y
 
     def backward(self, grad_y):
+        """Gradient with respect to the block's input, including the residual path."""
         if not self.use_residual:
             return self.conv.backward(grad_y)
         grad_skip, grad_body = self.add.run_backward(grad_y)
@@ -109,9 +111,11 @@ class MobileNetV2(nn.Module):
         _torchvision_init(self, np.random.default_rng(seed))
 
     def forward(self, x):
+        """Logits of shape ``(B, num_classes)`` for images ``x`` of shape ``(B, 3, H, W)``."""
         return self.classifier(self.flatten(self.pool(self.features(x))))
 
     def backward(self, grad_y):
+        """Gradient with respect to the input images, given the gradient of the logits."""
         grad = self.classifier.backward(grad_y)
         grad = self.pool.run_backward(self.flatten.run_backward(grad))
         return self.features.backward(grad)

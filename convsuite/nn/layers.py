@@ -21,9 +21,11 @@ class Identity(Module):
     category = "reshape"
 
     def forward(self, x):
+        """Return ``x`` unchanged."""
         return x
 
     def backward(self, grad_y):
+        """Return ``grad_y`` unchanged."""
         return grad_y
 
 
@@ -40,6 +42,7 @@ class ReLU(Module):
         self._mask = None
 
     def forward(self, x):
+        """Clamp ``x`` below at 0 (and above at the upper bound, if any); keep the gradient mask if needed."""
         xp = array_module(x)
         y = xp.maximum(x, 0) if self._upper is None else xp.clip(x, 0, self._upper)
         # The gradient passes where the input lies strictly inside the linear
@@ -49,6 +52,7 @@ class ReLU(Module):
         return y.astype(x.dtype, copy=False)
 
     def backward(self, grad_y):
+        """``grad_y`` where the input lay strictly inside the linear piece, zero elsewhere."""
         if self._mask is None:
             raise RuntimeError(f"{type(self).__name__}.backward needs a forward pass with gradients enabled first")
         return grad_y * self._mask
@@ -84,6 +88,7 @@ class Dropout(Module):
         self._mask = None
 
     def forward(self, x):
+        """Apply a fresh dropout mask in training mode; return ``x`` unchanged otherwise."""
         if not self.training or self.p == 0:
             self._mask = None
             return x
@@ -94,9 +99,11 @@ class Dropout(Module):
         return x * mask
 
     def backward(self, grad_y):
+        """``grad_y`` times the last forward's mask (unchanged if none was applied)."""
         return grad_y if self._mask is None else grad_y * self._mask
 
     def extra_repr(self) -> str:
+        """Drop probability, for ``repr``."""
         return f"p={self.p}"
 
 
@@ -110,10 +117,12 @@ class Flatten(Module):
         self._shape = None
 
     def forward(self, x):
+        """Reshape ``(B, ...)`` to ``(B, -1)``, remembering the input shape."""
         self._shape = x.shape
         return x.reshape(x.shape[0], -1)
 
     def backward(self, grad_y):
+        """``grad_y`` reshaped back to the last forward's input shape."""
         return grad_y.reshape(self._shape)
 
 
@@ -196,6 +205,7 @@ class Linear(Module):
         self._x = None
 
     def forward(self, x):
+        """``x @ weight.T + bias`` for ``x`` of shape ``(B, in_features)``."""
         if x.ndim != 2 or x.shape[1] != self.in_features:
             raise ValueError(
                 f"Linear({self.in_features}, {self.out_features}) expects input of shape (B, {self.in_features}); "
@@ -210,6 +220,7 @@ class Linear(Module):
         return y
 
     def backward(self, grad_y):
+        """Gradient with respect to the input; accumulates the weight and bias gradients."""
         if self._x is None:
             raise RuntimeError("Linear.backward needs a forward pass with gradients enabled first")
         self.weight.accumulate(grad_y.T @ self._x)
@@ -221,6 +232,7 @@ class Linear(Module):
         self._x = None
 
     def extra_repr(self) -> str:
+        """Feature counts and whether there is a bias, for ``repr``."""
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
@@ -233,9 +245,11 @@ class Add(Module):
     category = "element-wise"
 
     def forward(self, a, b):
+        """``a + b`` for inputs of one shape."""
         if a.shape != b.shape:
             raise ValueError(f"Add needs inputs of one shape; got {tuple(a.shape)} and {tuple(b.shape)}")
         return a + b
 
     def backward(self, grad_y):
+        """The pair ``(grad_a, grad_b)``, both ``grad_y``."""
         return grad_y, grad_y

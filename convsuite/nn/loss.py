@@ -26,6 +26,7 @@ class CrossEntropyLoss(Module):
         self._cache = None
 
     def forward(self, logits, targets):
+        """Mean cross-entropy of ``logits (B, K)`` against integer ``targets (B,)``."""
         xp = array_module(logits)
         targets = xp.asarray(targets)
         if logits.ndim != 2:

@@ -60,6 +60,7 @@ class Parameter:
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """Shape of :attr:`data`."""
         return tuple(self.data.shape)
 
     def accumulate(self, grad) -> None:
@@ -132,6 +133,7 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} does not define backward()")
 
     def __call__(self, *inputs, **options):
+        """Run :meth:`forward`, timing it when a recorder is open and this is a leaf module."""
         recorder = _timing.current_recorder()
         if recorder is None or self._modules:
             return self.forward(*inputs, **options)
@@ -163,7 +165,7 @@ class Module:
         return iter(self._modules.values())
 
     def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
-        """This module and every descendant with its dotted name (``""`` for this one)."""
+        """Yield this module and every descendant with its dotted name (``""`` for this one)."""
         yield prefix, self
         for name, child in self._modules.items():
             yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
@@ -344,6 +346,7 @@ class Sequential(Module):
             recorder.add(layer, direction, 0.0)
 
     def forward(self, x):
+        """Apply the layers in order, fusing a convolution with a following ReLU where possible."""
         layers = list(self._modules.values())
         fused = set()
         index = 0
@@ -361,6 +364,7 @@ class Sequential(Module):
         return x
 
     def backward(self, grad_y):
+        """Gradient through the layers in reverse order, honouring the fusions of the last forward."""
         layers = list(self._modules.values())
         index = len(layers) - 1
         while index >= 0:

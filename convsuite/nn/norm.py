@@ -65,6 +65,7 @@ class BatchNorm2D(Module):
             )
 
     def forward(self, x):
+        """Normalise per channel with batch statistics (training, updating the running ones) or running ones."""
         self._check(x)
         xp = array_module(x)
         axes = (0, 2, 3)
@@ -88,6 +89,7 @@ class BatchNorm2D(Module):
         return xhat * self.weight.data.reshape(shape) + self.bias.data.reshape(shape)
 
     def backward(self, grad_y):
+        """Gradient with respect to the input; accumulates the weight and bias gradients."""
         if self._cache is None:
             raise RuntimeError("BatchNorm2D.backward needs a forward pass with gradients enabled first")
         xhat, inv_std, batch_stats = self._cache
@@ -107,6 +109,7 @@ class BatchNorm2D(Module):
         self._cache = None
 
     def extra_repr(self) -> str:
+        """Feature count, eps and momentum, for ``repr``."""
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
 
 

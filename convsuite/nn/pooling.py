@@ -99,6 +99,7 @@ class MaxPool2D(_Pool2D):
     _pad_value = float("-inf")
 
     def forward(self, x):
+        """Window maxima of ``x (B, C, H, W)``; keeps the argmax when gradients are needed."""
         xp = array_module(x)
         out, padded = self._geometry(x)
         kh, kw = self.kernel_size
@@ -118,6 +119,7 @@ class MaxPool2D(_Pool2D):
         return best
 
     def backward(self, grad_y):
+        """``grad_y`` routed to each window's (first) maximal input."""
         if self._cache is None:
             raise RuntimeError("MaxPool2D.backward needs a forward pass with gradients enabled first")
         x_shape, out, arg = self._cache
@@ -140,6 +142,7 @@ class AvgPool2D(_Pool2D):
     _pad_value = 0.0
 
     def forward(self, x):
+        """Window means of ``x (B, C, H, W)``, padding zeros counted."""
         out, padded = self._geometry(x)
         kh, kw = self.kernel_size
         total = _tap(padded, 0, 0, self.stride, out).copy()
@@ -151,6 +154,7 @@ class AvgPool2D(_Pool2D):
         return total * x.dtype.type(1.0 / (kh * kw))
 
     def backward(self, grad_y):
+        """``grad_y`` spread evenly over each window's inputs."""
         if self._cache is None:
             raise RuntimeError("AvgPool2D.backward needs a forward pass first")
         x_shape, out = self._cache
@@ -181,14 +185,17 @@ class MaxPool1D(Module):
         object.__setattr__(self, "_pool", MaxPool2D((1, k), (1, s), (0, p)))
 
     def forward(self, x):
+        """Window maxima of ``x (B, C, W)``."""
         if x.ndim != 3:
             raise ValueError(f"MaxPool1D expects input (B, C, W); got shape {tuple(x.shape)}")
         return self._pool.forward(x[:, :, None, :])[:, :, 0, :]
 
     def backward(self, grad_y):
+        """``grad_y`` routed to each window's (first) maximal input."""
         return self._pool.backward(grad_y[:, :, None, :])[:, :, 0, :]
 
     def extra_repr(self) -> str:
+        """Kernel size, stride and padding, for ``repr``."""
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
 
@@ -210,15 +217,18 @@ class AdaptiveAvgPool2D(Module):
         self._shape = None
 
     def forward(self, x):
+        """Mean over ``H`` and ``W`` of ``x (B, C, H, W)``, shape ``(B, C, 1, 1)``."""
         if x.ndim != 4:
             raise ValueError(f"AdaptiveAvgPool2D expects input (B, C, H, W); got shape {tuple(x.shape)}")
         self._shape = x.shape
         return x.mean(axis=(2, 3), keepdims=True, dtype=x.dtype)
 
     def backward(self, grad_y):
+        """``grad_y`` spread evenly over the ``H * W`` inputs of each channel."""
         xp = array_module(grad_y)
         scale = grad_y.dtype.type(1.0 / (self._shape[2] * self._shape[3]))
         return xp.broadcast_to(grad_y * scale, self._shape).copy()
 
     def extra_repr(self) -> str:
+        """The output size, for ``repr``."""
         return "output_size=1"
