@@ -16,34 +16,9 @@ import numpy as np
 
 from . import _api
 from ._registry import _check_name, get_backend
-from ._validation import _show, as_int_tuple, parse_padding, positive_int
+from ._validation import as_int_tuple, float_dtype, parse_padding, positive_int, weight_generator
 
 __all__ = ["Conv1D", "Conv2D"]
-
-
-def _layer_dtype(dtype: Any) -> np.dtype:
-    """``dtype`` as float32/float64; None, bools and anything else are refused."""
-    accepted = "`dtype` must be 'float32' or 'float64' (or the NumPy types)"
-    if dtype is None or isinstance(dtype, (bool, np.bool_)):
-        raise TypeError(f"{accepted}; got {dtype!r}")
-    try:
-        resolved = np.dtype(dtype)
-    except TypeError:
-        raise TypeError(f"{accepted}; got {_show(dtype)}") from None
-    if resolved not in (np.float32, np.float64):
-        raise TypeError(f"{accepted}; got {_show(dtype)}")
-    return resolved
-
-
-def _layer_rng(seed: Any) -> np.random.Generator:
-    """The generator of the initial weights: None, an int >= 0, or a Generator."""
-    if seed is None or isinstance(seed, np.random.Generator):
-        return np.random.default_rng(seed)
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"`seed` must be None, an int >= 0 or a numpy Generator; got {_show(seed)}")
-    if seed < 0:
-        raise ValueError(f"`seed` must be None, an int >= 0 or a numpy Generator; got {_show(seed)}")
-    return np.random.default_rng(int(seed))
 
 
 class _ConvLayer:
@@ -85,8 +60,8 @@ class _ConvLayer:
         if backend is not None:
             _check_name(backend, "`backend`")
         self.backend = backend
-        self.dtype = _layer_dtype(dtype)
-        rng = _layer_rng(seed)
+        self.dtype = float_dtype(dtype)
+        rng = weight_generator(seed)
 
         # PyTorch's default: kaiming_uniform_(a=sqrt(5)) for the weight, which is
         # U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and the same bound for the bias.

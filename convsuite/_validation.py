@@ -24,8 +24,10 @@ __all__ = [
     "PreparedCall",
     "as_int_tuple",
     "check_memory",
+    "float_dtype",
     "convert_operands",
     "reserve_memory",
+    "weight_generator",
     "parse_padding",
     "positive_int",
     "prepare_backward",
@@ -482,21 +484,8 @@ SMALL_CALL_BYTES = 16 * 2**20
 
 
 def check_call_memory(plan: Any, direction: str, operands: tuple) -> None:
-    """The per-call memory check of a large cached plan (see :func:`reserve_memory`).
-
-    Counts the operand copies this call makes, the plan's outputs and its
-    backend's workspace against the memory available now.
-    """
-    spec = plan.spec
-    parts = {"operand copies": sum(copy_bytes(a, spec.dtype) for a in operands)}
-    if plan.backend.device == "cpu":
-        if direction == "forward":
-            outputs = math.prod(spec.y_shape)
-        else:
-            outputs = math.prod(spec.x_shape) + math.prod(spec.w_shape) + spec.out_channels
-        parts["outputs"] = outputs * spec.itemsize
-        parts["workspace"] = int(plan.backend.workspace_bytes(spec, plan.algorithm, direction))
-    _refuse_if_short(parts, direction)
+    """The per-call memory check of a large cached plan (see :func:`reserve_memory`)."""
+    _check_buffers(plan.spec, plan.backend, plan.algorithm, direction, operands)
 
 
 def reserve_memory(call: PreparedCall, backend: Any, algorithm: str, direction: str, grad_y: Any = None) -> None:
@@ -509,16 +498,19 @@ def reserve_memory(call: PreparedCall, backend: Any, algorithm: str, direction: 
     memory available now (:func:`~convsuite._arrays.available_host_memory`).
     Outputs and workspace of a GPU backend are checked on its device instead.
     """
-    spec = call.spec
-    parts = {"operand copies": sum(copy_bytes(a, spec.dtype) for a in (call.x, call.w, call.bias, grad_y))}
-    if getattr(backend, "device", "cpu") == "cpu":
+    _check_buffers(call.spec, backend, algorithm, direction, (call.x, call.w, call.bias, grad_y))
+
+
+def _check_buffers(spec: ConvSpec, backend: Any, algorithm: str, direction: str, operands: tuple) -> None:
+    """Operand copies, and on a CPU backend outputs and workspace, against available memory."""
+    parts = {"operand copies": sum(copy_bytes(a, spec.dtype) for a in operands)}
+    if backend.device == "cpu":
         if direction == "forward":
             outputs = math.prod(spec.y_shape)
         else:
             outputs = math.prod(spec.x_shape) + math.prod(spec.w_shape) + spec.out_channels
         parts["outputs"] = outputs * spec.itemsize
-        workspace = getattr(backend, "workspace_bytes", None)
-        parts["workspace"] = 0 if workspace is None else int(workspace(spec, algorithm, direction))
+        parts["workspace"] = int(backend.workspace_bytes(spec, algorithm, direction))
     _refuse_if_short(parts, direction)
 
 
@@ -572,3 +564,28 @@ def check_relu_output(relu_output: Any, plan: Any):
     if relu_output.dtype.kind not in "iuf":
         raise TypeError(f"`relu_output` must have a real numeric dtype; got {relu_output.dtype}")
     return relu_output
+
+
+def float_dtype(dtype: Any) -> np.dtype:
+    """``dtype`` as float32/float64; None, bools and anything else are refused."""
+    accepted = "`dtype` must be 'float32' or 'float64' (or the NumPy types)"
+    if dtype is None or isinstance(dtype, (bool, np.bool_)):
+        raise TypeError(f"{accepted}; got {dtype!r}")
+    try:
+        resolved = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{accepted}; got {_show(dtype)}") from None
+    if resolved not in (np.float32, np.float64):
+        raise TypeError(f"{accepted}; got {_show(dtype)}")
+    return resolved
+
+
+def weight_generator(seed: Any) -> np.random.Generator:
+    """The generator of the initial weights: None, an int >= 0, or a Generator."""
+    if seed is None or isinstance(seed, np.random.Generator):
+        return np.random.default_rng(seed)
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"`seed` must be None, an int >= 0 or a numpy Generator; got {_show(seed)}")
+    if seed < 0:
+        raise ValueError(f"`seed` must be None, an int >= 0 or a numpy Generator; got {_show(seed)}")
+    return np.random.default_rng(int(seed))

@@ -14,17 +14,9 @@ import json
 import sys
 from pathlib import Path
 
+from convsuite.cli import _positive  # one definition of the CLI's integer arguments
+
 __all__ = ["add_train_parser", "cmd_train"]
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer; got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer; got {text!r}")
-    return value
 
 
 def _non_negative(text: str) -> int:

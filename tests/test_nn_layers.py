@@ -254,3 +254,34 @@ def test_shape_errors_name_the_layer():
         nn.BatchNorm2D(3)(np.ones((2, 4, 2, 2), np.float32))
     with pytest.raises(ValueError, match="MaxPool2D expects input"):
         nn.MaxPool2D(2)(np.ones((2, 2), np.float32))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda **kw: nn.Conv2D(2, 3, 3, **kw),
+        lambda **kw: nn.Conv1D(2, 3, 3, **kw),
+        lambda **kw: nn.Linear(4, 2, **kw),
+    ],
+)
+@pytest.mark.parametrize(
+    "kw, error, message",
+    [
+        (dict(seed=-1), ValueError, "`seed` must be None, an int >= 0"),
+        (dict(seed=True), TypeError, "`seed` must be None, an int >= 0"),
+        (dict(seed=1.5), TypeError, "`seed`"),
+        (dict(dtype=None), TypeError, "`dtype` must be 'float32' or 'float64'"),
+        (dict(dtype="int32"), TypeError, "`dtype` must be 'float32' or 'float64'"),
+    ],
+)
+def test_layer_seed_and_dtype_are_validated_like_cs_conv2d_layers(make, kw, error, message):
+    """nn layers share the checks of cs.Conv2D: the parameter is named, nothing is accepted silently."""
+    with pytest.raises(error, match=message):
+        make(**kw)
+
+
+def test_nets_seed_is_validated():
+    from convsuite import nets
+
+    with pytest.raises(ValueError, match="`seed`"):
+        nets.lenet5(seed=-3)

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from .. import nn
+from .._validation import weight_generator
 
 __all__ = ["LENET5_VARIANTS", "lenet5"]
 
@@ -51,7 +52,7 @@ def lenet5(
     """
     if variant not in LENET5_VARIANTS:
         raise ValueError(f"`variant` must be one of {', '.join(map(repr, LENET5_VARIANTS))}; got {variant!r}")
-    rng = np.random.default_rng(seed)
+    rng = weight_generator(seed)
     conv = dict(backend=backend, dtype=dtype, seed=rng)
     if variant == "classic":
         c1, c2, k, flat, hidden = 6, 16, 5, 16 * 5 * 5, (120, 84)

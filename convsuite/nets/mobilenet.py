@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .. import nn
+from .._validation import weight_generator
 
 __all__ = ["InvertedResidual", "MobileNetV2", "mobilenet_v2"]
 
@@ -108,7 +109,7 @@ class MobileNetV2(nn.Module):
         self.pool = nn.AdaptiveAvgPool2D(1)
         self.flatten = nn.Flatten()
         self.classifier = nn.Sequential(nn.Dropout(0.2, seed=seed), nn.Linear(last, num_classes, dtype=dtype))
-        _torchvision_init(self, np.random.default_rng(seed))
+        _torchvision_init(self, weight_generator(seed))
 
     def forward(self, x):
         """Logits of shape ``(B, num_classes)`` for images ``x`` of shape ``(B, 3, H, W)``."""

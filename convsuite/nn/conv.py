@@ -8,28 +8,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .. import _api
-from .._validation import as_int_tuple, parse_padding, positive_int
+from .._validation import as_int_tuple, float_dtype, parse_padding, positive_int, weight_generator
 from .module import Module, Parameter
 
 __all__ = ["Conv1D", "Conv2D"]
-
-
-def _float_dtype(dtype: Any) -> np.dtype:
-    """float32 or float64, or a TypeError naming ``dtype``."""
-    try:
-        dtype = np.dtype(dtype)
-    except TypeError:
-        dtype = None
-    if dtype not in (np.float32, np.float64):
-        raise TypeError(f"`dtype` must be 'float32' or 'float64'; got {dtype!r}")
-    return dtype
-
-
-def _rng(seed) -> np.random.Generator:
-    """A Generator from None, an int or a Generator, or a TypeError naming ``seed``."""
-    if seed is not None and not isinstance(seed, (int, np.integer, np.random.Generator)):
-        raise TypeError(f"`seed` must be None, an int or a numpy Generator; got {seed!r}")
-    return np.random.default_rng(seed)
 
 
 class _Conv(Module):
@@ -74,8 +56,8 @@ class _Conv(Module):
             raise TypeError(f"`bias` must be True or False; got {bias!r}")
         self.backend = backend
         self.algorithm = algorithm
-        dtype = _float_dtype(dtype)
-        rng = _rng(seed)
+        dtype = float_dtype(dtype)
+        rng = weight_generator(seed)
         # PyTorch's default: kaiming_uniform_(a=sqrt(5)), i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)),
         # and the same bound for the bias.
         fan_in = (self.in_channels // self.groups) * math.prod(self.kernel_size)

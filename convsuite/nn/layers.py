@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 from .._capture import capturing
+from .._validation import float_dtype, weight_generator
 from ._xp import array_module
-from .conv import _float_dtype, _rng
 from .module import Module, Parameter
 
 __all__ = ["Add", "Dropout", "Flatten", "Identity", "Linear", "ReLU", "ReLU6"]
@@ -84,7 +84,7 @@ class Dropout(Module):
         if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 <= p < 1:
             raise ValueError(f"`p` must be a number in [0, 1); got {p!r}")
         self.p = float(p)
-        self._rng = _rng(seed)
+        self._rng = weight_generator(seed)
         self._mask = None
 
     def forward(self, x):
@@ -197,8 +197,8 @@ class Linear(Module):
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"`{name}` must be a positive integer; got {value!r}")
         self.in_features, self.out_features = int(in_features), int(out_features)
-        dtype = _float_dtype(dtype)
-        rng = _rng(seed)
+        dtype = float_dtype(dtype)
+        rng = weight_generator(seed)
         bound = 1.0 / math.sqrt(self.in_features)
         self.weight = Parameter(rng.uniform(-bound, bound, (self.out_features, self.in_features)).astype(dtype))
         self.bias = Parameter(rng.uniform(-bound, bound, self.out_features).astype(dtype)) if bias else None

@@ -7,8 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import float_dtype
 from ._xp import array_module
-from .conv import _Conv, _float_dtype
+from .conv import _Conv
 from .layers import Identity
 from .module import Module, Parameter, Sequential
 
@@ -49,7 +50,7 @@ class BatchNorm2D(Module):
             raise ValueError(f"`momentum` must be in [0, 1]; got {momentum!r}")
         if not eps > 0:
             raise ValueError(f"`eps` must be positive; got {eps!r}")
-        dtype = _float_dtype(dtype)
+        dtype = float_dtype(dtype)
         self.num_features, self.eps, self.momentum = int(num_features), float(eps), float(momentum)
         self.weight = Parameter(np.ones(self.num_features, dtype))
         self.bias = Parameter(np.zeros(self.num_features, dtype))
