@@ -189,3 +189,10 @@ def test_sequential_fuses_conv_and_relu_like_the_separate_layers(backend):
     np.testing.assert_allclose(gx_fused, gx_plain, rtol=1e-5, atol=1e-6)
     for (name, a), (_, b) in zip(fused.named_parameters(), plain.named_parameters()):
         np.testing.assert_allclose(a.grad, b.grad, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_sequential_fuse_activations_must_be_a_bool():
+    from convsuite import nn
+
+    with pytest.raises(TypeError, match="`fuse_activations` must be True or False; got 'yes'"):
+        nn.Sequential(nn.ReLU(), fuse_activations="yes")
