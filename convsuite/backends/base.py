@@ -27,6 +27,7 @@ and the measuring tools move arrays and time work without knowing the device.
 from __future__ import annotations
 
 import abc
+import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Literal, Mapping, Union
@@ -35,7 +36,7 @@ import numpy as np
 
 from .._spec import ConvSpec
 
-__all__ = ["Algorithm", "Backend", "DIRECTIONS", "Launch", "Tunable", "Verdict", "WallTimer"]
+__all__ = ["Algorithm", "Backend", "Constraint", "DIRECTIONS", "Launch", "Tunable", "Verdict", "WallTimer"]
 
 #: ``True`` for yes, or a sentence saying why not.
 Verdict = Union[Literal[True], str]
@@ -48,6 +49,12 @@ DIRECTIONS = ("forward", "backward")
 Launch = Callable[..., None]
 
 
+#: ``constraint(spec, direction, params) -> Verdict``: whether one full set
+#: of parameter values is possible together and on this case (shared memory,
+#: registers, divisibility), or why not.
+Constraint = Callable[[ConvSpec, str, Mapping[str, Any]], "Verdict"]
+
+
 @dataclass(frozen=True)
 class Tunable:
     """A kernel parameter an algorithm exposes to sweeps and the tuner.
@@ -57,14 +64,24 @@ class Tunable:
     name : str
         Parameter name, e.g. ``"tile_w"``.
     values : tuple
-        Every allowed value.
-    default : object
-        The hand-chosen value used when nothing was tuned.
+        Every allowed value, in increasing order (the pruned search's
+        neighbours are the adjacent values).
+    default : object or callable
+        The hand-chosen value used when nothing was tuned, or a function
+        ``default(spec, direction) -> value`` when the hand rule depends on
+        the case (e.g. a tile as wide as the output row).
+    doc : str
+        What the parameter controls, one line (sweep tables and docs).
     """
 
     name: str
     values: tuple
     default: Any
+    doc: str = ""
+
+    def default_for(self, spec: ConvSpec, direction: str) -> Any:
+        """The hand-chosen value on this case."""
+        return self.default(spec, direction) if callable(self.default) else self.default
 
 
 @dataclass(frozen=True)
@@ -79,33 +96,122 @@ class Algorithm:
         One line: what this algorithm shows (for ``list_backends``, docs, tables).
     plan : callable
         ``plan(spec, direction) -> Launch``: everything that depends only on
-        the spec, done once; the returned callable runs one call.
+        the spec, done once; the returned callable runs one call. An
+        algorithm with tunables is planned as ``plan(spec, direction,
+        params)``, ``params`` a dict giving a value to every tunable.
     directions : tuple of str
         Directions implemented (``"forward"``, ``"backward"``).
     ndims : tuple of int
         Spatial ranks handled (1 and/or 2).
     check : callable, optional
-        ``check(spec, direction) -> Verdict``: cases this algorithm declines,
-        with the reason. Called only for a supported direction and rank.
+        ``check(spec, direction) -> Verdict``: cases this algorithm declines
+        whatever its parameters, with the reason. Called only for a
+        supported direction and rank.
     tunables : tuple of Tunable
-        Parameters a sweep may vary (empty: none).
+        Parameters a sweep or the tuner may vary (empty: none).
+    constraint : callable, optional
+        ``constraint(spec, direction, params) -> Verdict``: parameter sets
+        impossible together or on this case, with the reason (see
+        :data:`Constraint`). :meth:`can_run` applies it to the defaults.
     """
 
     name: str
     summary: str
-    plan: Callable[[ConvSpec, str], Launch]
+    plan: Callable[..., Launch]
     directions: tuple[str, ...] = ("forward",)
     ndims: tuple[int, ...] = (1, 2)
     check: Callable[[ConvSpec, str], Verdict] | None = None
     tunables: tuple[Tunable, ...] = field(default=())
+    constraint: Constraint | None = None
 
-    def can_run(self, spec: ConvSpec, direction: str) -> Verdict:
-        """Whether this algorithm runs ``spec`` in ``direction``, or why not."""
+    def can_run(self, spec: ConvSpec, direction: str, params: Mapping[str, Any] | None = None) -> Verdict:
+        """Whether this algorithm runs ``spec`` in ``direction`` (with ``params``, default the defaults), or why not."""
         if direction not in self.directions:
             return f"{self.name!r} implements {' and '.join(self.directions)} only, not {direction}"
         if spec.ndim not in self.ndims:
             return f"{self.name!r} is a {'/'.join(map(str, self.ndims))}-D algorithm; this case is {spec.ndim}-D"
-        return True if self.check is None else self.check(spec, direction)
+        verdict = True if self.check is None else self.check(spec, direction)
+        if verdict is not True or not self.tunables:
+            return verdict
+        return self.check_params(spec, direction, self.resolve(spec, direction, params))
+
+    # --- tunable parameters ---------------------------------------------
+
+    def defaults(self, spec: ConvSpec, direction: str) -> dict[str, Any]:
+        """The hand-chosen value of every tunable on this case."""
+        return {t.name: t.default_for(spec, direction) for t in self.tunables}
+
+    def resolve(self, spec: ConvSpec, direction: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``params`` completed with the defaults; unknown names and values outside a tunable's list raise.
+
+        Raises
+        ------
+        ValueError
+            A name that is not a tunable of this algorithm, or a value not
+            among its allowed values; the message lists what is accepted.
+        """
+        given = dict(params or {})
+        known = {t.name: t for t in self.tunables}
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            accepted = ", ".join(known) if known else "none"
+            raise ValueError(
+                f"`params`: {self.name!r} has no tunable parameter {', '.join(map(repr, unknown))} "
+                f"(its parameters: {accepted})"
+            )
+        full = self.defaults(spec, direction)
+        for name, value in given.items():
+            allowed = known[name].values
+            if not any(value == v and type(value) is type(v) for v in allowed):
+                raise ValueError(
+                    f"`params`: {self.name!r} parameter {name!r} accepts {', '.join(map(repr, allowed))}; "
+                    f"got {value!r}"
+                )
+            full[name] = value
+        return full
+
+    def check_params(self, spec: ConvSpec, direction: str, params: Mapping[str, Any]) -> Verdict:
+        """Whether a full parameter set is possible on this case, or why not."""
+        return True if self.constraint is None else self.constraint(spec, direction, params)
+
+    def configurations(self, grid: Mapping[str, tuple] | None = None) -> list[dict[str, Any]]:
+        """Every combination of the tunables' values (``grid`` narrows some), constraint not applied.
+
+        Raises
+        ------
+        ValueError
+            A grid name that is not a tunable, or a value outside its list.
+        """
+        known = {t.name: t for t in self.tunables}
+        grid = dict(grid or {})
+        unknown = sorted(set(grid) - set(known))
+        if unknown:
+            raise ValueError(
+                f"{self.name!r} has no tunable parameter {', '.join(map(repr, unknown))} "
+                f"(its parameters: {', '.join(known) or 'none'})"
+            )
+        axes = []
+        for t in self.tunables:
+            values = tuple(grid.get(t.name, t.values))
+            bad = [v for v in values if not any(v == a and type(v) is type(a) for a in t.values)]
+            if bad:
+                raise ValueError(
+                    f"{self.name!r} parameter {t.name!r} accepts {', '.join(map(repr, t.values))}; "
+                    f"got {', '.join(map(repr, bad))}"
+                )
+            axes.append([(t.name, v) for v in values])
+        return [dict(combo) for combo in itertools.product(*axes)]
+
+    def build(self, spec: ConvSpec, direction: str, params: Mapping[str, Any] | None = None) -> Launch:
+        """The launch of this algorithm on ``spec`` with ``params`` (defaults where not given).
+
+        The caller has checked :meth:`can_run` (with the same ``params``).
+        """
+        if not self.tunables:
+            if params:
+                self.resolve(spec, direction, params)  # raises: names no tunable
+            return self.plan(spec, direction)
+        return self.plan(spec, direction, self.resolve(spec, direction, params))
 
 
 class WallTimer:
@@ -164,15 +270,23 @@ class Backend(abc.ABC):
         """Whether the backend can run on this machine, or why not."""
         return True
 
-    def can_run(self, spec: ConvSpec, algorithm: str, direction: str) -> Verdict:
-        """Whether ``algorithm`` (never ``"auto"``) can run this case, or why not."""
+    def can_run(
+        self, spec: ConvSpec, algorithm: str, direction: str, params: Mapping[str, Any] | None = None
+    ) -> Verdict:
+        """Whether ``algorithm`` (never ``"auto"``) can run this case (with ``params``), or why not."""
         table = self.algorithm_table()
         if table is None:
             return True
         record = table.get(algorithm)
         if record is None:
             return f"unknown algorithm {algorithm!r}; {self.name!r} has {', '.join(table)}"
-        return record.can_run(spec, direction)
+        return record.can_run(spec, direction, params)
+
+    def tunables(self, algorithm: str) -> tuple[Tunable, ...]:
+        """The tunable parameters of ``algorithm`` (empty for none, or an old-style backend)."""
+        table = self.algorithm_table()
+        record = None if table is None else table.get(algorithm)
+        return () if record is None else record.tunables
 
     def choose_algorithm(self, spec: ConvSpec, direction: str) -> tuple[str, str]:
         """The algorithm ``algorithm="auto"`` picks for this case, and why."""
@@ -182,15 +296,21 @@ class Backend(abc.ABC):
                 return name, reason
         return self.algorithms[0], "no algorithm can run this case"
 
-    def plan(self, spec: ConvSpec, algorithm: str, direction: str) -> Launch:
+    def plan(
+        self, spec: ConvSpec, algorithm: str, direction: str, params: Mapping[str, Any] | None = None
+    ) -> Launch:
         """A callable that runs ``algorithm`` on operands of ``spec`` (see :data:`Launch`).
 
-        The caller has checked :meth:`can_run`. The default builds it from
-        the algorithm record, or wraps :meth:`forward`/:meth:`backward`.
+        ``params`` sets some of the algorithm's tunable parameters (the rest
+        take their defaults). The caller has checked :meth:`can_run`. The
+        default builds it from the algorithm record, or wraps
+        :meth:`forward`/:meth:`backward`.
         """
         table = self.algorithm_table()
         if table is not None:
-            return table[algorithm].plan(spec, direction)
+            return table[algorithm].build(spec, direction, params)
+        if params:
+            raise ValueError(f"`params`: backend {self.name!r} declares no tunable parameters; got {dict(params)!r}")
         if direction == "forward":
             return lambda x, w, bias, out: self.forward(spec, x, w, bias, out, algorithm)
         return lambda gy, x, w, gx, gw, gb: self.backward(spec, gy, x, w, gx, gw, gb, algorithm)
