@@ -11,12 +11,13 @@ moves operands and results.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Union
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Union
 
 import numpy as np
 
 from . import _capture, _epilogue, _plans, _threads, _tuning, distributed
+from ._errors import UnsupportedCaseError
 from ._plans import Decision, Plan
 from ._registry import home_backend, requested_backend
 from ._spec import ConvSpec
@@ -107,9 +108,23 @@ def _plan_key(
 
 
 def _build(
-    ndim, direction, a, b, c, stride, padding, dilation, groups, name, source, algorithm, measure=None, activation=None
+    ndim,
+    direction,
+    a,
+    b,
+    c,
+    stride,
+    padding,
+    dilation,
+    groups,
+    name,
+    source,
+    algorithm,
+    measure=None,
+    activation=None,
+    params=None,
 ) -> Plan:
-    """Validate, choose and plan one problem (a plan-cache miss)."""
+    """Validate, choose and plan one problem (a plan-cache miss); ``params`` pins tunable parameters."""
     _check_algorithm_type(algorithm)
     op = _OPS[ndim]
     grad_y = None
@@ -121,7 +136,15 @@ def _build(
         user_shapes = (tuple(np.shape(b)), tuple(np.shape(c)), None)
     spec = call.spec
     home = home_backend(call.x)
-    backend, algo, decision = _tuning.choose(spec, direction, name, source, algorithm, home, measure=measure)
+    if params is not None:  # explicit parameters: the request names one algorithm; nothing to choose
+        backend, algo, decision = _tuning.choose(spec, direction, name, source, algorithm, home, measure=False)
+        verdict = backend.can_run(spec, algo, direction, params)
+        if verdict is not True:
+            raise UnsupportedCaseError(f"{backend.name}/{algo} cannot run this case with params={params!r}: {verdict}")
+        decision = replace(decision, params=tuple(sorted(params.items())))
+    else:
+        backend, algo, decision = _tuning.choose(spec, direction, name, source, algorithm, home, measure=measure)
+    chosen = dict(decision.params) or None
     # Copies, outputs and workspace of this first call, against memory available
     # now, before anything is allocated; later calls re-check only large plans.
     reserve_memory(call, backend, algo, direction, grad_y)
@@ -133,7 +156,9 @@ def _build(
     # An activation epilogue runs inside the kernel where the backend fuses it,
     # otherwise after it (Plan.run_forward).
     fused = direction == "forward" and _epilogue.backend_fuses(backend, spec, algo, activation)
-    launch = backend.plan(spec, algo, f"forward+{activation}" if fused else direction)
+    planned = f"forward+{activation}" if fused else direction
+    # Only a parameter set is passed on: a backend of the older contract may take three arguments.
+    launch = backend.plan(spec, algo, planned) if chosen is None else backend.plan(spec, algo, planned, chosen)
     # Where operands move and results go back: asked of the backends, never by library name.
     if backend.owns(call.x):
         to_device = to_caller = None
@@ -163,7 +188,31 @@ def _build(
         xp_in=np if home is None else home.array_module(),
         to_device=to_device,
         to_caller=to_caller,
+        params=_resolved_params(backend, spec, algo, direction, chosen),
     )
+
+
+def _resolved_params(backend, spec, algorithm: str, direction: str, params: dict | None) -> dict:
+    """Every tunable parameter's value a plan runs with (empty when the algorithm has none)."""
+    table = backend.algorithm_table()
+    record = None if table is None else table.get(algorithm)
+    if record is None or not record.tunables:
+        return {}
+    return record.resolve(spec, direction, params)
+
+
+def _check_params(params: Any, name: str, algorithm: str) -> dict | None:
+    """``params`` as a dict of str keys, or a TypeError/ValueError saying what is accepted."""
+    if params is None:
+        return None
+    if not isinstance(params, Mapping) or not all(isinstance(k, str) for k in params):
+        raise TypeError(f"`params` must be a mapping of parameter names (str) to values, or None; got {params!r}")
+    if name == "auto" or algorithm == "auto":
+        raise ValueError(
+            "`params` sets one algorithm's tunable parameters: name the backend and the algorithm "
+            f"(got backend={name!r}, algorithm={algorithm!r})"
+        )
+    return dict(params)
 
 
 def _planned(ndim, direction, a, b, c, stride, padding, dilation, groups, backend, algorithm, activation=None) -> Plan:
@@ -434,6 +483,15 @@ class Explanation:
         of every candidate, fastest first; empty otherwise.
     spec : ConvSpec
         The normalised problem (shapes, padding, output size, dtype).
+    params : dict
+        The value of each of the algorithm's tunable parameters the call
+        would use (empty when it has none).
+    params_source : str
+        ``"measured"`` (a tuning search chose them), ``"defaults"`` (the
+        hand-chosen values) or ``""`` (no tunables).
+    param_table : tuple
+        For measured parameters, ``(algorithm, params, median_s, spread,
+        status)`` of every configuration searched, fastest first.
     """
 
     op: str
@@ -446,6 +504,9 @@ class Explanation:
     considered: tuple[tuple[str, str], ...]
     measured: tuple[tuple[str, str, float | None, float | None, str], ...]
     spec: ConvSpec
+    params: dict = field(default_factory=dict)
+    params_source: str = ""
+    param_table: tuple = ()
 
     def __str__(self) -> str:
         s = self.spec
@@ -464,6 +525,10 @@ class Explanation:
                     f"  measured {backend}/{algorithm}: {median * 1e6:.1f} us (x{median / best:.2f}, "
                     f"spread {spread:.0%}) {status}"
                 )
+        if self.params:
+            values = ", ".join(f"{k}={v}" for k, v in self.params.items())
+            lines.append(f"parameters ({self.params_source}): {values}")
+        lines += _tuning.format_param_table(self.param_table)
         lines += [f"skipped {name}: {why}" for name, why in self.considered]
         return "\n".join(lines)
 
@@ -502,11 +567,21 @@ def explain(
     name, source = requested_backend(backend)
     home = home_backend(call.x)
     chosen, algo, decision = _tuning.choose(call.spec, direction, name, source, algorithm, home, measure=False)
-    return _explanation(op, direction, chosen.name, algo, decision, call.spec)
+    params = _resolved_params(chosen, call.spec, algo, direction, dict(decision.params) or None)
+    return _explanation(op, direction, chosen.name, algo, decision, call.spec, params)
 
 
-def _explanation(op: str, direction: str, backend: str, algorithm: str, decision: Decision, spec) -> Explanation:
+def _explanation(
+    op: str, direction: str, backend: str, algorithm: str, decision: Decision, spec, params: dict | None = None
+) -> Explanation:
+    params = params or {}
+    source = "" if not params else ("measured" if decision.decided_by == "measurement" and decision.params else "defaults")
+    if decision.params and decision.decided_by != "measurement":
+        source = "given"
     return Explanation(
+        params=params,
+        params_source=source,
+        param_table=decision.param_table,
         op=op,
         direction=direction,
         backend=backend,
@@ -547,6 +622,7 @@ def plan(
     algorithm: str = "auto",
     direction: str = "forward",
     dtype: Any = "float32",
+    params: Mapping[str, Any] | None = None,
 ) -> Plan:
     """Validate and choose once; return a callable that runs the problem.
 
@@ -565,6 +641,13 @@ def plan(
         What the plan computes.
     dtype : {'float32', 'float64'}
         dtype of operands given by shape.
+    params : mapping, optional
+        Tunable parameters of the named algorithm (see
+        ``get_backend(name).tunables(algorithm)``); those not given take
+        their defaults. Needs a named backend and algorithm. An unknown name
+        or a value outside the parameter's list is a ValueError; a set the
+        algorithm cannot run on this case is an UnsupportedCaseError with
+        the reason. ``plan.params`` shows every value used.
 
     Returns
     -------
@@ -586,14 +669,16 @@ def plan(
     xs, ws, bs = _operands_for(x, w, bias, dtype)
     ndim = _op_of(w, is_shape=True) if isinstance(w, tuple) else _op_of(ws)
     name, source = requested_backend(backend)
-    if direction == "forward":
-        return _build(ndim, direction, xs, ws, bs, stride, padding, dilation, groups, name, source, algorithm)
     _check_algorithm_type(algorithm)
+    params = _check_params(params, name, algorithm)
+    geometry = (stride, padding, dilation, groups, name, source, algorithm)
+    if direction == "forward":
+        return _build(ndim, direction, xs, ws, bs, *geometry, params=params)
     call = prepare_forward(_OPS[ndim], ndim, xs, ws, None, stride, padding, dilation, groups, convert=False)
     gy = np.lib.stride_tricks.as_strided(
         np.zeros(1, xs.dtype), call.user_shape(call.spec.y_shape), (0,) * len(call.user_shape(call.spec.y_shape))
     )
-    return _build(ndim, direction, gy, xs, ws, stride, padding, dilation, groups, name, source, algorithm)
+    return _build(ndim, direction, gy, xs, ws, *geometry, params=params)
 
 
 def tune(
@@ -608,22 +693,35 @@ def tune(
     backend: str | None = None,
     algorithm: str = "auto",
     direction: str = "forward",
+    budget_s: float = _tuning.TUNE_BUDGET_S,
 ) -> _tuning.TuneResult:
     """Time every backend and algorithm that can run this problem now, and remember the fastest.
 
     Candidates are those of the request (every backend on the data's device
     for ``backend="auto"``, or the algorithms of a named backend), measured
     with warm-up, interleaved repeats and early abandon of far slower ones on
-    random operands of the problem's shapes. The winner is stored in the
-    persistent tuning cache and used by later calls under autotune.
+    random operands of the problem's shapes. Then the tunable parameters of
+    the fastest algorithms are searched within ``budget_s`` seconds
+    (exhaustively when every valid configuration fits, otherwise random
+    sampling plus local search; see :mod:`convsuite._param_search`). The
+    winner and its parameters are stored in the persistent tuning cache and
+    used by later calls under autotune.
+
+    Parameters
+    ----------
+    budget_s : float, default 10
+        Seconds the parameter search may take (0: algorithms only, at their
+        default parameters). Compilation of new configurations counts.
 
     Returns
     -------
     TuneResult
-        The winner and the table of ``(backend, algorithm, median_s, spread, status)``.
+        The winner, its parameters, the table of ``(backend, algorithm,
+        median_s, spread, status)`` and the table of the configurations searched.
     """
     _check_algorithm_type(algorithm)
     _check_direction(direction)
+    budget_s = _tuning.check_budget(budget_s)
     ndim = _op_of(w)
     call = prepare_forward(_OPS[ndim], ndim, x, w, bias, stride, padding, dilation, groups, convert=False)
     name, _ = requested_backend(backend)
@@ -631,4 +729,4 @@ def tune(
         from ._registry import check_algorithm_exists
 
         check_algorithm_exists(algorithm)
-    return _tuning.tune_now(call.spec, direction, name, algorithm, home_backend(call.x))
+    return _tuning.tune_now(call.spec, direction, name, algorithm, home_backend(call.x), budget_s)

@@ -139,6 +139,12 @@ class Decision:
     measured : tuple, optional
         For a measured choice, the table ``(backend, algorithm, median_s,
         iqr_rel, status)`` of every candidate, fastest first.
+    params : tuple of (str, object)
+        The algorithm's tunable parameters chosen by a measurement or given
+        explicitly (sorted items); empty: the algorithm's defaults.
+    param_table : tuple, optional
+        For a parameter search, ``(algorithm, params, median_s, iqr_rel,
+        status)`` of every configuration timed, fastest first.
     """
 
     source: str
@@ -146,6 +152,8 @@ class Decision:
     reason: str
     considered: tuple[tuple[str, str], ...] = ()
     measured: tuple[tuple[str, str, float | None, float | None, str], ...] = ()
+    params: tuple[tuple[str, Any], ...] = ()
+    param_table: tuple = ()
 
 
 class Plan:
@@ -169,9 +177,13 @@ class Plan:
         Its algorithm.
     decision : Decision
         How the choice was made.
+    params : dict
+        The value of every tunable parameter of the algorithm this plan runs
+        with (empty when the algorithm has none).
     """
 
     __slots__ = (
+        "params",
         "op",
         "direction",
         "spec",
@@ -217,7 +229,9 @@ class Plan:
         to_caller: Callable[[Any], Any] | None,
         activation: str | None = None,
         fused_activation: bool = False,
+        params: dict | None = None,
     ) -> None:
+        self.params = dict(params or {})
         self.op, self.direction, self.spec = op, direction, spec
         self.backend, self.algorithm, self.decision = backend, algorithm, decision
         self.layout = layout
@@ -383,5 +397,11 @@ class Plan:
         s = self.spec
         return (
             f"<convsuite plan {self.op} {self.direction}: x {s.x_shape} * w {s.w_shape} -> {s.y_shape} "
-            f"{s.dtype} on {self.backend.name}/{self.algorithm} ({self.decision.decided_by})>"
+            f"{s.dtype} on {self.backend.name}/{self.algorithm}{_format_params(self.params)} "
+            f"({self.decision.decided_by})>"
         )
+
+
+def _format_params(params: dict) -> str:
+    """``[tile_w=16, tile_h=8]``, or nothing for no parameters."""
+    return "[" + ", ".join(f"{k}={v}" for k, v in params.items()) + "]" if params else ""

@@ -16,6 +16,15 @@ file atomically (temporary file + ``os.replace``), so two processes tuning at
 once lose nothing and a reader never sees half a file. A file that cannot be
 read is ignored with a warning (and rewritten on the next store).
 
+Tunable parameters: after the algorithms are timed, the fastest few that
+declare tunables (:class:`~convsuite.backends.base.Tunable`) have their
+parameters searched (:mod:`._param_search`: exhaustive when it fits the
+budget, else random sampling plus local search), the finalists are timed
+once more side by side with their best parameters, and the winner's
+parameters are stored with it. The budget is ``budget_s`` of :func:`tune`,
+or ``CONVSUITE_TUNE_BUDGET`` seconds per problem under autotune (default
+:data:`AUTOTUNE_BUDGET_S`; 0 searches no parameters).
+
 Without autotune, ``backend="auto"`` uses the fitted rule (:mod:`._rule`);
 where there is no fitted data it takes backends by priority.
 """
@@ -30,7 +39,7 @@ import threading
 import warnings
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -39,6 +48,7 @@ import numpy as np
 
 from . import _plans, _registry, _rule
 from ._errors import BackendUnavailableError, UnsupportedCaseError
+from ._param_search import search_parameters
 from ._plans import Decision
 from ._spec import ConvSpec
 from ._threads import get_num_threads
@@ -47,8 +57,10 @@ from .backends.base import Backend
 
 __all__ = [
     "AUTOTUNE_ENV",
+    "BUDGET_ENV",
     "CACHE_DIR_ENV",
     "TuneResult",
+    "autotune_budget",
     "autotune_enabled",
     "cache_file",
     "choose",
@@ -59,7 +71,16 @@ __all__ = [
 
 AUTOTUNE_ENV = "CONVSUITE_AUTOTUNE"
 CACHE_DIR_ENV = "CONVSUITE_CACHE_DIR"
-CACHE_FORMAT = 1
+BUDGET_ENV = "CONVSUITE_TUNE_BUDGET"
+#: Seconds of parameter search per problem under autotune (the first call pays it).
+AUTOTUNE_BUDGET_S = 2.0
+#: Seconds of parameter search of an explicit :func:`tune` by default.
+TUNE_BUDGET_S = 10.0
+#: Algorithms within this multiple of the fastest (at their defaults) have their parameters searched.
+FINALIST_RATIO = 1.3
+#: At most this many algorithms have their parameters searched.
+MAX_FINALISTS = 3
+CACHE_FORMAT = 2  # 2: entries carry the winner's tunable parameters
 _FILE_NAME = "tuning.json"
 
 #: Measurement settings of a tuning run: enough repeats for a stable median
@@ -121,6 +142,36 @@ def autotune_enabled() -> bool:
     if _global is not None:
         return _global
     return os.environ.get(AUTOTUNE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def autotune_budget() -> float:
+    """Seconds of parameter search per problem under autotune: ``CONVSUITE_TUNE_BUDGET`` or the default.
+
+    A value that is not a finite number >= 0 is ignored with a warning.
+    """
+    raw = os.environ.get(BUDGET_ENV, "").strip()
+    if not raw:
+        return AUTOTUNE_BUDGET_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not (value >= 0 and value != float("inf")):
+        warnings.warn(
+            f"{BUDGET_ENV} must be a number of seconds >= 0; got {raw!r}; using {AUTOTUNE_BUDGET_S}", stacklevel=2
+        )
+        return AUTOTUNE_BUDGET_S
+    return value
+
+
+def check_budget(budget_s) -> float:
+    """``budget_s`` as a float, or a TypeError/ValueError naming it."""
+    if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float, np.integer, np.floating)):
+        raise TypeError(f"`budget_s` must be a number of seconds; got {budget_s!r}")
+    value = float(budget_s)
+    if not (value >= 0 and value != float("inf")):
+        raise ValueError(f"`budget_s` must be a finite number of seconds >= 0; got {budget_s!r}")
+    return value
 
 
 # --- the persistent cache ---------------------------------------------------
@@ -304,6 +355,13 @@ class TuneResult:
         The device measured, with its name.
     key : str
         The cache key of the problem.
+    params : dict
+        The winner's tunable parameters (empty when it has none).
+    param_table : tuple of (str, dict, float or None, float or None, str)
+        ``(algorithm, params, median seconds, relative spread, status)`` of
+        every configuration the parameter search timed, fastest first per algorithm.
+    search : str
+        How parameters were searched (strategy and counts), or why not.
     """
 
     backend: str
@@ -311,9 +369,13 @@ class TuneResult:
     table: tuple[tuple[str, str, float | None, float | None, str], ...]
     device: str
     key: str
+    params: dict = field(default_factory=dict)
+    param_table: tuple = ()
+    search: str = ""
 
     def __str__(self) -> str:
-        lines = [f"measured on {self.device}; fastest: {self.backend}/{self.algorithm}"]
+        chosen = "".join(f"[{k}={v}]" for k, v in self.params.items())
+        lines = [f"measured on {self.device}; fastest: {self.backend}/{self.algorithm}{chosen}"]
         best = next((row[2] for row in self.table if row[2] is not None), None)
         for backend, algorithm, median, spread, status in self.table:
             if median is None:
@@ -323,7 +385,27 @@ class TuneResult:
             lines.append(
                 f"  {backend}/{algorithm}: {median * 1e6:10.1f} us  (x{ratio:.2f}, spread {spread:.0%}) {status}"
             )
+        if self.search:
+            lines.append(f"parameters: {self.search}")
+        lines += format_param_table(self.param_table)
         return "\n".join(lines)
+
+
+def format_param_table(param_table) -> list[str]:
+    """Lines of a parameter-search table (what ``tune`` and ``explain`` print)."""
+    lines = []
+    best: dict[str, float] = {}
+    for algorithm, params, median, spread, status in param_table:
+        label = ", ".join(f"{k}={v}" for k, v in params.items())
+        if median is None:
+            lines.append(f"  {algorithm}[{label}]: {status}")
+            continue
+        best.setdefault(algorithm, median)
+        lines.append(
+            f"  {algorithm}[{label}]: {median * 1e6:10.1f} us  (x{median / best[algorithm]:.2f}, "
+            f"spread {spread:.0%}) {status}"
+        )
+    return lines
 
 
 def _operands(spec: ConvSpec, direction: str, backend: Backend) -> tuple:
@@ -352,11 +434,14 @@ def measure_candidates(
     rounds: int = ROUNDS,
     min_block_s: float = MIN_BLOCK_S,
     settle_s: float = SETTLE_S,
+    params: dict[tuple[str, str], dict] | None = None,
 ) -> list[tuple[str, str, float | None, float | None, str]]:
     """Time each (backend, algorithm) on the spec; the table, fastest first.
 
     Operands are random, of the spec's shapes, on each backend's device; each
     call is bracketed by the backend's timer and followed by its sync.
+    ``params`` gives some candidates tunable parameters (by (backend name,
+    algorithm)); the others run with their defaults.
     """
     contenders: dict[str, Contender] = {}
     failed: list[tuple[str, str, None, None, str]] = []
@@ -364,7 +449,7 @@ def measure_candidates(
     for backend, algorithm in pairs:
         label = f"{backend.name}/{algorithm}"
         try:
-            launch = backend.plan(spec, algorithm, direction)
+            launch = backend.plan(spec, algorithm, direction, (params or {}).get((backend.name, algorithm)))
             operands = _operands(spec, direction, backend)
         except Exception as exc:  # a candidate that cannot even start is reported, not fatal
             failed.append((backend.name, algorithm, None, None, f"failed to start: {exc!r}"))
@@ -405,6 +490,91 @@ def _data_device(home: Backend | None) -> str:
     return "cpu" if home is None else home.device
 
 
+def _search_finalists(
+    spec: ConvSpec, direction: str, pairs: Sequence[tuple[Backend, str]], rows: list, budget_s: float
+) -> tuple[tuple[str, str], dict, list, str]:
+    """Search the tunables of the fastest algorithms; the winner, its params, the configurations table, how.
+
+    The finalists (within :data:`FINALIST_RATIO` of the fastest, at most
+    :data:`MAX_FINALISTS`) that declare tunables are searched with an equal
+    share of the budget; when more than one finalist remains, they are timed
+    once more side by side, each with its best parameters, and the fastest wins.
+    """
+    ok = [row for row in rows if row[2] is not None and row[4] == "ok"]
+    winner = (ok[0][0], ok[0][1])
+    backend_of = {b.name: b for b, _ in pairs}
+    finalists = [row for row in ok if row[2] <= FINALIST_RATIO * ok[0][2]][:MAX_FINALISTS]
+    tunable = [row for row in finalists if backend_of[row[0]].tunables(row[1])]
+    if budget_s <= 0 or not tunable:
+        why = "no parameter search (budget 0)" if budget_s <= 0 else "no finalist declares tunable parameters"
+        return winner, {}, [], why
+    share = budget_s / len(tunable)
+    best_params: dict[tuple[str, str], dict] = {}
+    param_table: list = []
+    notes = []
+    for name, algorithm, median, _spread, _status in tunable:
+        backend = backend_of[name]
+        found = search_parameters(
+            spec, direction, backend, algorithm, _operands(spec, direction, backend), budget_s=share, call_s=median
+        )
+        best_params[(name, algorithm)] = found.params
+        param_table += [[algorithm, params, m, s, st] for params, m, s, st in found.table]
+        notes.append(f"{name}/{algorithm}: {found.strategy} in {found.elapsed_s:.1f} s")
+    if len(finalists) > 1:
+        final = measure_candidates(
+            spec, direction, [(backend_of[r[0]], r[1]) for r in finalists], params=best_params
+        )
+        final_ok = [row for row in final if row[2] is not None]
+        if final_ok:
+            winner = (final_ok[0][0], final_ok[0][1])
+            notes.append(f"finalists re-timed with their best parameters: {', '.join(f'{r[0]}/{r[1]}' for r in final_ok)}")
+    return winner, best_params.get(winner, {}), param_table, "; ".join(notes)
+
+
+def _tune_entry(
+    spec: ConvSpec, direction: str, pairs: Sequence[tuple[Backend, str]], budget_s: float
+) -> dict | None:
+    """Time the candidates, search the finalists' parameters; the cache entry, or None if nothing ran."""
+    rows = measure_candidates(spec, direction, contenders(pairs))
+    ok = [row for row in rows if row[2] is not None]
+    if not ok:
+        return None
+    (backend, algorithm), params, param_table, search = _search_finalists(spec, direction, pairs, rows, budget_s)
+    return {
+        "backend": backend,
+        "algorithm": algorithm,
+        "params": params,
+        "table": [list(row) for row in rows],
+        "param_table": param_table,
+        "search": search,
+        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _usable(entry: dict, spec: ConvSpec, direction: str, pairs: Sequence[tuple[Backend, str]]) -> bool:
+    """Whether a cached entry names a runnable candidate with parameters it still accepts."""
+    runnable = {(b.name, a): b for b, a in pairs}
+    backend = runnable.get((entry.get("backend"), entry.get("algorithm")))
+    params = entry.get("params", {})
+    if backend is None or not isinstance(params, dict):
+        return False
+    try:  # parameters a newer version no longer has, or refuses on this case
+        return backend.can_run(spec, entry["algorithm"], direction, params) is True
+    except ValueError:
+        return False
+
+
+def _decision_of(entry: dict, device: str, how: str) -> Decision:
+    """The Decision a measured entry gives."""
+    table = tuple(tuple(row) for row in entry["table"])
+    param_table = tuple(tuple(row) for row in entry.get("param_table", ()))
+    reason = f"fastest of {len(table)} candidates timed on this {device} ({how})"
+    if entry.get("search"):
+        reason += f"; parameters: {entry['search']}"
+    params = tuple(sorted(entry.get("params", {}).items()))
+    return Decision("", "measurement", reason, (), table, params, param_table)
+
+
 def _measured(
     spec: ConvSpec, direction: str, pairs: list[tuple[Backend, str]], request: str, device: str, *, measure: bool
 ) -> tuple[tuple[Backend, str], Decision] | None:
@@ -413,52 +583,49 @@ def _measured(
     device_backend = next((b for b, _ in pairs if b.device == device), None)
     key = f"{fingerprint(device, device_backend)}|{problem_key(spec, direction, request)}"
     entry = _lookup(key)
-    runnable = {(b.name, a) for b, a in pairs}
-    if entry is not None and (entry.get("backend"), entry.get("algorithm")) in runnable:
+    if entry is not None and _usable(entry, spec, direction, pairs):
         how = "measured earlier (tuning cache)"
     elif measure:
-        rows = measure_candidates(spec, direction, contenders(pairs))
-        ok = [row for row in rows if row[2] is not None]
-        if not ok:
+        entry = _tune_entry(spec, direction, pairs, autotune_budget())
+        if entry is None:
             return None
-        entry = {
-            "backend": ok[0][0],
-            "algorithm": ok[0][1],
-            "table": [list(row) for row in rows],
-            "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        }
         _store(key, entry)
         how = "measured now"
     else:
         return None
-    table = tuple(tuple(row) for row in entry["table"])
-    best = backend_of[entry["backend"]]
-    reason = f"fastest of {len(table)} candidates timed on this {device} ({how})"
-    return (best, entry["algorithm"]), Decision("", "measurement", reason, (), table)
+    return (backend_of[entry["backend"]], entry["algorithm"]), _decision_of(entry, device, how)
 
 
-def tune_now(spec: ConvSpec, direction: str, name: str, algorithm: str, home: Backend | None) -> TuneResult:
-    """Measure every candidate of the request now, store the winner, return the table."""
+def tune_now(
+    spec: ConvSpec,
+    direction: str,
+    name: str,
+    algorithm: str,
+    home: Backend | None,
+    budget_s: float = TUNE_BUDGET_S,
+) -> TuneResult:
+    """Measure every candidate of the request now (and search parameters), store the winner, return the table."""
     device = _data_device(home)
     pairs = _pairs(spec, direction, name, algorithm, device)[0]
     request = _request(name, algorithm)
-    rows = measure_candidates(spec, direction, contenders(pairs))
-    ok = [row for row in rows if row[2] is not None]
-    if not ok:
+    entry = _tune_entry(spec, direction, pairs, budget_s)
+    if entry is None:
+        rows = measure_candidates(spec, direction, contenders(pairs)) if pairs else []
         raise UnsupportedCaseError(f"no candidate could be timed: {rows}")
     device_backend = next((b for b, _ in pairs if b.device == device), None)
     key = f"{fingerprint(device, device_backend)}|{problem_key(spec, direction, request)}"
-    _store(
-        key,
-        {
-            "backend": ok[0][0],
-            "algorithm": ok[0][1],
-            "table": [list(row) for row in rows],
-            "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        },
-    )
+    _store(key, entry)
     _plans.invalidate()
-    return TuneResult(ok[0][0], ok[0][1], tuple(rows), f"{device} ({device_name(device, device_backend)})", key)
+    return TuneResult(
+        entry["backend"],
+        entry["algorithm"],
+        tuple(tuple(row) for row in entry["table"]),
+        f"{device} ({device_name(device, device_backend)})",
+        key,
+        dict(entry["params"]),
+        tuple(tuple(row) for row in entry["param_table"]),
+        entry["search"],
+    )
 
 
 def _pairs(
@@ -509,9 +676,9 @@ def choose(
     if name != "auto":
         chosen = _registry.select(spec, name, algorithm, direction, source)
         backend = chosen.backend
-        if algorithm == "auto" and len(backend.algorithms) > 1 and tuning:
+        if tuning and (algorithm == "auto" or backend.tunables(chosen.algorithm)):
             pairs = _pairs(spec, direction, name, algorithm, device)[0]
-            if len(pairs) > 1:
+            if _worth_measuring(pairs):
                 found = _measured(spec, direction, pairs, request, device, measure=measure)
                 if found is not None:
                     (backend, algo), decision = found
@@ -525,7 +692,7 @@ def choose(
     if not pairs:
         details = "; ".join(f"{n}: {why}" for n, why in considered)
         raise UnsupportedCaseError(f"no backend can run this {direction} case ({details})")
-    if tuning and len(contenders(pairs)) > 1:
+    if tuning and _worth_measuring(contenders(pairs)):
         found = _measured(spec, direction, pairs, request, device, measure=measure)
         if found is not None:
             (backend, algo), decision = found
@@ -549,6 +716,11 @@ def choose(
     return first, algo, Decision(source, "priority", reason, tuple(considered))
 
 
+def _worth_measuring(pairs: Sequence[tuple[Backend, str]]) -> bool:
+    """Whether timing can choose anything: several candidates, or one with tunable parameters."""
+    return len(pairs) > 1 or any(b.tunables(a) for b, a in pairs)
+
+
 def _with_source(decision: Decision, source: str, considered) -> Decision:
     """The decision with who asked, and the skipped backends, filled in."""
-    return Decision(source, decision.decided_by, decision.reason, tuple(considered), decision.measured)
+    return replace(decision, source=source, considered=tuple(considered))

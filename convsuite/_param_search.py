@@ -1,0 +1,217 @@
+"""The tuner's search over an algorithm's tunable parameters.
+
+:func:`search_parameters` finds the fastest parameter set of one (backend,
+algorithm) on one problem, with the measuring core (:mod:`._timing`), under a
+time budget:
+
+- **exhaustive** when every valid configuration (those the algorithm's
+  constraint accepts on this case) can be timed within the budget: all of them
+  side by side, the default among them;
+- otherwise a **pruned search**, the strategy Kernel Tuner calls random
+  sampling followed by local search (hill climbing): a deterministic random
+  sample of configurations plus the default, timed side by side; then, from
+  the fastest, its neighbours (each parameter moved one step along its list of
+  values, the others kept) timed side by side with it, moving to a neighbour
+  only when it is faster by more than :data:`MIN_GAIN`; it stops at a local
+  optimum or when the budget is spent.
+
+Every comparison is made inside one side-by-side measurement (interleaved
+rounds), never across measurements taken at different moments, and the
+default configuration keeps its place unless something beats it by more than
+the noise margin: tuned parameters are never slower than the defaults beyond
+noise. Each candidate's first call (JIT or NVRTC compilation of a new
+configuration) is timed apart by the measuring core and counts against the
+budget but not against the candidate.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from ._spec import ConvSpec
+from ._timing import Contender, measure_side_by_side
+from .backends.base import Algorithm, Backend
+
+__all__ = ["ParamSearch", "frozen_params", "search_parameters"]
+
+#: A configuration must beat the incumbent by this fraction to replace it:
+#: side-by-side medians of equal code differ by a few percent on a shared machine.
+MIN_GAIN = 0.03
+#: Configurations in the random sample of the pruned search (plus the default).
+SAMPLE = 8
+#: Calls per configuration per measurement (warm-up, then interleaved rounds).
+REPEAT, ROUNDS, WARMUP = 6, 3, 1
+
+
+@dataclass(frozen=True)
+class ParamSearch:
+    """What a parameter search measured.
+
+    Attributes
+    ----------
+    params : dict
+        The fastest parameter set (the default unless something beat it by more than the noise margin).
+    default : dict
+        The hand-chosen parameter set on this case.
+    table : tuple of (dict, float or None, float or None, str)
+        ``(params, median seconds, relative spread, status)`` of every
+        configuration timed, fastest first (from the last measurement each
+        took part in); status ``"ok"``, ``"abandoned"`` or why it failed.
+    strategy : str
+        ``"exhaustive"`` or ``"random+local"``, with the counts.
+    valid : int
+        Configurations the constraint accepts on this case.
+    elapsed_s : float
+        Seconds the search took (compilation included).
+    """
+
+    params: dict
+    default: dict
+    table: tuple[tuple[dict, float | None, float | None, str], ...]
+    strategy: str
+    valid: int
+    elapsed_s: float
+
+
+def frozen_params(params: Mapping[str, Any] | None) -> tuple:
+    """A hashable, order-independent form of a parameter set."""
+    return tuple(sorted((params or {}).items()))
+
+
+def _neighbours(record: Algorithm, params: Mapping[str, Any]) -> list[dict]:
+    """Each parameter moved one step along its list of values, the others kept."""
+    out = []
+    for t in record.tunables:
+        values = list(t.values)
+        i = values.index(params[t.name])
+        for j in (i - 1, i + 1):
+            if 0 <= j < len(values):
+                out.append({**params, t.name: values[j]})
+    return out
+
+
+def search_parameters(
+    spec: ConvSpec,
+    direction: str,
+    backend: Backend,
+    algorithm: str,
+    operands: tuple,
+    *,
+    budget_s: float,
+    call_s: float | None = None,
+    seed: int = 0,
+    measure: Callable[..., dict] = measure_side_by_side,
+) -> ParamSearch:
+    """The fastest parameters of ``algorithm`` on ``spec`` found within ``budget_s`` seconds.
+
+    Parameters
+    ----------
+    spec, direction
+        The problem.
+    backend, algorithm
+        Whose tunables to search (the algorithm must declare some).
+    operands : tuple
+        Operands on the backend's device, as a launch takes them (outputs included).
+    budget_s : float
+        Seconds the search may take; at least the default and one other
+        configuration are timed whatever the budget.
+    call_s : float, optional
+        Seconds of one call at the default (from an earlier measurement);
+        sizes the search. Measured here when not given.
+    seed : int
+        Seed of the random sample (a fixed seed: the same problem searches
+        the same configurations).
+    measure : callable
+        The measuring core (replaceable in tests).
+
+    Returns
+    -------
+    ParamSearch
+    """
+    start = time.perf_counter()
+    record = backend.algorithm_table()[algorithm]
+    default = record.resolve(spec, direction, None)
+    valid = [c for c in record.configurations() if record.can_run(spec, direction, c) is True]
+    if default not in valid:
+        valid.insert(0, default)
+    results: dict[tuple, tuple[dict, float | None, float | None, str]] = {}
+
+    def time_side_by_side(configs: list[dict]) -> dict[tuple, float]:
+        """Medians of ``configs`` measured together; failures recorded with their reason."""
+        contenders = {}
+        for params in configs:
+            key = frozen_params(params)
+            try:
+                launch = backend.plan(spec, algorithm, direction, params)
+            except Exception as exc:  # a configuration that cannot start is reported, not fatal
+                results[key] = (params, None, None, f"failed to start: {exc!r}")
+                continue
+
+            def run(launch=launch):
+                launch(*operands)
+                backend.synchronize()
+
+            contenders[key] = Contender(run, backend.timer)
+        timings = measure(contenders, repeat=REPEAT, warmup=WARMUP, rounds=ROUNDS, abandon_ratio=3.0)
+        medians = {}
+        for key, t in timings.items():
+            params = dict(key)
+            results[key] = (params, t.median, t.iqr_rel, "abandoned" if t.abandoned else "ok")
+            if not t.abandoned:
+                medians[key] = t.median
+        return medians
+
+    if call_s is None:
+        call_s = time_side_by_side([default]).get(frozen_params(default), 0.0)
+    # Each configuration of a measurement costs its first call, the warm-up
+    # and the timed calls; compilation is not known in advance, hence the margin.
+    per_config = 2.0 * (1 + WARMUP * ROUNDS + REPEAT) * max(call_s, 1e-6)
+    affordable = int(budget_s / per_config) if per_config > 0 else len(valid)
+
+    if len(valid) <= max(affordable, 2):
+        strategy = f"exhaustive ({len(valid)} configurations)"
+        medians = time_side_by_side(valid)
+        incumbent = _winner(medians, frozen_params(default))
+    else:
+        rng = random.Random(seed)
+        others = [c for c in valid if c != default]
+        sample = rng.sample(others, min(SAMPLE, len(others), max(1, affordable - 1)))
+        medians = time_side_by_side([default, *sample])
+        incumbent = _winner(medians, frozen_params(default))
+        steps = 0
+        valid_keys = {frozen_params(c) for c in valid}
+        while time.perf_counter() - start < budget_s:
+            near = [n for n in _neighbours(record, dict(incumbent)) if frozen_params(n) in valid_keys]
+            near = [n for n in near if frozen_params(n) not in results or results[frozen_params(n)][3] == "ok"]
+            fresh = [n for n in near if frozen_params(n) not in results]
+            if not fresh:
+                break
+            medians = time_side_by_side([dict(incumbent), *fresh])
+            steps += 1
+            moved = _winner(medians, incumbent)
+            if moved == incumbent:
+                break
+            incumbent = moved
+        strategy = f"random+local ({len(sample) + 1} sampled, {steps} local steps, {len(results)} of {len(valid)} timed)"
+    table = sorted(results.values(), key=lambda row: (row[1] is None, row[1] or 0.0))
+    return ParamSearch(
+        params=dict(incumbent),
+        default=default,
+        table=tuple(table),
+        strategy=strategy,
+        valid=len(valid),
+        elapsed_s=time.perf_counter() - start,
+    )
+
+
+def _winner(medians: Mapping[tuple, float], incumbent: tuple) -> tuple:
+    """The fastest key, unless the incumbent is within :data:`MIN_GAIN` of it."""
+    if not medians:
+        return incumbent
+    best = min(medians, key=medians.get)
+    if incumbent in medians and medians[best] > (1.0 - MIN_GAIN) * medians[incumbent]:
+        return incumbent
+    return best
