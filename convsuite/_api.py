@@ -575,9 +575,12 @@ def _explanation(
     op: str, direction: str, backend: str, algorithm: str, decision: Decision, spec, params: dict | None = None
 ) -> Explanation:
     params = params or {}
-    source = "" if not params else ("measured" if decision.decided_by == "measurement" and decision.params else "defaults")
-    if decision.params and decision.decided_by != "measurement":
-        source = "given"
+    if not params:
+        source = ""
+    elif not decision.params:
+        source = "defaults"
+    else:
+        source = "measured" if decision.decided_by == "measurement" else "given"
     return Explanation(
         params=params,
         params_source=source,

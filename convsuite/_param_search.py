@@ -195,7 +195,9 @@ def search_parameters(
             if moved == incumbent:
                 break
             incumbent = moved
-        strategy = f"random+local ({len(sample) + 1} sampled, {steps} local steps, {len(results)} of {len(valid)} timed)"
+        strategy = (
+            f"random+local ({len(sample) + 1} sampled, {steps} local steps, {len(results)} of {len(valid)} timed)"
+        )
     table = sorted(results.values(), key=lambda row: (row[1] is None, row[1] or 0.0))
     return ParamSearch(
         params=dict(incumbent),

@@ -521,19 +521,16 @@ def _search_finalists(
         param_table += [[algorithm, params, m, s, st] for params, m, s, st in found.table]
         notes.append(f"{name}/{algorithm}: {found.strategy} in {found.elapsed_s:.1f} s")
     if len(finalists) > 1:
-        final = measure_candidates(
-            spec, direction, [(backend_of[r[0]], r[1]) for r in finalists], params=best_params
-        )
+        final = measure_candidates(spec, direction, [(backend_of[r[0]], r[1]) for r in finalists], params=best_params)
         final_ok = [row for row in final if row[2] is not None]
         if final_ok:
             winner = (final_ok[0][0], final_ok[0][1])
-            notes.append(f"finalists re-timed with their best parameters: {', '.join(f'{r[0]}/{r[1]}' for r in final_ok)}")
+            order = ", ".join(f"{r[0]}/{r[1]}" for r in final_ok)
+            notes.append(f"finalists re-timed with their best parameters: {order}")
     return winner, best_params.get(winner, {}), param_table, "; ".join(notes)
 
 
-def _tune_entry(
-    spec: ConvSpec, direction: str, pairs: Sequence[tuple[Backend, str]], budget_s: float
-) -> dict | None:
+def _tune_entry(spec: ConvSpec, direction: str, pairs: Sequence[tuple[Backend, str]], budget_s: float) -> dict | None:
     """Time the candidates, search the finalists' parameters; the cache entry, or None if nothing ran."""
     rows = measure_candidates(spec, direction, contenders(pairs))
     ok = [row for row in rows if row[2] is not None]

@@ -231,7 +231,7 @@ class _GridBackend(Backend):
             "grid": Algorithm(
                 "grid",
                 "cost stand-in",
-                lambda spec, direction, params: (lambda *ops: None),
+                lambda spec, direction, params: lambda *ops: None,
                 tunables=(Tunable("a", values, 1), Tunable("b", values, 1)),
                 constraint=lambda spec, direction, p: True if (p["a"], p["b"]) != (9, 9) else "corner refused",
             )
