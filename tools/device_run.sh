@@ -4,6 +4,8 @@
 #                                     suites), compute-sanitizer memcheck and racecheck
 #   bash tools/device_run.sh bench    per-call overhead, MobileNetV2 (52 convs, whole network, CUDA
 #                                     graph), the GPU crossover map and the regret of auto on held-out cases
+#   bash tools/device_run.sh ece408   the course's LeNet-5 inference at batch 10,000 (trained with cupy)
+#                                     vs cuDNN, and a profile of the per-call path of a tiny conv
 #   bash tools/device_run.sh multi    several GPUs: the multi-GPU tests and the scaling figures
 set -u
 LOGS=${OUT:-device-logs}
@@ -43,6 +45,11 @@ bench)
   run crossover 170 python3 -m convsuite.bench.crossover --device gpu --data "$LOGS/rule-gpu.json" --docs "$LOGS"
   [ -f "$LOGS/rule-gpu.json" ] && cp "$LOGS/rule-gpu.json" convsuite/data/rule-gpu.json
   run regret 120 python3 -m convsuite.bench.regret --device gpu --docs "$LOGS"
+  ;;
+ece408)
+  run ece408 300 python3 -m convsuite.bench.ece408 --device gpu --out "$LOGS/ece408.json"
+  tail -7 "$LOGS/ece408.log" | tee -a "$SUMMARY"
+  run profile 120 python3 tools/profile_call.py --device gpu --calls 20000
   ;;
 multi)
   nvidia-smi -L | tee -a "$SUMMARY"
