@@ -98,6 +98,9 @@ SETTLE_S = 0.02
 
 _scoped: ContextVar[bool | None] = ContextVar("convsuite_autotune_scope", default=None)
 _global: bool | None = None
+#: CONVSUITE_AUTOTUNE as read (None: not read yet). Read once, not per call:
+#: an ``os.environ`` lookup costs about 2 us, on the path of every call.
+_from_env: bool | None = None
 _memory: dict[str, dict] = {}
 _memory_lock = threading.Lock()
 _fingerprints: dict[str, str] = {}
@@ -109,12 +112,16 @@ _fingerprints: dict[str, str] = {}
 def set_autotune(enabled: bool | None) -> None:
     """Turn measured selection on or off process-wide (``None``: follow ``CONVSUITE_AUTOTUNE``).
 
-    ``use_autotune`` blocks take precedence.
+    ``use_autotune`` blocks take precedence. The environment variable is read
+    on the first call that needs it and again by ``set_autotune(None)``, not
+    on every call (a lookup in ``os.environ`` would cost each call ~2 us).
     """
-    global _global
+    global _global, _from_env
     if enabled is not None and not isinstance(enabled, (bool, np.bool_)):
         raise TypeError(f"`enabled` must be True, False or None; got {enabled!r}")
     _global = None if enabled is None else bool(enabled)
+    if enabled is None:
+        _from_env = None  # read the environment again
     _plans.invalidate()
 
 
@@ -141,7 +148,10 @@ def autotune_enabled() -> bool:
         return scoped
     if _global is not None:
         return _global
-    return os.environ.get(AUTOTUNE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    global _from_env
+    if _from_env is None:
+        _from_env = os.environ.get(AUTOTUNE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    return _from_env
 
 
 def autotune_budget() -> float:

@@ -29,6 +29,7 @@ def cache_dir(tmp_path, monkeypatch):
     """A private tuning cache for the test, empty in memory and on disk."""
     monkeypatch.setenv(_tuning.CACHE_DIR_ENV, str(tmp_path))
     monkeypatch.delenv(_tuning.AUTOTUNE_ENV, raising=False)
+    cs.set_autotune(None)  # re-read the environment
     cs.clear_tuning_cache()
     yield tmp_path
     cs.set_autotune(None)
@@ -53,6 +54,8 @@ def _count_measurements(monkeypatch) -> list:
 def test_switch_precedence(cache_dir, monkeypatch):
     assert not _tuning.autotune_enabled()
     monkeypatch.setenv(_tuning.AUTOTUNE_ENV, "1")
+    assert not _tuning.autotune_enabled()  # read once, not on every call
+    cs.set_autotune(None)  # ... and again here
     assert _tuning.autotune_enabled()
     cs.set_autotune(False)
     assert not _tuning.autotune_enabled()  # set_autotune beats the environment

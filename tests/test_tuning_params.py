@@ -68,6 +68,7 @@ def tunable_backend(tmp_path, monkeypatch):
     monkeypatch.setenv(_tuning.CACHE_DIR_ENV, str(tmp_path))
     monkeypatch.delenv(_tuning.AUTOTUNE_ENV, raising=False)
     monkeypatch.delenv(_tuning.BUDGET_ENV, raising=False)
+    cs.set_autotune(None)  # re-read the environment
     cs.clear_tuning_cache()
     register_backend(_TunableBackend())
     yield "tunable_test"
