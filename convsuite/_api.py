@@ -78,6 +78,12 @@ def _operand_key(array: Any) -> tuple:
     return (type(array), array.shape, array.dtype)
 
 
+def _device_id(array: Any) -> Any:
+    """The ordinal of the device a (non-NumPy) array lives on, e.g. a CuPy array's GPU; None if it has none."""
+    device = getattr(array, "device", None)
+    return getattr(device, "id", device)
+
+
 def _plan_key(
     ndim, direction, a, b, c, stride, padding, dilation, groups, name, source, algorithm, activation=None
 ) -> tuple:
@@ -86,6 +92,8 @@ def _plan_key(
         ndim,
         direction,
         type(a),
+        # A plan holds device-bound kernel handles: a CuPy array on another GPU needs its own plan.
+        None if type(a) is np.ndarray else _device_id(a),
         a.shape,
         a.dtype,
         b.shape,

@@ -104,3 +104,24 @@ def test_dask_array_of_cupy_chunks_runs_on_the_gpu_and_stays_there():
     assert isinstance(got, cupy.ndarray)
     spec = cs.explain(x, w, b, **keywords).spec
     assert_within(got.get(), reference_forward(spec, x, w, b), forward_tolerance(spec, x, w, b), "dask+cupy")
+
+
+def test_each_gpu_gets_its_own_plan():
+    """Plans hold device-bound kernel handles: the same call on another GPU must build its own."""
+    import cupy
+
+    from convsuite.distributed.multigpu import visible_gpus
+
+    gpus = visible_gpus()
+    if len(gpus) < 2:
+        pytest.skip("needs two GPUs (the device machine's nvidia-h200-x2)")
+    x, w, b = _arrays()
+    spec = cs.explain(x, w, b, padding=1).spec
+    expected, tol = reference_forward(spec, x, w, b), forward_tolerance(spec, x, w, b)
+    cs.clear_plan_cache()
+    for device in gpus[:2]:
+        with cupy.cuda.Device(device):
+            y = cs.conv2d(cupy.asarray(x), cupy.asarray(w), cupy.asarray(b), padding=1, backend="cupy")
+            assert y.device.id == device
+            assert_within(y.get(), expected, tol, f"cs.conv2d on GPU {device}")
+    assert cs.plan_cache_info()["size"] == 2
