@@ -61,6 +61,20 @@ def _specs():
                 padding=int(rng.integers(0, 3)),
             )
         )
+    for _ in range(20):  # 1-D
+        g, k, d = int(rng.choice([1, 2])), int(rng.integers(1, 40)), int(rng.integers(1, 4))
+        cg, dtype = int(rng.integers(1, 3)), np.float32 if rng.random() < 0.5 else np.float64
+        specs.append(
+            _spec(
+                (int(rng.integers(1, 3)), g * cg, int(rng.integers(d * (k - 1) + 1, 5000))),
+                (g * int(rng.integers(1, 5)), cg, k),
+                dtype,
+                groups=g,
+                stride=int(rng.choice([1, 1, 2])),
+                dilation=d,
+                padding="same" if rng.random() < 0.5 else 0,
+            )
+        )
     return specs
 
 
@@ -107,6 +121,7 @@ def test_the_expected_records_are_tunable():
         "igemm_big": ["bm"],
         "pointwise": ["mt"],
         "depthwise": ["px", "py"],
+        "blocked": ["v"],
     }
     assert algs.RECORDS["fused_gemm"].tunables == ()
 
@@ -180,6 +195,17 @@ def test_constraints_refuse_with_a_reason():
     assert backend.can_run(dw, "depthwise", "backward") is True
 
 
+def test_blocked_shared_memory_follows_v():
+    """conv1d_blocked's tile is 256 v outputs plus the halo: a long dilated mask refuses large v only."""
+    spec = _spec((1, 1, 200_000), (1, 1, 301), np.float64, dilation=10)
+    record = algs.RECORDS["blocked"]
+    assert record.can_run(spec, "forward", {"v": 9}) is True  # (2304 + 3000 + 8 + 301) * 8 = 44904 bytes
+    why = record.can_run(spec, "forward", {"v": 15})
+    assert why == f"v=15: tile, halo and mask need {(3840 + 3000 + 8 + 301) * 8} bytes of shared memory (> 49152)"
+    assert record.can_run(SPECS[2], "forward", {"v": 15}) is True
+    assert record.defaults(SPECS[2], "forward") == {"v": DEFINES["CS_BLOCKED_V"]}
+
+
 def test_case_limits_still_come_first():
     """A case the algorithm declines whatever its parameters says so before any parameter is judged."""
     backend = CupyBackend()
@@ -212,6 +238,8 @@ def test_template_and_define_values_are_compiled():
     big = [k for k in KERNELS["implicit_gemm_big.cu"] if k.startswith("conv2d_igemm_fwd@")]
     assert set(algs.RECORDS["igemm_big"].tunables[0].values) == {int(k.split("@")[1].split(",")[0]) for k in big}
     assert algs.RECORDS["register_tiled"].tunables[2].values == OVERRIDABLE["CS_RT_PX"][1]
+    assert algs.RECORDS["blocked"].tunables[0].values == OVERRIDABLE["CS_BLOCKED_V"][1]
+    assert all(v % 2 == 1 for v in OVERRIDABLE["CS_BLOCKED_V"][1])
     assert [t.values for t in algs.RECORDS["depthwise"].tunables] == [
         OVERRIDABLE["CS_DW_PX"][1],
         OVERRIDABLE["CS_DW_PY"][1],

@@ -618,6 +618,11 @@ TUNABLE_CASES = {
     ],
 }
 TUNABLE_CASES["register_tiled"] = TUNABLE_CASES["tiled_shared"]
+TUNABLE_CASES["blocked"] = [
+    ((2, 3, 3001), (4, 3, 7), dict(padding="same")),  # a compiled width; rows not 16-byte aligned past the first
+    ((1, 2, 1024), (2, 2, 5), dict(padding=2)),  # every row aligned: float4 loads and stores
+    ((1, 2, 999), (3, 2, 4), dict(dilation=3, padding=2)),  # dilation: the window read in place
+]
 
 
 def _tunable_configurations(record, spec, direction):

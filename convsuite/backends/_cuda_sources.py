@@ -53,6 +53,12 @@ DEFINES = {
 OVERRIDABLE = {
     # acc[MT][PX] and v[PX] are plain per-thread arrays; any PX >= 1 is correct.
     "CS_RT_PX": (("conv2d.cu",), (1, 2, 4, 8)),
+    # conv1d_blocked: acc[V] and win[V] per thread; the tile holds blockDim.x * V
+    # outputs plus the halo (sized in Python from V), the sliding window reads
+    # win0[V + k] < span, the float4 loads end before the mask at span + 8 and
+    # the float4 stores read only the staged outputs, whatever V >= 1. Odd V
+    # only avoids bank conflicts, so only odd values are offered.
+    "CS_BLOCKED_V": (("conv1d.cu",), (1, 3, 5, 7, 9, 11, 13, 15)),
     # depthwise_forward only (the backward kernels do not read them): acc[PY][PX]
     # and, with K fixed, v[(PX-1)*S+K] per row are per-thread arrays over a
     # grid-stride loop with every output bounds-checked; any PX, PY >= 1 is correct.

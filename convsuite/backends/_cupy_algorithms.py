@@ -268,20 +268,54 @@ def _check_tiled_1d(algorithm: str):
             return True if need <= SMEM_LIMIT else f"the tile needs {need} bytes of shared memory"
         if st != 1:
             return f"'blocked' computes consecutive outputs from one window: stride 1 only; got {st}"
-        need = (THREADS * BLOCKED_V + (k - 1) * d + 8 + k) * s.itemsize
-        return True if need <= SMEM_LIMIT else f"tile, halo and mask need {need} bytes of shared memory"
+        return True  # the shared memory depends on v: _constraint_blocked
 
     return check
+
+
+def _blocked_smem(s: ConvSpec, v: int) -> int:
+    """Shared bytes of conv1d_blocked with ``v`` outputs per thread: tile, halo, float4 slack, mask."""
+    (d,), (k,) = s.dilation, s.kernel_size
+    return (THREADS * v + (k - 1) * d + 8 + k) * s.itemsize
+
+
+def _constraint_blocked(s: ConvSpec, direction: str, params) -> Verdict:
+    """Tile, halo and mask in 48 KiB; 2 v accumulator and window registers per thread."""
+    v = params["v"]
+    need = _blocked_smem(s, v)
+    if need > SMEM_LIMIT:
+        return f"v={v}: tile, halo and mask need {need} bytes of shared memory (> {SMEM_LIMIT})"
+    registers = 2 * v * s.itemsize // 4
+    if registers > ACCUMULATOR_REGISTERS:
+        return f"v={v}: the accumulators and the window take {registers} 32-bit registers per thread"
+    return True
+
+
+BLOCKED_TUNABLES = (
+    Tunable(
+        "v",
+        OVERRIDABLE["CS_BLOCKED_V"][1],
+        BLOCKED_V,
+        "outputs per thread (-D CS_BLOCKED_V; odd: a warp's reads of tile[lane * v + j] hit 32 banks)",
+    ),
+)
+
+
+def _plan_blocked(s: ConvSpec, direction: str, params: dict) -> Launch:
+    """conv1d_blocked with ``params["v"]`` outputs per thread (one module per value)."""
+    (d,), (k,) = s.dilation, s.kernel_size
+    v = params["v"]
+    per_block, smem = THREADS * v, _blocked_smem(s, v)
+    name = f"conv1d_blocked@{k if d == 1 and k in BLOCKED_WIDTHS else 0}"  # a width compiled in, if any
+    grid = (math.ceil(s.out_size[0] / per_block), s.batch * s.out_channels)
+    fn, p = rt.kernel("conv1d.cu", name, s.dtype, overrides=(("CS_BLOCKED_V", v),)), _params_1d(s)
+    return _with_bias(s, lambda x, w, bias, out: fn(grid, (THREADS,), (x, w, bias, out, *p), shared_mem=smem))
 
 
 def _plan_tiled_1d(algorithm: str):
     def plan(s: ConvSpec, direction: str) -> Launch:
         (st,), (d,), (k,) = s.stride, s.dilation, s.kernel_size
-        if algorithm == "blocked":
-            per_block = THREADS * BLOCKED_V
-            smem = (per_block + (k - 1) * d + 8 + k) * s.itemsize  # tile, float4 slack, mask
-            name = f"conv1d_blocked@{k if d == 1 and k in BLOCKED_WIDTHS else 0}"  # a width compiled in, if any
-        elif algorithm == "tiled_halo":
+        if algorithm == "tiled_halo":
             per_block, smem, name = THREADS, _span(THREADS, st, k, d) * s.itemsize, "conv1d_tiled_halo"
         else:
             per_block, smem, name = THREADS, THREADS * st * s.itemsize, "conv1d_tiled_cached_halo"
@@ -1017,10 +1051,12 @@ RECORDS: dict[str, Algorithm] = {
         ),
         Algorithm(
             "blocked",
-            "1-D stride 1: 9 outputs per thread, sliding register window, float4 rows",
-            _plan_tiled_1d("blocked"),
+            f"1-D stride 1: {BLOCKED_V} outputs per thread (v), sliding register window, float4 rows",
+            _plan_blocked,
             ndims=(1,),
             check=_check_tiled_1d("blocked"),
+            tunables=BLOCKED_TUNABLES,
+            constraint=_constraint_blocked,
         ),
     )
 }
