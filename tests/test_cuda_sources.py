@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -13,9 +14,39 @@ import numpy as np
 import pytest
 
 import convsuite as cs
-from convsuite.backends._cuda_sources import DEFINES, KERNELS, compile_options, name_expressions, source_dir
+from convsuite.backends._cuda_sources import (
+    DEFINES,
+    KERNELS,
+    OVERRIDABLE,
+    compile_options,
+    name_expressions,
+    normalize_overrides,
+    source_dir,
+)
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def _configurations() -> list[tuple[str, tuple]]:
+    """Every file with its default constants, plus each non-default -D configuration a tunable can ask for.
+
+    Per file: every combination of the extremes (smallest and largest value)
+    of its overridable constants, and every other value of each constant
+    alone (the rest at their defaults), so each value compiles at least once
+    and the extremes compile together.
+    """
+    configs = [(filename, ()) for filename in sorted(KERNELS)]
+    for filename in sorted(KERNELS):
+        names = [n for n, (files, _) in OVERRIDABLE.items() if filename in files]
+        seen = {()}
+        extremes = [[(n, OVERRIDABLE[n][1][0]), (n, OVERRIDABLE[n][1][-1])] for n in names]
+        singles = [[(n, v)] for n in names for v in OVERRIDABLE[n][1]]
+        for combo in [*itertools.product(*extremes), *singles] if names else []:
+            overrides = normalize_overrides(filename, combo)
+            if overrides not in seen:
+                seen.add(overrides)
+                configs.append((filename, overrides))
+    return configs
 
 
 def test_every_source_file_is_listed_and_present():
@@ -26,9 +57,18 @@ def test_every_source_file_is_listed_and_present():
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found: CUDA sources not compiled")
-@pytest.mark.parametrize("filename", sorted(KERNELS))
-def test_sources_compile_to_ptx(filename, tmp_path):
-    """Instantiate every kernel the backend uses, for float and double, and compile to PTX."""
+@pytest.mark.parametrize(
+    "filename, overrides",
+    _configurations(),
+    ids=lambda v: "-".join(f"{n}={x}" for n, x in v) if isinstance(v, tuple) else v,
+)
+def test_sources_compile_to_ptx(filename, overrides, tmp_path):
+    """Instantiate every kernel the backend uses, for float and double, and compile to PTX.
+
+    Also with each ``-D`` configuration a tunable parameter can select
+    (``_cuda_sources.OVERRIDABLE``), so every configuration a user can ask
+    for compiles here before it reaches NVRTC on a GPU.
+    """
     lines = [f'#include "{source_dir() / filename}"', "void convsuite_instantiate_all() {"]
     lines += [f"    (void)&{name};" for name in name_expressions(filename)]
     lines.append("}")
@@ -41,7 +81,7 @@ def test_sources_compile_to_ptx(filename, tmp_path):
             "-std=c++17",
             "-arch=sm_90",
             "-ptx",
-            *compile_options(),
+            *compile_options(overrides),
             f"-I{source_dir()}",
             str(wrapper),
             "-o",
@@ -67,6 +107,35 @@ def test_sources_refuse_to_compile_without_the_shared_constants(tmp_path):
         text=True,
     )
     assert result.returncode != 0 and "compile_options" in result.stderr
+
+
+def test_configurations_cover_every_overridable_value():
+    """The PTX check compiles every value of every per-configuration constant, and the extremes together."""
+    for name, (files, values) in OVERRIDABLE.items():
+        assert DEFINES[name] in values, name
+        for filename in files:
+            assert filename in KERNELS
+            compiled = {dict(o).get(name, DEFINES[name]) for f, o in _configurations() if f == filename}
+            assert compiled == set(values), (name, filename)
+
+
+def test_overrides_are_checked_and_normalised():
+    """Defaults drop out (one module for the default configuration); other files' constants and values are refused."""
+    assert normalize_overrides("conv2d.cu", {"CS_RT_PX": DEFINES["CS_RT_PX"]}) == ()
+    assert normalize_overrides("depthwise.cu", [("CS_DW_PY", 4), ("CS_DW_PX", 1)]) == (
+        ("CS_DW_PX", 1),
+        ("CS_DW_PY", 4),
+    )
+    assert "-DCS_RT_PX=8" in compile_options((("CS_RT_PX", 8),))
+    assert f"-DCS_RT_PX={DEFINES['CS_RT_PX']}" in compile_options()
+    with pytest.raises(ValueError, match=r"CS_RT_PX is not a per-configuration constant of pointwise.cu"):
+        normalize_overrides("pointwise.cu", {"CS_RT_PX": 2})
+    with pytest.raises(ValueError, match=r"CS_GEMM_BM is not a per-configuration constant of implicit_gemm.cu"):
+        normalize_overrides("implicit_gemm.cu", {"CS_GEMM_BM": 128})
+    with pytest.raises(ValueError, match=r"-DCS_RT_PX accepts 1, 2, 4, 8; got 3"):
+        normalize_overrides("conv2d.cu", {"CS_RT_PX": 3})
+    with pytest.raises(ValueError, match=r"got 2.0"):
+        normalize_overrides("conv2d.cu", {"CS_RT_PX": 2.0})
 
 
 def test_shared_constants_are_not_redefined_in_the_sources():

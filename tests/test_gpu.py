@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 
 import convsuite as cs
+from convsuite.backends._cupy_algorithms import FUSED_RELU
 from convsuite.backends.cupy_backend import ALGORITHMS, ONE_D_ALGORITHMS
 from convsuite.testing import (
     assert_within,
@@ -585,3 +586,145 @@ def test_backward_through_relu_on_the_ladder(dtype):
             "xwb", got, reference_backward(spec, masked, x, w), backward_tolerances(spec, masked, x, w)
         ):
             assert_within(g, ref, tol, f"{algorithm} grad_{name} through relu")
+
+
+# --- tunable parameters (issue 16) ---------------------------------------------------
+# Every tunable record, run through the backend's plan with explicit params
+# (the front end's params= is the integrator's), against the float64
+# reference with the outputs poisoned. Each case runs the extremes of every
+# parameter together and every value of every parameter once (the others at
+# the case's defaults, or at their smallest values where the defaults refuse
+# the combination), so every value is exercised and a refusal is never silent.
+
+TUNABLE_CASES = {
+    "tiled_shared": [
+        ((2, 3, 13, 11), (5, 3, 3, 3), dict(padding=1)),
+        ((1, 4, 17, 19), (6, 2, 3, 5), dict(stride=2, dilation=(2, 1), padding=2, groups=2)),
+        ((2, 2, 40), (3, 2, 5), dict(padding="same")),
+        ((1, 1, 28, 30), (12, 1, 5, 5), {}),
+    ],
+    "depthwise": [
+        ((2, 6, 15, 13), (12, 1, 3, 3), dict(groups=6, padding=1)),
+        ((1, 4, 16, 17), (4, 1, 5, 5), dict(groups=4, stride=2, padding=2)),
+        ((1, 3, 11, 12), (3, 1, 3, 2), dict(groups=3, dilation=2, padding=1)),
+    ],
+    "pointwise": [
+        ((2, 40, 9, 7), (33, 40, 1, 1), {}),
+        ((1, 6, 13), (20, 3, 1), dict(groups=2)),
+    ],
+    "igemm_big": [
+        ((2, 8, 13, 12), (70, 8, 3, 3), dict(padding=1)),
+        ((2, 12, 11, 10), (40, 6, 3, 3), dict(stride=2, padding=1, groups=2)),
+    ],
+}
+TUNABLE_CASES["register_tiled"] = TUNABLE_CASES["tiled_shared"]
+TUNABLE_CASES["blocked"] = [
+    ((2, 3, 3001), (4, 3, 7), dict(padding="same")),  # a compiled width; rows not 16-byte aligned past the first
+    ((1, 2, 1024), (2, 2, 5), dict(padding=2)),  # every row aligned: float4 loads and stores
+    ((1, 2, 999), (3, 2, 4), dict(dilation=3, padding=2)),  # dilation: the window read in place
+]
+
+
+def _tunable_configurations(record, spec, direction):
+    """The extremes together, then each value of each parameter: those the constraint admits on ``spec``.
+
+    Returns the configurations and ``{(name, value): reason}`` for the values
+    no tried combination admits on ``spec``.
+    """
+    extremes = record.configurations({t.name: (t.values[0], t.values[-1]) for t in record.tunables})
+    defaults, smallest = record.defaults(spec, direction), {t.name: t.values[0] for t in record.tunables}
+    chosen = [p for p in extremes if record.can_run(spec, direction, p) is True]
+    refused = {}
+    for t in record.tunables:
+        for v in t.values:
+            for base in (defaults, smallest):
+                params = {**base, t.name: v}
+                verdict = record.can_run(spec, direction, params)
+                if verdict is True:
+                    chosen.append(params)
+                    break
+                assert isinstance(verdict, str) and verdict, (params, verdict)
+                refused[(t.name, v)] = verdict
+            else:
+                continue
+            refused.pop((t.name, v), None)
+    unique = {tuple(sorted(p.items())): p for p in chosen}
+    return list(unique.values()), refused
+
+
+def _run_plan(spec, algorithm, direction, params, *operands):
+    """Run the backend's plan for ``params`` on host operands; outputs start as NaN; returns them on the host."""
+    cp = _cupy()
+    backend = cs._registry.get_backend("cupy")
+    dev = [None if a is None else cp.asarray(a) for a in operands]
+    dtype = spec.dtype
+    if direction == "backward":
+        outs = [cp.full(shape, np.nan, dtype) for shape in (spec.x_shape, spec.w_shape, (spec.out_channels,))]
+    else:
+        outs = [cp.full(spec.y_shape, np.nan, dtype)]
+    backend.plan(spec, algorithm, direction, params)(*dev, *outs)
+    return [cp.asnumpy(o) for o in outs]
+
+
+@pytest.mark.parametrize("algorithm", sorted(TUNABLE_CASES))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_tunable_configurations_match_reference(algorithm, dtype):
+    """Every value of every tunable (and the extremes together) agrees with the reference, forward and backward."""
+    backend = cs._registry.get_backend("cupy")
+    record = backend.algorithm_table()[algorithm]
+    covered, ran, never = set(), 0, None
+    for i, (x_shape, w_shape, kw) in enumerate(TUNABLE_CASES[algorithm]):
+        rng = np.random.default_rng(100 + i)
+        x, w = rng.standard_normal(x_shape).astype(dtype), rng.standard_normal(w_shape).astype(dtype)
+        bias = rng.standard_normal(w_shape[0]).astype(dtype)
+        spec = cs.explain(x, w, bias, **kw).spec
+        if algorithm == "igemm_big" and dtype == np.float64:
+            assert "float32 only" in _can_run(spec, algorithm)
+            return
+        assert _can_run(spec, algorithm) is True, (algorithm, spec)
+        ref, tol = reference_forward(spec, x, w, bias), forward_tolerance(spec, x, w, bias)
+        xs, ws = x.reshape(spec.x_shape), w.reshape(spec.w_shape)
+        configs, refused = _tunable_configurations(record, spec, "forward")
+        never = set(refused) if never is None else never & set(refused)
+        for params in configs:
+            (y,) = _run_plan(spec, algorithm, "forward", params, xs, ws, bias)
+            assert_within(y, ref.reshape(spec.y_shape), tol.reshape(spec.y_shape), f"{algorithm} {params} {spec}")
+            covered.update(params.items())
+            ran += 1
+            if algorithm in FUSED_RELU:
+                (y,) = _run_plan(spec, algorithm, "forward+relu", params, xs, ws, bias)
+                relu = np.where(ref < 0, 0, ref).reshape(spec.y_shape)
+                assert_within(y, relu, tol.reshape(spec.y_shape), f"{algorithm}+relu {params}")
+        if "backward" not in record.directions:
+            continue
+        gy = rng.standard_normal(spec.y_shape).astype(dtype)
+        refs, tols = reference_backward(spec, gy, xs, ws), backward_tolerances(spec, gy, xs, ws)
+        for params in _tunable_configurations(record, spec, "backward")[0]:
+            got = _run_plan(spec, algorithm, "backward", params, gy, xs, ws)
+            for name, g, r, t in zip("xwb", got, refs, tols):
+                assert_within(g, r, t, f"{algorithm} backward {params} grad_{name}")
+            ran += 1
+    every = {(t.name, v) for t in record.tunables for v in t.values}
+    # a value may be refused on every case only with a reason (e.g. float64 mt=32: registers)
+    assert every - covered <= never, f"values never run nor refused: {sorted(every - covered - never)}"
+    assert ran > len(every)
+
+
+def test_tunable_plans_share_modules_and_record_compile_times():
+    """Defaults spelled out share the default plan and module; a -D configuration compiles once, timed."""
+    from convsuite.backends import _cupy_runtime as rt
+
+    backend = cs._registry.get_backend("cupy")
+    x, w = np.ones((1, 2, 9, 9), np.float32), np.ones((4, 2, 3, 3), np.float32)
+    spec = cs.explain(x, w).spec
+    record = backend.algorithm_table()["register_tiled"]
+    defaults = record.defaults(spec, "forward")
+    assert backend.plan(spec, "register_tiled", "forward") is backend.plan(spec, "register_tiled", "forward", defaults)
+    assert rt.module("conv2d.cu", {"CS_RT_PX": defaults["px"]}) is rt.module("conv2d.cu")
+    other = 2 if defaults["px"] != 2 else 1
+    plan = backend.plan(spec, "register_tiled", "forward", {"px": other})
+    assert plan is not backend.plan(spec, "register_tiled", "forward")
+    assert rt.module("conv2d.cu", {"CS_RT_PX": other}) is not rt.module("conv2d.cu")
+    seconds = rt.compile_seconds()
+    assert seconds[("conv2d.cu", (("CS_RT_PX", other),))] > 0
+    assert seconds[("conv2d.cu", ())] > 0

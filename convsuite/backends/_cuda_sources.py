@@ -21,9 +21,11 @@ __all__ = [
     "DEPTHWISE_WGRAD_KMAX",
     "KERNELS",
     "LADDER_KERNELS",
+    "OVERRIDABLE",
     "POINTWISE_TILES",
     "REGISTER_TILES",
     "compile_options",
+    "normalize_overrides",
     "name_expression",
     "name_expressions",
     "source_dir",
@@ -43,6 +45,25 @@ DEFINES = {
     "CS_DW_PY": 2,  # depthwise outputs per thread along H
     "CS_PW_PX": 4,  # pointwise pixels per thread (one float4)
     "CS_LADDER_YB": 4,  # output rows per thread of the dW ladder's padded step (the write-up's yBatch)
+}
+
+#: The ``-D`` constants a tunable parameter may set per configuration: name ->
+#: (the files whose kernels read it, every value proved correct for them). A
+#: configuration is compiled as its own module (``_cupy_runtime.module``).
+OVERRIDABLE = {
+    # acc[MT][PX] and v[PX] are plain per-thread arrays; any PX >= 1 is correct.
+    "CS_RT_PX": (("conv2d.cu",), (1, 2, 4, 8)),
+    # conv1d_blocked: acc[V] and win[V] per thread; the tile holds blockDim.x * V
+    # outputs plus the halo (sized in Python from V), the sliding window reads
+    # win0[V + k] < span, the float4 loads end before the mask at span + 8 and
+    # the float4 stores read only the staged outputs, whatever V >= 1. Odd V
+    # only avoids bank conflicts, so only odd values are offered.
+    "CS_BLOCKED_V": (("conv1d.cu",), (1, 3, 5, 7, 9, 11, 13, 15)),
+    # depthwise_forward only (the backward kernels do not read them): acc[PY][PX]
+    # and, with K fixed, v[(PX-1)*S+K] per row are per-thread arrays over a
+    # grid-stride loop with every output bounds-checked; any PX, PY >= 1 is correct.
+    "CS_DW_PX": (("depthwise.cu",), (1, 2, 4, 8)),
+    "CS_DW_PY": (("depthwise.cu",), (1, 2, 4)),
 }
 
 #: Square kernel sizes the register steps of the dW ladder are compiled for.
@@ -108,9 +129,40 @@ KERNELS = {
 _CTYPES = {"float32": "float", "float64": "double"}
 
 
-def compile_options() -> tuple[str, ...]:
-    """The ``-D`` options that give every source the shared constants."""
-    return tuple(f"-D{name}={value}" for name, value in DEFINES.items())
+def normalize_overrides(filename: str, overrides=()) -> tuple[tuple[str, int], ...]:
+    """``overrides`` (a mapping or ``(name, value)`` pairs) as a sorted tuple without the defaults.
+
+    Values equal to :data:`DEFINES` are dropped, so the default configuration
+    is always the empty tuple and shares the one default module.
+
+    Raises
+    ------
+    ValueError
+        A constant that :data:`OVERRIDABLE` does not list for ``filename``,
+        or a value outside its allowed values.
+    """
+    pairs = dict(overrides.items() if hasattr(overrides, "items") else overrides)
+    kept = []
+    for name, value in sorted(pairs.items()):
+        files, allowed = OVERRIDABLE.get(name, ((), ()))
+        if filename not in files:
+            tunable = ", ".join(n for n, (f, _) in OVERRIDABLE.items() if filename in f) or "none"
+            raise ValueError(f"-D{name} is not a per-configuration constant of {filename} (those that are: {tunable})")
+        if value not in allowed or type(value) is not int:
+            raise ValueError(f"-D{name} accepts {', '.join(map(str, allowed))}; got {value!r}")
+        if value != DEFINES[name]:
+            kept.append((name, value))
+    return tuple(kept)
+
+
+def compile_options(overrides=()) -> tuple[str, ...]:
+    """The ``-D`` options that give every source the shared constants (``overrides`` replacing some).
+
+    ``overrides`` are ``(name, value)`` pairs already checked by
+    :func:`normalize_overrides`.
+    """
+    values = {**DEFINES, **dict(overrides)}
+    return tuple(f"-D{name}={value}" for name, value in values.items())
 
 
 def name_expression(kernel: str, dtype: str, wide: bool = False) -> str:

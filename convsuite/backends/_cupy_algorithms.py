@@ -6,6 +6,17 @@ the directions it implements, the cases it declines (with the reason) and its
 handles, grid, block, shared memory, packed integer arguments, workspace
 sizes -- and returns the :data:`~convsuite.backends.base.Launch` that runs a
 call. Constants shared with the kernels come from ``_cuda_sources.DEFINES``.
+
+Tunable parameters. Where a kernel has hand-chosen constants, its record
+declares them as :class:`~convsuite.backends.base.Tunable` s (the default is
+today's hand rule, so an untuned plan is unchanged) and a ``constraint`` that
+refuses, with the reason, the sets no launch can honour (threads per block,
+shared memory, grid limits, accumulator registers). A block shape is a
+launch argument; a template argument picks another instantiation of the one
+module; a ``-D`` constant (``_cuda_sources.OVERRIDABLE``) compiles the source
+once more for that configuration (``_cupy_runtime.module(file, overrides)``).
+The geometry helpers here are pure Python: nothing below imports cupy until a
+plan is built.
 """
 
 from __future__ import annotations
@@ -22,10 +33,11 @@ from ._cuda_sources import (
     DEPTHWISE_FIXED,
     DEPTHWISE_WGRAD_KMAX,
     LADDER_KERNELS,
+    OVERRIDABLE,
     POINTWISE_TILES,
     REGISTER_TILES,
 )
-from .base import Algorithm, Launch, Verdict
+from .base import Algorithm, Launch, Tunable, Verdict
 
 __all__ = [
     "RECORDS",
@@ -48,6 +60,15 @@ GEMM_BM, GEMM_BN, GEMM_BK = DEFINES["CS_GEMM_BM"], DEFINES["CS_GEMM_BN"], DEFINE
 DW_PX, DW_PY = DEFINES["CS_DW_PX"], DEFINES["CS_DW_PY"]
 PW_PX = DEFINES["CS_PW_PX"]
 WORKSPACE_BYTES = 512 * 2**20  # im2col columns per chunk; split-K partial sums
+MAX_THREADS = 1024  # threads per block (every CUDA device since compute capability 2.0)
+#: Accumulator registers (32-bit) a thread may hold: beyond this a kernel would
+#: spill its accumulators to local memory (255 registers per thread, minus
+#: addresses and operands) -- still correct, but never worth offering.
+ACCUMULATOR_REGISTERS = 192
+#: Every block extent of a tiled kernel a parameter may take: all the hand
+#: rule can choose (it shapes blocks of at most THREADS threads).
+BLOCK_EXTENTS = tuple(range(1, THREADS + 1))
+RT_PX_VALUES = OVERRIDABLE["CS_RT_PX"][1]
 
 
 # --- packed arguments and geometry --------------------------------------------
@@ -111,33 +132,76 @@ def _register_tile(s: ConvSpec) -> int:
     return next((mt for mt in REGISTER_TILES if mt >= s.out_channels_per_group), REGISTER_TILES[-1])
 
 
-def _tile_geometry(s: ConvSpec, algorithm: str) -> dict:
-    """Block shape, output tile, tile count and shared memory of a tiled 2-D kernel.
+def _block_width(s: ConvSpec, px: int) -> int:
+    """The hand rule's threads along W: the output row (in steps of ``px``) in as few blocks of <= 32 as possible.
 
-    Blocks are shaped from the output (at most 256 threads): as wide as the
-    row allows, then as tall as the rest of the block.
+    A one-row output (1-D cases) takes up to THREADS threads along W instead.
     """
     Ho, Wo = s.out_size
+    return _balanced(math.ceil(Wo / px), 32 if Ho > 1 else THREADS)
+
+
+def _block_height(s: ConvSpec, bx: int) -> int:
+    """The hand rule's threads along H: the rest of a THREADS-thread block, balanced over Ho."""
+    return _balanced(s.out_size[0], THREADS // bx)
+
+
+def _tiled_params(s: ConvSpec, algorithm: str) -> dict:
+    """The hand rule's parameters of a tiled 2-D kernel (the tunables' defaults)."""
+    if algorithm == "tiled_shared":
+        bx = _block_width(s, 1)
+        return {"tile_w": bx, "tile_h": _block_height(s, bx)}
+    return {"mt": _register_tile(s), "block_w": _block_width(s, REGISTER_PX), "px": REGISTER_PX}
+
+
+def _tile_geometry(s: ConvSpec, algorithm: str, params: dict | None = None) -> dict:
+    """Block shape, tile count and shared memory of a tiled 2-D kernel with ``params`` (default: the hand rule).
+
+    The hand rule shapes blocks from the output (at most 256 threads): as
+    wide as the row allows, then as tall as the rest of the block.
+    ``tiled_shared`` takes its block as ``tile_w`` x ``tile_h`` outputs;
+    ``register_tiled`` takes ``block_w`` threads of ``px`` outputs along W
+    and the hand rule's height for that width.
+    """
+    params = _tiled_params(s, algorithm) if params is None else params
+    Ho, Wo = s.out_size
     (sh, sw), (dh, dw), (KH, KW) = s.stride, s.dilation, s.kernel_size
-    px = REGISTER_PX if algorithm == "register_tiled" else 1
-    bx = _balanced(math.ceil(Wo / px), 32 if Ho > 1 else THREADS)
-    by = _balanced(Ho, THREADS // bx)
+    if algorithm == "tiled_shared":
+        px, bx, by = 1, params["tile_w"], params["tile_h"]
+    else:
+        px, bx = params["px"], params["block_w"]
+        by = _block_height(s, bx)
     tile_w, tile_h = bx * px, by
     span_h = (tile_h - 1) * sh + (KH - 1) * dh + 1
     span_w = (tile_w - 1) * sw + (KW - 1) * dw + 1
     smem = span_h * span_w * s.itemsize
     if algorithm == "register_tiled":
-        smem += _register_tile(s) * KH * KW * s.itemsize
+        smem += params["mt"] * KH * KW * s.itemsize  # the MT filters of the current input channel
     tiles = math.ceil(Ho / tile_h) * math.ceil(Wo / tile_w)
     return dict(block=(bx, by), tiles=tiles, smem=smem)
 
 
-def _check_tiled(s: ConvSpec, algorithm: str) -> Verdict:
-    geo = _tile_geometry(s, algorithm)
+def _check_tiled(s: ConvSpec, algorithm: str, params: dict | None = None) -> Verdict:
+    """Whether a tiled kernel's block (default: the hand rule's) can launch on ``s``, or why not."""
+    params = _tiled_params(s, algorithm) if params is None else params
+    geo = _tile_geometry(s, algorithm, params)
+    (bx, by), named = geo["block"], ", ".join(f"{k}={v}" for k, v in sorted(params.items()))
+    if bx * by > MAX_THREADS:
+        return f"{named}: a {bx}x{by} block is {bx * by} threads (at most {MAX_THREADS})"
     if geo["tiles"] > GRID_YZ_MAX:
-        return f"{geo['tiles']} output tiles per plane exceed the grid's y limit ({GRID_YZ_MAX})"
+        return f"{named}: {geo['tiles']} output tiles per plane exceed the grid's y limit ({GRID_YZ_MAX})"
     if geo["smem"] > SMEM_LIMIT:
-        return f"the input patch (and filters) need {geo['smem']} bytes of shared memory (> {SMEM_LIMIT})"
+        return f"{named}: the input patch (and filters) need {geo['smem']} bytes of shared memory (> {SMEM_LIMIT})"
+    if algorithm == "register_tiled":
+        registers = params["mt"] * params["px"] * s.itemsize // 4
+        if registers > ACCUMULATOR_REGISTERS:
+            return (
+                f"{named}: mt x px accumulators take {registers} 32-bit registers per thread "
+                f"(at most {ACCUMULATOR_REGISTERS}; more would spill)"
+            )
+        passes = math.ceil(s.out_channels_per_group / params["mt"])
+        if passes > GRID_YZ_MAX:
+            return f"{named}: {passes} channel blocks exceed the grid's z limit ({GRID_YZ_MAX})"
     return True
 
 
@@ -204,20 +268,54 @@ def _check_tiled_1d(algorithm: str):
             return True if need <= SMEM_LIMIT else f"the tile needs {need} bytes of shared memory"
         if st != 1:
             return f"'blocked' computes consecutive outputs from one window: stride 1 only; got {st}"
-        need = (THREADS * BLOCKED_V + (k - 1) * d + 8 + k) * s.itemsize
-        return True if need <= SMEM_LIMIT else f"tile, halo and mask need {need} bytes of shared memory"
+        return True  # the shared memory depends on v: _constraint_blocked
 
     return check
+
+
+def _blocked_smem(s: ConvSpec, v: int) -> int:
+    """Shared bytes of conv1d_blocked with ``v`` outputs per thread: tile, halo, float4 slack, mask."""
+    (d,), (k,) = s.dilation, s.kernel_size
+    return (THREADS * v + (k - 1) * d + 8 + k) * s.itemsize
+
+
+def _constraint_blocked(s: ConvSpec, direction: str, params) -> Verdict:
+    """Tile, halo and mask in 48 KiB; 2 v accumulator and window registers per thread."""
+    v = params["v"]
+    need = _blocked_smem(s, v)
+    if need > SMEM_LIMIT:
+        return f"v={v}: tile, halo and mask need {need} bytes of shared memory (> {SMEM_LIMIT})"
+    registers = 2 * v * s.itemsize // 4
+    if registers > ACCUMULATOR_REGISTERS:
+        return f"v={v}: the accumulators and the window take {registers} 32-bit registers per thread"
+    return True
+
+
+BLOCKED_TUNABLES = (
+    Tunable(
+        "v",
+        OVERRIDABLE["CS_BLOCKED_V"][1],
+        BLOCKED_V,
+        "outputs per thread (-D CS_BLOCKED_V; odd: a warp's reads of tile[lane * v + j] hit 32 banks)",
+    ),
+)
+
+
+def _plan_blocked(s: ConvSpec, direction: str, params: dict) -> Launch:
+    """conv1d_blocked with ``params["v"]`` outputs per thread (one module per value)."""
+    (d,), (k,) = s.dilation, s.kernel_size
+    v = params["v"]
+    per_block, smem = THREADS * v, _blocked_smem(s, v)
+    name = f"conv1d_blocked@{k if d == 1 and k in BLOCKED_WIDTHS else 0}"  # a width compiled in, if any
+    grid = (math.ceil(s.out_size[0] / per_block), s.batch * s.out_channels)
+    fn, p = rt.kernel("conv1d.cu", name, s.dtype, overrides=(("CS_BLOCKED_V", v),)), _params_1d(s)
+    return _with_bias(s, lambda x, w, bias, out: fn(grid, (THREADS,), (x, w, bias, out, *p), shared_mem=smem))
 
 
 def _plan_tiled_1d(algorithm: str):
     def plan(s: ConvSpec, direction: str) -> Launch:
         (st,), (d,), (k,) = s.stride, s.dilation, s.kernel_size
-        if algorithm == "blocked":
-            per_block = THREADS * BLOCKED_V
-            smem = (per_block + (k - 1) * d + 8 + k) * s.itemsize  # tile, float4 slack, mask
-            name = f"conv1d_blocked@{k if d == 1 and k in BLOCKED_WIDTHS else 0}"  # a width compiled in, if any
-        elif algorithm == "tiled_halo":
+        if algorithm == "tiled_halo":
             per_block, smem, name = THREADS, _span(THREADS, st, k, d) * s.itemsize, "conv1d_tiled_halo"
         else:
             per_block, smem, name = THREADS, THREADS * st * s.itemsize, "conv1d_tiled_cached_halo"
@@ -257,24 +355,57 @@ def _upload_constant(filename: str, w) -> None:
 
 
 def _plan_tiled_2d(algorithm: str):
-    def plan(spec: ConvSpec, direction: str) -> Launch:
+    def plan(spec: ConvSpec, direction: str, params: dict) -> Launch:
         s = spec.as_2d()
-        geo, p = _tile_geometry(s, algorithm), _params(s)
+        geo, p = _tile_geometry(s, algorithm, params), _params(s)
         block, tiles, smem = geo["block"], geo["tiles"], geo["smem"]
+        overrides = ()
         if algorithm == "tiled_shared":
             grid, name = (s.batch * s.out_channels, tiles), "conv2d_tiled_shared"
         else:
-            mt = _register_tile(s)
+            mt = params["mt"]
             grid = (s.batch * s.groups, tiles, math.ceil(s.out_channels_per_group / mt))
-            name = f"conv2d_register_tiled@{mt}"
-        fn = rt.kernel("conv2d.cu", name, s.dtype)
+            name, overrides = f"conv2d_register_tiled@{mt}", (("CS_RT_PX", params["px"]),)
+        fn = rt.kernel("conv2d.cu", name, s.dtype, overrides=overrides)
         return _with_bias(s, lambda x, w, bias, out: fn(grid, block, (x, w, bias, out, *p), shared_mem=smem))
 
     return plan
 
 
-def _check_tiled_2d(algorithm: str):
-    return lambda spec, direction: _check_tiled(spec.as_2d(), algorithm)
+def _constraint_tiled_2d(algorithm: str):
+    return lambda spec, direction, params: _check_tiled(spec.as_2d(), algorithm, dict(params))
+
+
+def _default_of(algorithm: str, name: str):
+    """The hand rule for one parameter of a tiled 2-D kernel, as a Tunable default."""
+    return lambda spec, direction: _tiled_params(spec.as_2d(), algorithm)[name]
+
+
+TILED_SHARED_TUNABLES = (
+    Tunable(
+        "tile_w",
+        BLOCK_EXTENTS,
+        _default_of("tiled_shared", "tile_w"),
+        "outputs (threads) per block along W; FA19's sweep: 4, 8, 12, 16, 24, 32",
+    ),
+    Tunable(
+        "tile_h",
+        BLOCK_EXTENTS,
+        _default_of("tiled_shared", "tile_h"),
+        "outputs (threads) per block along H; FA19's sweep: 1, 2, 4, 8, 12, 16, 24, 32",
+    ),
+)
+
+REGISTER_TILED_TUNABLES = (
+    Tunable("mt", REGISTER_TILES, _default_of("register_tiled", "mt"), "output channels per thread (template MT)"),
+    Tunable(
+        "block_w",
+        BLOCK_EXTENTS,
+        _default_of("register_tiled", "block_w"),
+        "threads per block along W (the height follows the hand rule: the rest of 256 threads)",
+    ),
+    Tunable("px", RT_PX_VALUES, REGISTER_PX, "adjacent outputs per thread along W (-D CS_RT_PX: one module each)"),
+)
 
 
 # --- im2col + cuBLAS ------------------------------------------------------------
@@ -391,21 +522,48 @@ def _filter_offsets(channels: int, plane: tuple[int, int], kernel: tuple[int, in
     return rt.cupy().asarray(table.reshape(-1, 4).astype(np.int32))
 
 
-def _plan_gemm(big: bool):
-    return lambda spec, direction: _plan_implicit_gemm(spec, direction, big)
+def _plan_fused_gemm(spec: ConvSpec, direction: str) -> Launch:
+    """fused_gemm: no tunables (the kernel's loaders are written for 64 x 64 x 16 tiles only)."""
+    return _plan_implicit_gemm(spec, direction, False)
 
 
-def _plan_implicit_gemm(spec: ConvSpec, direction: str, big: bool, relu: bool = False) -> Launch:
+def _plan_igemm_big(spec: ConvSpec, direction: str, params: dict) -> Launch:
+    """igemm_big with its block-tile rows ``params["bm"]``."""
+    return _plan_implicit_gemm(spec, direction, True, bm=params["bm"])
+
+
+def _constraint_big(spec: ConvSpec, direction: str, params) -> Verdict:
+    """Block-tile rows against the grid's y limit (forward and weight gradient tile Mg by bm)."""
+    s = spec.as_2d()
+    rows = math.ceil(s.out_channels_per_group / params["bm"])
+    return True if rows <= GRID_YZ_MAX else f"bm={params['bm']}: {rows} row blocks exceed the grid's y limit"
+
+
+IGEMM_BIG_TUNABLES = (
+    Tunable(
+        "bm",
+        (64, 128),
+        lambda spec, direction: _big_rows(spec.as_2d().out_channels_per_group),
+        "block-tile rows (output channels; template BM, 2*BM threads): 64 where 128 would be half idle",
+    ),
+)
+
+
+def _plan_implicit_gemm(spec: ConvSpec, direction: str, big: bool, relu: bool = False, bm: int | None = None) -> Launch:
     """fused_gemm (64x64 tiles, both dtypes) or igemm_big (float32, BM x 128 tiles, pipelined).
 
-    ``relu`` (forward only) instantiates the kernel with ReLU fused into its epilogue.
+    ``relu`` (forward only) instantiates the kernel with ReLU fused into its
+    epilogue; ``bm`` sets igemm_big's block-tile rows (default: the hand rule).
     """
     s = spec.as_2d()
     p = _params(s)
     G, Mg, Cg = s.groups, s.out_channels_per_group, s.channels_per_group
     (H, W), (Ho, Wo), (KH, KW) = s.in_size, s.out_size, s.kernel_size
     n = s.batch * Ho * Wo
-    bm = _big_rows(Mg) if big else None
+    if big and bm is None:
+        bm = _big_rows(Mg)
+    elif not big:
+        bm = None
     if direction == "forward":
         if bm is not None:
             koff = _filter_offsets(Cg, (H, W), (KH, KW), s.dilation)
@@ -483,7 +641,7 @@ def _plan_input_gradient(s: ConvSpec, big: bool) -> Callable:
             name = "register_tiled"
         else:
             name = "igemm_big" if big else "fused_gemm"
-        conv = RECORDS[name].plan(t, "forward")
+        conv = RECORDS[name].build(t, "forward")  # the hand-chosen parameters of the transposed problem
 
         def dgrad_as_conv(grad_y, w, grad_x):
             flipped = cp.ascontiguousarray(w.reshape(G, Mg, Cg, KH, KW).transpose(0, 2, 1, 3, 4)[..., ::-1, ::-1])
@@ -500,11 +658,16 @@ def _plan_input_gradient(s: ConvSpec, big: bool) -> Callable:
 FUSED_RELU = ("fused_gemm", "igemm_big")
 
 
-def plan_forward_relu(spec: ConvSpec, algorithm: str) -> Launch:
-    """The forward launch of a :data:`FUSED_RELU` algorithm with ReLU fused into the kernel's epilogue."""
+def plan_forward_relu(spec: ConvSpec, algorithm: str, params: dict | None = None) -> Launch:
+    """The forward launch of a :data:`FUSED_RELU` algorithm with ReLU fused into the kernel's epilogue.
+
+    ``params`` sets the algorithm's tunables as for the plain forward plan
+    (resolved here: defaults filled in, names and values checked).
+    """
     if algorithm not in FUSED_RELU:
         raise ValueError(f"{algorithm!r} has no fused ReLU; those that do: {', '.join(FUSED_RELU)}")
-    return _plan_implicit_gemm(spec, "forward", algorithm == "igemm_big", relu=True)
+    resolved = RECORDS[algorithm].resolve(spec, "forward", params)
+    return _plan_implicit_gemm(spec, "forward", algorithm == "igemm_big", relu=True, bm=resolved.get("bm"))
 
 
 # --- the dW ladder of the "Optimizing a CNN in CUDA" write-up --------------------
@@ -617,16 +780,40 @@ def _check_pointwise_kernel(spec: ConvSpec, direction: str) -> Verdict:
     verdict = _check_pointwise(spec, direction)
     if verdict is not True:
         return verdict.replace("pointwise_gemm", "pointwise")
-    passes = math.ceil(spec.out_channels_per_group / _pointwise_tile(spec))
     blocks = math.ceil(math.prod(spec.in_size) / (THREADS * PW_PX)) * spec.batch * spec.groups
-    if blocks > 2**31 - 1 or passes > GRID_YZ_MAX:
-        return f"{blocks} pixel blocks or {passes} channel blocks exceed the grid"
+    if blocks > 2**31 - 1:
+        return f"{blocks} pixel blocks exceed the grid's x limit"
     return True
 
 
-def _plan_pointwise_kernel(spec: ConvSpec, direction: str) -> Launch:
+def _constraint_pointwise(spec: ConvSpec, direction: str, params) -> Verdict:
+    """Channel blocks against the grid's y limit; accumulators against the registers."""
+    mt = params["mt"]
+    passes = math.ceil(spec.out_channels_per_group / mt)
+    if passes > GRID_YZ_MAX:
+        return f"mt={mt}: {passes} channel blocks exceed the grid's y limit ({GRID_YZ_MAX})"
+    registers = mt * PW_PX * spec.itemsize // 4
+    if registers > ACCUMULATOR_REGISTERS:
+        return (
+            f"mt={mt}: {mt} x {PW_PX} {spec.dtype} accumulators take {registers} 32-bit registers per thread "
+            f"(at most {ACCUMULATOR_REGISTERS}; more would spill)"
+        )
+    return True
+
+
+POINTWISE_TUNABLES = (
+    Tunable(
+        "mt",
+        POINTWISE_TILES,
+        lambda spec, direction: _pointwise_tile(spec),
+        "output channels per thread (template MT): passes over x = ceil(Mg / mt)",
+    ),
+)
+
+
+def _plan_pointwise_kernel(spec: ConvSpec, direction: str, params: dict) -> Launch:
     """conv2d_pointwise: pixels x MT output channels per thread, weights broadcast from shared memory."""
-    mt = _pointwise_tile(spec)
+    mt = params["mt"]
     L = math.prod(spec.in_size)
     grid = (math.ceil(L / (THREADS * PW_PX)) * spec.batch * spec.groups, math.ceil(spec.out_channels_per_group / mt))
     fn = rt.kernel("pointwise.cu", f"conv2d_pointwise@{mt}", spec.dtype)
@@ -681,14 +868,32 @@ def _check_depthwise(spec: ConvSpec, direction: str) -> Verdict:
     return True
 
 
-def _plan_depthwise(spec: ConvSpec, direction: str) -> Launch:
+DEPTHWISE_TUNABLES = (
+    Tunable("px", OVERRIDABLE["CS_DW_PX"][1], DW_PX, "forward outputs per thread along W (-D CS_DW_PX)"),
+    Tunable("py", OVERRIDABLE["CS_DW_PY"][1], DW_PY, "forward outputs per thread along H (-D CS_DW_PY)"),
+)
+
+
+def _constraint_depthwise(spec: ConvSpec, direction: str, params) -> Verdict:
+    """The forward kernel alone reads px and py: the backward pass accepts only the defaults."""
+    if direction == "backward" and (params["px"], params["py"]) != (DW_PX, DW_PY):
+        return (
+            f"px={params['px']}, py={params['py']}: the depthwise backward kernels do not read them; "
+            f"only the defaults px={DW_PX}, py={DW_PY}"
+        )
+    return True
+
+
+def _plan_depthwise(spec: ConvSpec, direction: str, params: dict) -> Launch:
     s = spec.as_2d()
     p = _params(s)
     k, st = _depthwise_fixed(s)
     (Ho, Wo), (H, W) = s.out_size, s.in_size
     if direction == "forward":
-        total = s.batch * s.out_channels * math.ceil(Ho / DW_PY) * math.ceil(Wo / DW_PX)
-        fn = rt.kernel("depthwise.cu", f"depthwise_forward@{k},{st}", s.dtype)
+        px, py = params["px"], params["py"]
+        total = s.batch * s.out_channels * math.ceil(Ho / py) * math.ceil(Wo / px)
+        overrides = (("CS_DW_PX", px), ("CS_DW_PY", py))
+        fn = rt.kernel("depthwise.cu", f"depthwise_forward@{k},{st}", s.dtype, overrides=overrides)
         blocks = (rt.grid_stride_blocks(total),)
         return _with_bias(s, lambda x, w, bias, out: fn(blocks, (THREADS,), (x, w, bias, out, *p)))
     cp = rt.cupy()
@@ -729,7 +934,8 @@ RECORDS: dict[str, Algorithm] = {
             "tiled_shared",
             "input patch (tile plus halo) in shared memory per channel",
             _plan_tiled_2d("tiled_shared"),
-            check=_check_tiled_2d("tiled_shared"),
+            tunables=TILED_SHARED_TUNABLES,
+            constraint=_constraint_tiled_2d("tiled_shared"),
         ),
         Algorithm(
             "im2col_gemm",
@@ -741,7 +947,7 @@ RECORDS: dict[str, Algorithm] = {
             "fused_gemm",
             "implicit GEMM, 64x64 tiles (backward: dX as a conv of grad_y for stride 1, else a gather implicit GEMM; "
             "split-K dW)",
-            _plan_gemm(False),
+            _plan_fused_gemm,
             directions=_BOTH,
             check=_check_gemm,
         ),
@@ -749,15 +955,18 @@ RECORDS: dict[str, Algorithm] = {
             "igemm_big",
             "float32 implicit GEMM, 128x128 (64x128) tiles, 8x8 per thread, prefetch pipeline, filter-offset table; "
             "backward: dX as a conv of grad_y (stride 1; register_tiled for <= 24 channels), split-K dW",
-            _plan_gemm(True),
+            _plan_igemm_big,
             directions=_BOTH,
             check=_check_big,
+            tunables=IGEMM_BIG_TUNABLES,
+            constraint=_constraint_big,
         ),
         Algorithm(
             "register_tiled",
             "shared patch + MT channels x 4 pixels of accumulators per thread",
             _plan_tiled_2d("register_tiled"),
-            check=_check_tiled_2d("register_tiled"),
+            tunables=REGISTER_TILED_TUNABLES,
+            constraint=_constraint_tiled_2d("register_tiled"),
         ),
         Algorithm(
             "depthwise",
@@ -765,6 +974,8 @@ RECORDS: dict[str, Algorithm] = {
             _plan_depthwise,
             directions=_BOTH,
             check=_check_depthwise,
+            tunables=DEPTHWISE_TUNABLES,
+            constraint=_constraint_depthwise,
         ),
         Algorithm(
             "pointwise_gemm",
@@ -778,6 +989,8 @@ RECORDS: dict[str, Algorithm] = {
             "1x1 stride 1: 4 pixels x up to 32 output channels per thread, float4 rows, weights broadcast",
             _plan_pointwise_kernel,
             check=_check_pointwise_kernel,
+            tunables=POINTWISE_TUNABLES,
+            constraint=_constraint_pointwise,
         ),
         Algorithm(
             "wgrad_atomic",
@@ -838,10 +1051,12 @@ RECORDS: dict[str, Algorithm] = {
         ),
         Algorithm(
             "blocked",
-            "1-D stride 1: 9 outputs per thread, sliding register window, float4 rows",
-            _plan_tiled_1d("blocked"),
+            f"1-D stride 1: {BLOCKED_V} outputs per thread (v), sliding register window, float4 rows",
+            _plan_blocked,
             ndims=(1,),
             check=_check_tiled_1d("blocked"),
+            tunables=BLOCKED_TUNABLES,
+            constraint=_constraint_blocked,
         ),
     )
 }

@@ -1,23 +1,44 @@
 """CUDA plumbing of the cupy backend: modules, kernel handles, device facts, timing.
 
 Everything here is per device and cached: NVRTC compiles each source once
-per device (with the shared ``-D`` constants of ``_cuda_sources``), a kernel
+per device and per configuration (the shared ``-D`` constants of
+``_cuda_sources``, some replaced by a tunable parameter's value), a kernel
 handle is looked up once, the multiprocessor count is queried once. cupy is
 imported on first use only.
+
+Across processes: CuPy writes every NVRTC result to its disk cache
+(``CUPY_CACHE_DIR``), but ``cupy/cuda/compiler.py`` (``_compile_with_cache_cuda``)
+reads that cache back only when no ``name_expressions`` are given, because the
+mangled names come from the compiler. Our modules are built with
+``name_expressions`` (the templates), so a configuration compiled by an earlier
+process is compiled again by NVRTC in a new one; within a process each
+configuration compiles once. :func:`compile_seconds` keeps what each took, so
+a sweep reports compile time apart from run time.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+import time
 
 import numpy as np
 
-from ._cuda_sources import DEFINES, KERNELS, compile_options, name_expression, name_expressions, source_dir, source_text
+from ._cuda_sources import (
+    DEFINES,
+    KERNELS,
+    compile_options,
+    name_expression,
+    name_expressions,
+    normalize_overrides,
+    source_dir,
+    source_text,
+)
 
 __all__ = [
     "THREADS",
     "EventTimer",
+    "compile_seconds",
     "cupy",
     "device_id",
     "grid_stride_blocks",
@@ -31,7 +52,8 @@ __all__ = [
 THREADS = DEFINES["CS_THREADS"]
 
 _lock = threading.Lock()
-_modules: dict[tuple[int, str], object] = {}
+_modules: dict[tuple[int, str, tuple], object] = {}
+_compile_seconds: dict[tuple[str, tuple], float] = {}
 _functions: dict[tuple, object] = {}
 _sm_counts: dict[int, int] = {}
 _zero_cache: dict[tuple, object] = {}
@@ -49,21 +71,41 @@ def device_id() -> int:
     return cupy().cuda.Device().id
 
 
-def module(filename: str):
-    """The compiled module of ``filename`` on the current device (built once)."""
+def module(filename: str, overrides=()):
+    """The compiled module of ``filename`` on the current device, built once per configuration.
+
+    ``overrides`` replaces some ``-D`` constants (see
+    ``_cuda_sources.OVERRIDABLE``): a mapping or ``(name, value)`` pairs;
+    values equal to the defaults are dropped, so the default configuration
+    is one module whatever the spelling.
+    """
+    overrides = normalize_overrides(filename, overrides)
     cp = cupy()
-    key = (cp.cuda.Device().id, filename)
+    key = (cp.cuda.Device().id, filename, overrides)
     with _lock:
         compiled = _modules.get(key)
         if compiled is None:
+            t0 = time.perf_counter()
             compiled = cp.RawModule(
                 code=source_text(filename),
-                options=("-std=c++17", f"-I{source_dir()}", *compile_options()),
+                options=("-std=c++17", f"-I{source_dir()}", *compile_options(overrides)),
                 name_expressions=name_expressions(filename),
             )
             compiled.compile()
+            _compile_seconds[(filename, overrides)] = time.perf_counter() - t0
             _modules[key] = compiled
         return compiled
+
+
+def compile_seconds() -> dict[tuple[str, tuple], float]:
+    """Seconds each configuration's compile took in this process: ``{(file, overrides): seconds}``.
+
+    ``overrides`` is the normalised tuple of ``(name, value)`` pairs (empty
+    for the default configuration); a module compiled on several devices
+    keeps its last time.
+    """
+    with _lock:
+        return dict(_compile_seconds)
 
 
 def compile_all() -> None:
@@ -72,19 +114,21 @@ def compile_all() -> None:
         module(filename)
 
 
-def kernel(filename: str, name: str, dtype: str, total: int | None = None):
+def kernel(filename: str, name: str, dtype: str, total: int | None = None, overrides=()):
     """A kernel handle; ``total`` picks the 64-bit-index instantiation of a ``|I`` kernel when needed.
 
+    ``overrides`` selects the configuration's module (see :func:`module`).
     Handles are cached: a module lookup costs a driver call, which at a few
     microseconds matters for small layers.
     """
+    overrides = normalize_overrides(filename, overrides)
     if total is not None:
         name += "|I"
     wide = total is not None and total >= 2**31 - 1
-    key = (device_id(), filename, name, dtype, wide)
+    key = (device_id(), filename, name, dtype, wide, overrides)
     function = _functions.get(key)
     if function is None:
-        function = _functions[key] = module(filename).get_function(name_expression(name, dtype, wide))
+        function = _functions[key] = module(filename, overrides).get_function(name_expression(name, dtype, wide))
     return function
 
 

@@ -159,8 +159,15 @@ class CupyBackend(Backend):
 
     # --- which algorithm can run what ------------------------------------
 
-    def can_run(self, spec: ConvSpec, algorithm: str, direction: str) -> Verdict:
-        """The record's verdict, after the limit every kernel shares (int dimensions)."""
+    def can_run(self, spec: ConvSpec, algorithm: str, direction: str, params=None) -> Verdict:
+        """The record's verdict (with ``params``, default the hand-chosen ones), after the limit every kernel shares.
+
+        Raises
+        ------
+        ValueError
+            ``params`` names a parameter ``algorithm`` does not have, or a
+            value outside its allowed values.
+        """
         if max(spec.x_shape + spec.w_shape + spec.y_shape) >= 2**31:
             return "a single dimension of 2^31 or more does not fit the kernels' int dimensions"
         # The kernels take geometry as 32-bit ints and add two such values
@@ -172,7 +179,7 @@ class CupyBackend(Backend):
             )
         if algorithm in _CALLS_CUBLAS and capturing():
             return "calls cuBLAS, which CuPy refuses during CUDA-graph stream capture"
-        return super().can_run(spec, algorithm, direction)
+        return super().can_run(spec, algorithm, direction, params)
 
     def ieee_padding(self, spec: ConvSpec, algorithm: str, direction: str) -> bool:
         """Kernels that load padding as zeros into their tiles or registers and multiply them.
@@ -216,18 +223,34 @@ class CupyBackend(Backend):
 
     # --- running ---------------------------------------------------------
 
-    def plan(self, spec: ConvSpec, algorithm: str, direction: str) -> Launch:
-        """The launch of ``algorithm`` for ``spec`` on the current device, built once and kept (LRU)."""
-        key = (spec, algorithm, direction, rt.device_id())
+    def plan(self, spec: ConvSpec, algorithm: str, direction: str, params=None) -> Launch:
+        """The launch of ``algorithm`` for ``spec`` on the current device, built once and kept (LRU).
+
+        ``params`` sets some of the algorithm's tunable parameters (the rest
+        take the hand-chosen defaults); ``direction`` ``"forward+relu"``
+        honours them too. Plans are cached per resolved parameter set, so
+        ``params=None`` and the defaults spelled out share one plan.
+
+        Raises
+        ------
+        ValueError
+            ``params`` names a parameter ``algorithm`` does not have, or a
+            value outside its allowed values.
+        """
+        record = RECORDS[algorithm]
+        resolved = record.resolve(spec, "forward" if direction == "forward+relu" else direction, params)
+        key = (spec, algorithm, direction, rt.device_id(), tuple(sorted(resolved.items())))
         with self._plans_lock:
             launch = self._plans.get(key)
             if launch is not None:
                 self._plans.move_to_end(key)
                 return launch
         if direction == "forward+relu":
-            launch = plan_forward_relu(spec, algorithm)
+            launch = plan_forward_relu(spec, algorithm, resolved)
+        elif record.tunables:
+            launch = record.plan(spec, direction, resolved)
         else:
-            launch = RECORDS[algorithm].plan(spec, direction)
+            launch = record.plan(spec, direction)
         with self._plans_lock:
             self._plans[key] = launch
             while len(self._plans) > _PLAN_CACHE_SIZE:

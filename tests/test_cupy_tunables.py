@@ -1,0 +1,290 @@
+"""The cupy backend's tunable parameters without a GPU: declarations, defaults, constraints, geometry.
+
+Everything here is the pure-Python planning math (no cupy import); the
+kernels' agreement with the reference for every configuration is in
+tests/test_gpu.py (``-k tunable``), which needs a device.
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import convsuite as cs
+from convsuite.backends import _cupy_algorithms as algs
+from convsuite.backends._cuda_sources import DEFINES, KERNELS, OVERRIDABLE, POINTWISE_TILES, REGISTER_TILES
+from convsuite.backends.cupy_backend import CupyBackend
+
+TUNABLE = {name: r for name, r in algs.RECORDS.items() if r.tunables}
+FA19_GRID = {"tile_w": (4, 8, 12, 16, 24, 32), "tile_h": (1, 2, 4, 8, 12, 16, 24, 32)}
+
+
+def _spec(x_shape, w_shape, dtype=np.float32, **kw):
+    """The validated spec of a call with these shapes (no data: np.empty)."""
+    return cs.explain(np.empty(x_shape, dtype), np.empty(w_shape, dtype), backend="numpy", **kw).spec
+
+
+def _specs():
+    """A deterministic spread of cases: 1-D, odd sizes, strides, dilations, groups, depthwise, 1x1, both dtypes."""
+    rng = np.random.default_rng(16)
+    specs = [
+        _spec((2, 1, 48, 48), (12, 1, 5, 5)),  # ECE408 conv1-like
+        _spec((2, 12, 22, 22), (24, 12, 5, 5)),  # ECE408 conv2-like
+        _spec((1, 1, 1000), (1, 1, 7)),  # 1-D: one output row
+        _spec((1, 3, 1, 300), (4, 3, 1, 3)),
+        _spec((2, 16, 20, 20), (16, 1, 3, 3), groups=16),
+        _spec((2, 16, 21, 17), (32, 1, 5, 5), np.float64, groups=16, stride=2, padding=2),
+        _spec((2, 96, 14, 14), (24, 96, 1, 1)),
+        _spec((2, 24, 15, 13), (144, 24, 1, 1), np.float64),
+        _spec((2, 64, 20, 20), (200, 64, 3, 3), padding=1),
+        _spec((1, 2, 300, 300), (3, 2, 3, 3)),
+    ]
+    for _ in range(40):
+        g = int(rng.choice([1, 2, 3]))
+        cg, mg = int(rng.integers(1, 5)), int(rng.integers(1, 40))
+        k = (int(rng.integers(1, 8)), int(rng.integers(1, 8)))
+        d = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+        size = (int(rng.integers(d[0] * (k[0] - 1) + 1, 70)), int(rng.integers(d[1] * (k[1] - 1) + 1, 70)))
+        dtype = np.float32 if rng.random() < 0.5 else np.float64
+        specs.append(
+            _spec(
+                (int(rng.integers(1, 4)), g * cg, *size),
+                (g * mg, cg, *k),
+                dtype,
+                groups=g,
+                stride=(int(rng.integers(1, 4)), int(rng.integers(1, 4))),
+                dilation=d,
+                padding=int(rng.integers(0, 3)),
+            )
+        )
+    for _ in range(20):  # 1-D
+        g, k, d = int(rng.choice([1, 2])), int(rng.integers(1, 40)), int(rng.integers(1, 4))
+        cg, dtype = int(rng.integers(1, 3)), np.float32 if rng.random() < 0.5 else np.float64
+        specs.append(
+            _spec(
+                (int(rng.integers(1, 3)), g * cg, int(rng.integers(d * (k - 1) + 1, 5000))),
+                (g * int(rng.integers(1, 5)), cg, k),
+                dtype,
+                groups=g,
+                stride=int(rng.choice([1, 1, 2])),
+                dilation=d,
+                padding="same" if rng.random() < 0.5 else 0,
+            )
+        )
+    return specs
+
+
+SPECS = _specs()
+
+
+def _runs(record, spec, direction):
+    return direction in record.directions and spec.ndim in record.ndims
+
+
+@pytest.mark.parametrize("name", sorted(TUNABLE))
+def test_tunables_are_well_formed(name):
+    """Names unique, values increasing and of one type, a doc line, defaults among the values on every case."""
+    record = TUNABLE[name]
+    names = [t.name for t in record.tunables]
+    assert len(set(names)) == len(names)
+    for t in record.tunables:
+        assert t.values and all(type(v) is type(t.values[0]) for v in t.values), t
+        assert list(t.values) == sorted(set(t.values)), f"{t.name}: values not strictly increasing"
+        assert t.doc, t.name
+    checked = 0
+    for spec in SPECS:
+        for direction in record.directions:
+            if not _runs(record, spec, direction):
+                continue
+            defaults = record.defaults(spec, direction)
+            for t in record.tunables:
+                assert any(defaults[t.name] == v and type(defaults[t.name]) is type(v) for v in t.values), (
+                    t.name,
+                    defaults[t.name],
+                    spec,
+                )
+            assert record.resolve(spec, direction, None) == defaults
+            assert record.resolve(spec, direction, defaults) == defaults
+            checked += 1
+    assert checked >= 20
+
+
+def test_the_expected_records_are_tunable():
+    """What the kernels allow today (fused_gemm's loaders are fixed at 64x64x16: not tunable)."""
+    assert {n: [t.name for t in r.tunables] for n, r in TUNABLE.items()} == {
+        "tiled_shared": ["tile_w", "tile_h"],
+        "register_tiled": ["mt", "block_w", "px"],
+        "igemm_big": ["bm"],
+        "pointwise": ["mt"],
+        "depthwise": ["px", "py"],
+        "blocked": ["v"],
+    }
+    assert algs.RECORDS["fused_gemm"].tunables == ()
+
+
+def test_fa19_grid_is_within_the_values_and_runs_on_the_seed_layers():
+    """The FA19 report's tile sweep is a grid of tiled_shared, and every pair fits both ECE408-like layers."""
+    record = algs.RECORDS["tiled_shared"]
+    configs = record.configurations(FA19_GRID)
+    assert len(configs) == 48
+    for spec in SPECS[:2]:
+        for params in configs:
+            assert record.can_run(spec, "forward", params) is True, (params, spec)
+
+
+def test_defaults_reproduce_the_hand_rule():
+    """Worked by hand from the rule (as wide as the row allows, <= 32 wide, then the rest of 256 threads)."""
+    conv1 = SPECS[0]  # 44 x 44 outputs, 12 channels
+    assert algs.RECORDS["tiled_shared"].defaults(conv1, "forward") == {"tile_w": 22, "tile_h": 11}
+    assert algs._tile_geometry(conv1, "tiled_shared") == dict(block=(22, 11), tiles=8, smem=(15 * 26) * 4)
+    assert algs.RECORDS["register_tiled"].defaults(conv1, "forward") == {"mt": 12, "block_w": 11, "px": 4}
+    # 11 threads x 4 outputs = 44 wide, 22 tall; patch 26 x 48 plus 12 filters of 25 taps
+    assert algs._tile_geometry(conv1, "register_tiled") == dict(block=(11, 22), tiles=2, smem=(26 * 48 + 12 * 25) * 4)
+    one_row = SPECS[2]  # 994 outputs in one row: up to 256 threads wide
+    assert algs.RECORDS["tiled_shared"].defaults(one_row, "forward") == {"tile_w": 249, "tile_h": 1}
+    assert algs.RECORDS["register_tiled"].defaults(one_row, "forward") == {"mt": 4, "block_w": 249, "px": 4}
+    wide = SPECS[8]  # 200 output channels per group
+    assert algs.RECORDS["igemm_big"].defaults(wide, "forward") == {"bm": 128}
+    assert algs.RECORDS["igemm_big"].defaults(SPECS[1], "forward") == {"bm": 64}
+    assert algs.RECORDS["pointwise"].defaults(SPECS[6], "forward") == {"mt": 24}
+    assert algs.RECORDS["pointwise"].defaults(SPECS[7], "forward") == {"mt": 16}  # float64 stops at 16
+    assert algs.RECORDS["depthwise"].defaults(SPECS[4], "forward") == {
+        "px": DEFINES["CS_DW_PX"],
+        "py": DEFINES["CS_DW_PY"],
+    }
+
+
+def test_explicit_geometry_follows_the_parameters():
+    """A chosen block is the launch block; register_tiled's height is the rule's for the chosen width."""
+    conv1 = SPECS[0]
+    geo = algs._tile_geometry(conv1, "tiled_shared", {"tile_w": 16, "tile_h": 8})
+    assert geo == dict(block=(16, 8), tiles=3 * 6, smem=((8 - 1) + 5) * ((16 - 1) + 5) * 4)
+    geo = algs._tile_geometry(conv1, "register_tiled", {"mt": 4, "block_w": 8, "px": 2})
+    # 8 threads x 2 = 16 wide, height _balanced(44, 32) = 22: patch 26 x 20 plus 4 filters
+    assert geo == dict(block=(8, 22), tiles=2 * 3, smem=(26 * 20 + 4 * 25) * 4)
+
+
+def test_constraints_refuse_with_a_reason():
+    """Threads per block, shared memory, grid limit, accumulator registers, directions: each refusal says why."""
+    backend = CupyBackend()
+    conv1 = SPECS[0]
+    why = backend.can_run(conv1, "tiled_shared", "forward", {"tile_w": 32, "tile_h": 64})
+    assert why == "tile_h=64, tile_w=32: a 32x64 block is 2048 threads (at most 1024)"
+    big = SPECS[9]  # 298 x 298 outputs
+    why = backend.can_run(big, "tiled_shared", "forward", {"tile_w": 1, "tile_h": 1})
+    assert why == f"tile_h=1, tile_w=1: {298 * 298} output tiles per plane exceed the grid's y limit (65535)"
+    f64 = _spec((2, 1, 48, 48), (24, 1, 5, 5), np.float64)
+    # 256 threads x 8 outputs: a 5 x 2052 float64 patch (82080 bytes) and 24 filters of 25 taps (4800)
+    why = backend.can_run(f64, "register_tiled", "forward", {"block_w": 256, "px": 8})
+    assert why == "block_w=256, mt=24, px=8: the input patch (and filters) need 86880 bytes of shared memory (> 49152)"
+    why = backend.can_run(f64, "register_tiled", "forward", {"mt": 24, "px": 8})
+    assert "384 32-bit registers" in why and "mt=24" in why
+    assert backend.can_run(f64, "register_tiled", "forward", {"mt": 24, "px": 4}) is True
+    assert backend.can_run(SPECS[7], "pointwise", "forward", {"mt": 32}) == (
+        "mt=32: 32 x 4 float64 accumulators take 256 32-bit registers per thread (at most 192; more would spill)"
+    )
+    assert backend.can_run(SPECS[6], "pointwise", "forward", {"mt": 32}) is True
+    dw = SPECS[4]
+    assert backend.can_run(dw, "depthwise", "forward", {"px": 8, "py": 4}) is True
+    why = backend.can_run(dw, "depthwise", "backward", {"px": 8})
+    assert isinstance(why, str) and "backward" in why and "px=8" in why
+    assert backend.can_run(dw, "depthwise", "backward") is True
+
+
+def test_blocked_shared_memory_follows_v():
+    """conv1d_blocked's tile is 256 v outputs plus the halo: a long dilated mask refuses large v only."""
+    spec = _spec((1, 1, 200_000), (1, 1, 301), np.float64, dilation=10)
+    record = algs.RECORDS["blocked"]
+    assert record.can_run(spec, "forward", {"v": 9}) is True  # (2304 + 3000 + 8 + 301) * 8 = 44904 bytes
+    why = record.can_run(spec, "forward", {"v": 15})
+    assert why == f"v=15: tile, halo and mask need {(3840 + 3000 + 8 + 301) * 8} bytes of shared memory (> 49152)"
+    assert record.can_run(SPECS[2], "forward", {"v": 15}) is True
+    assert record.defaults(SPECS[2], "forward") == {"v": DEFINES["CS_BLOCKED_V"]}
+
+
+def test_case_limits_still_come_first():
+    """A case the algorithm declines whatever its parameters says so before any parameter is judged."""
+    backend = CupyBackend()
+    why = backend.can_run(SPECS[0], "pointwise", "forward", {"mt": 8})
+    assert why == "pointwise needs a 1x1 kernel; got (5, 5)"
+    why = backend.can_run(SPECS[7], "igemm_big", "forward", {"bm": 64})
+    assert why.startswith("igemm_big is float32 only")
+
+
+def test_bad_parameters_raise_naming_what_is_accepted():
+    """Unknown names and values outside the list are errors, from can_run and from plan (before any device work)."""
+    backend = CupyBackend()
+    conv1 = SPECS[0]
+    with pytest.raises(ValueError, match=r"'tiled_shared' has no tunable parameter 'tile_q' \(its parameters: tile_w"):
+        backend.can_run(conv1, "tiled_shared", "forward", {"tile_q": 4})
+    with pytest.raises(ValueError, match=r"'register_tiled' parameter 'mt' accepts 4, 8, 12, 16, 24; got 5"):
+        backend.can_run(conv1, "register_tiled", "forward", {"mt": 5})
+    with pytest.raises(ValueError, match=r"'register_tiled' parameter 'px' accepts 1, 2, 4, 8; got 4.0"):
+        backend.plan(conv1, "register_tiled", "forward", {"px": 4.0})
+    with pytest.raises(ValueError, match=r"'fused_gemm' has no tunable parameter 'bm' \(its parameters: none\)"):
+        backend.plan(SPECS[8], "fused_gemm", "forward+relu", {"bm": 64})
+    with pytest.raises(ValueError, match=r"'igemm_big' parameter 'bm' accepts 64, 128; got 32"):
+        algs.plan_forward_relu(SPECS[8], "igemm_big", {"bm": 32})
+
+
+def test_template_and_define_values_are_compiled():
+    """Every template value a tunable offers is instantiated; every -D value is one the sources compile with."""
+    assert algs.RECORDS["register_tiled"].tunables[0].values == REGISTER_TILES
+    assert algs.RECORDS["pointwise"].tunables[0].values == POINTWISE_TILES
+    big = [k for k in KERNELS["implicit_gemm_big.cu"] if k.startswith("conv2d_igemm_fwd@")]
+    assert set(algs.RECORDS["igemm_big"].tunables[0].values) == {int(k.split("@")[1].split(",")[0]) for k in big}
+    assert algs.RECORDS["register_tiled"].tunables[2].values == OVERRIDABLE["CS_RT_PX"][1]
+    assert algs.RECORDS["blocked"].tunables[0].values == OVERRIDABLE["CS_BLOCKED_V"][1]
+    assert all(v % 2 == 1 for v in OVERRIDABLE["CS_BLOCKED_V"][1])
+    assert [t.values for t in algs.RECORDS["depthwise"].tunables] == [
+        OVERRIDABLE["CS_DW_PX"][1],
+        OVERRIDABLE["CS_DW_PY"][1],
+    ]
+
+
+def test_every_configuration_the_constraint_admits_has_a_consistent_launch():
+    """Over every configuration on a few cases: admitted ones launch within the limits the constraint states."""
+    for spec in (SPECS[0], SPECS[1], SPECS[5]):
+        record = algs.RECORDS["register_tiled"]
+        grid = {"block_w": (1, 2, 7, 16, 32, 64, 256)}
+        for params in record.configurations(grid):
+            ok = record.can_run(spec, "forward", params) is True
+            geo = algs._tile_geometry(spec.as_2d(), "register_tiled", params)
+            (bx, by) = geo["block"]
+            fits = (
+                bx * by <= 1024
+                and geo["smem"] <= 48 * 1024
+                and geo["tiles"] <= 65535
+                and params["mt"] * params["px"] * spec.itemsize // 4 <= 192
+            )
+            assert ok == fits, (params, geo)
+            if ok:  # the tiles cover the output: bx*px*ceil(Wo/(bx*px)) >= Wo, likewise H
+                Ho, Wo = spec.as_2d().out_size
+                tiles_w, tiles_h = -(-Wo // (bx * params["px"])), -(-Ho // by)
+                assert tiles_w * tiles_h == geo["tiles"]
+        for tw, th in itertools.product((1, 3, 32, 256), (1, 5, 64)):
+            verdict = algs.RECORDS["tiled_shared"].can_run(spec, "forward", {"tile_w": tw, "tile_h": th})
+            assert (verdict is True) == (
+                tw * th <= 1024
+                and algs._check_tiled(spec.as_2d(), "tiled_shared", {"tile_w": tw, "tile_h": th}) is True
+            )
+
+
+def test_planning_math_imports_no_cupy():
+    """Defaults, constraints and geometry run in a process where cupy was never imported."""
+    code = (
+        "import sys, numpy as np, convsuite as cs\n"
+        "from convsuite.backends import _cupy_algorithms as a\n"
+        "s = cs.explain(np.empty((2, 1, 48, 48), np.float32), np.empty((12, 1, 5, 5), np.float32),"
+        " backend='numpy').spec\n"
+        "for n, r in a.RECORDS.items():\n"
+        "    if r.tunables:\n"
+        "        [r.can_run(s, 'forward', p) for p in r.configurations()[:200]]\n"
+        "a._tile_geometry(s, 'register_tiled')\n"
+        "assert 'cupy' not in sys.modules, 'cupy imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
