@@ -85,11 +85,11 @@ def _neighbours(record: Algorithm, params: Mapping[str, Any]) -> list[dict]:
     """Each parameter moved one step along its list of values, the others kept."""
     out = []
     for t in record.tunables:
-        values = list(t.values)
-        i = values.index(params[t.name])
-        for j in (i - 1, i + 1):
-            if 0 <= j < len(values):
-                out.append({**params, t.name: values[j]})
+        value = params[t.name]
+        below = [v for v in t.values if v < value]
+        above = [v for v in t.values if v > value]
+        # A default off the list (a rule's value) has the listed values around it as neighbours.
+        out += [{**params, t.name: v} for v in (below[-1:] + above[:1])]
     return out
 
 

@@ -65,9 +65,10 @@ MAX_THREADS = 1024  # threads per block (every CUDA device since compute capabil
 #: spill its accumulators to local memory (255 registers per thread, minus
 #: addresses and operands) -- still correct, but never worth offering.
 ACCUMULATOR_REGISTERS = 192
-#: Every block extent of a tiled kernel a parameter may take: all the hand
-#: rule can choose (it shapes blocks of at most THREADS threads).
-BLOCK_EXTENTS = tuple(range(1, THREADS + 1))
+#: Block extents sweeps and the tuner try: FA19's tile widths (8-32) and
+#: powers of two up to THREADS. The hand rule may choose any extent up to
+#: THREADS (a block as wide as a 44-pixel row); that value is accepted too.
+BLOCK_EXTENTS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 128, 256)
 RT_PX_VALUES = OVERRIDABLE["CS_RT_PX"][1]
 
 

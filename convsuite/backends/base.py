@@ -64,12 +64,14 @@ class Tunable:
     name : str
         Parameter name, e.g. ``"tile_w"``.
     values : tuple
-        Every allowed value, in increasing order (the pruned search's
-        neighbours are the adjacent values).
+        The values sweeps and the tuner try, in increasing order (the pruned
+        search's neighbours are the adjacent values).
     default : object or callable
         The hand-chosen value used when nothing was tuned, or a function
         ``default(spec, direction) -> value`` when the hand rule depends on
-        the case (e.g. a tile as wide as the output row).
+        the case (e.g. a tile as wide as the output row). A rule may pick a
+        value outside ``values`` on some cases (a block as wide as a 44-pixel
+        row); that value is then accepted on that case too.
     doc : str
         What the parameter controls, one line (sweep tables and docs).
     """
@@ -162,7 +164,9 @@ class Algorithm:
         full = self.defaults(spec, direction)
         for name, value in given.items():
             allowed = known[name].values
-            if not any(value == v and type(value) is type(v) for v in allowed):
+            if _same(value, full[name]):  # the case's own default, listed or not
+                continue
+            if not any(_same(value, v) for v in allowed):
                 raise ValueError(
                     f"`params`: {self.name!r} parameter {name!r} accepts {', '.join(map(repr, allowed))}; got {value!r}"
                 )
@@ -192,7 +196,7 @@ class Algorithm:
         axes = []
         for t in self.tunables:
             values = tuple(grid.get(t.name, t.values))
-            bad = [v for v in values if not any(v == a and type(v) is type(a) for a in t.values)]
+            bad = [v for v in values if not any(_same(v, a) for a in t.values)]
             if bad:
                 raise ValueError(
                     f"{self.name!r} parameter {t.name!r} accepts {', '.join(map(repr, t.values))}; "
@@ -211,6 +215,11 @@ class Algorithm:
                 self.resolve(spec, direction, params)  # raises: names no tunable
             return self.plan(spec, direction)
         return self.plan(spec, direction, self.resolve(spec, direction, params))
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal and of one type: ``2.0`` or ``True`` is not the value ``2`` or ``1``."""
+    return type(a) is type(b) and a == b
 
 
 class WallTimer:
