@@ -261,6 +261,7 @@ def test_two_parameters_give_a_heat_map(fake_backend, tmp_path):
 
 
 def test_cli_sweep_end_to_end(fake_backend, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("convsuite.bench.sweep.SETTLE_S", 0.0)  # the pause between blocks only slows a test
     monkeypatch.setattr("convsuite.bench.sweep._cases", lambda workload, device, direction: ("toy", CASES))
     argv = [
         "sweep",

@@ -90,10 +90,11 @@ def summary_lines(result: SweepResult) -> list[str]:
     lines = []
     for layer in result.layers:
         if layer.speedup is not None:
+            best, default = (result.row_for(p).cells[layer.label] for p in (layer.best, layer.default))
             lines.append(
                 f"{layer.label}: best vs default: x{layer.speedup:.2f} "
-                f"({_ms(layer.best_s)} ms with {_params_text(layer.best)}; default {_params_text(layer.default)} "
-                f"{_ms(layer.default_s)} ms)"
+                f"({_ms(layer.best_s)} ms, IQR {best.iqr_rel:.0%}, with {_params_text(layer.best)}; "
+                f"default {_params_text(layer.default)} {_ms(layer.default_s)} ms, IQR {default.iqr_rel:.0%})"
             )
         elif layer.best is not None:
             best = f"{_params_text(layer.best)} {_ms(layer.best_s)} ms"
