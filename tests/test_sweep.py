@@ -405,3 +405,18 @@ def test_sweep_on_a_real_cpu_algorithm(tmp_path):
         assert layer.default_s is not None and layer.best is not None
     files = write_sweep(result, tmp_path)
     assert files["json"].exists() and np.isfinite(result.best_total_s)
+
+
+def test_seed_cases_follow_the_algorithm(fake_backend):
+    """A 2-D algorithm with both directions: the ECE408 layers forward and cnn-train-3x3 backward, no 1-D signal."""
+    plans = sweep_report.seed_cases("cpu", TOY, fake_backend)
+    assert [(w, d) for w, d, _ in plans] == [
+        ("ece408-fa19", "forward"),
+        ("ece408-fa21", "forward"),
+        ("cnn-train-3x3", "backward"),
+    ]
+    assert all(c.direction == d for _, d, cases in plans for c in cases)
+    one_d = Algorithm("line", "1-D only", TOY.plan, ndims=(1,), tunables=TOY.tunables)
+    [(workload, direction, cases)] = sweep_report.seed_cases("cpu", one_d, fake_backend)
+    assert workload == "conv1d-signal" and direction == "forward"
+    assert {c.x_shape for c in cases} == {(10**7,)} and len(cases) == 3  # the longest signal, each mask width

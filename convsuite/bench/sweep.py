@@ -546,7 +546,8 @@ def run_sweep(
         defaults, cells = _sweep_layer(case, backend, record, configs, dtype, timing)
         layers.append(Layer(case.label, case.as_dict(), defaults))
         for key, cell in cells.items():
-            rows.setdefault(key, Row(dict(key)))
+            # Parameters in the order the algorithm declares them (tables, CSV columns).
+            rows.setdefault(key, Row({t.name: dict(key)[t.name] for t in record.tunables}))
             rows[key].cells[case.label] = cell
     if progress:
         progress(len(cases), len(cases), "done")
