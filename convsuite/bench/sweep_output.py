@@ -197,10 +197,12 @@ def _plot_heatmap(result: SweepResult, out: Path, plt) -> Path | None:
             grid[ys.index(row.params[b]), xs.index(row.params[a])] = row.total_s * 1e3
     fig, ax = plt.subplots(figsize=(1.0 + 0.9 * len(xs), 1.0 + 0.7 * len(ys)))
     image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis_r", origin="lower", aspect="auto")
+    middle = np.nanmean([np.nanmin(grid), np.nanmax(grid)]) if np.isfinite(grid).any() else 0.0
     for (i, j), value in np.ndenumerate(grid):
         best = result.best is not None and result.best == {a: xs[j], b: ys[i]}
         text = "-" if np.isnan(value) else f"{value:.3g}" + ("\nbest" if best else "")
-        ax.text(j, i, text, ha="center", va="center", fontsize=7, color="red" if best else "black")
+        colour = "red" if best else ("white" if value > middle else "black")  # readable on dark cells (slow)
+        ax.text(j, i, text, ha="center", va="center", fontsize=7, color=colour)
     ax.set_xticks(range(len(xs)), [str(v) for v in xs])
     ax.set_yticks(range(len(ys)), [str(v) for v in ys])
     ax.set_xlabel(a)
