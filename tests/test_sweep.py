@@ -14,7 +14,7 @@ from convsuite._registry import get_backend, list_backends, register_backend, un
 from convsuite.backends.base import Algorithm, Backend, Tunable
 from convsuite.bench import sweep_report
 from convsuite.bench.sweep import parse_grid, parse_param, run_sweep, sample_configurations
-from convsuite.bench.sweep_output import CSV_COLUMNS, format_table, summary_lines, write_sweep
+from convsuite.bench.sweep_output import CSV_COLUMNS, format_table, summary_lines, table, write_sweep
 from convsuite.bench.workloads import Case
 from convsuite.testing import reference_backward, reference_forward
 
@@ -133,7 +133,7 @@ def test_refused_configurations_carry_their_reason(swept):
     cell = row.cells[four]
     assert cell.status == "refused" and "tile 3 does not divide the output channels M=4" in cell.reason
     assert row.total_s is None
-    header, rows = __import__("convsuite.bench.sweep_output", fromlist=["table"]).table(swept)
+    header, rows = table(swept)
     line = next(r for r in rows if r[:3] == ["3", "0", "exact"])
     assert line[header.index(f"{four} ms")] == "-" and line[header.index("total ms")] == "-"
 
@@ -430,3 +430,47 @@ def test_seed_cases_follow_the_algorithm(fake_backend):
     [(workload, direction, cases)] = sweep_report.seed_cases("cpu", one_d, fake_backend)
     assert workload == "conv1d-signal" and direction == "forward"
     assert {c.x_shape for c in cases} == {(10**7,)} and len(cases) == 3  # the longest signal, each mask width
+
+
+def test_backward_check_uses_the_whole_batch_when_the_slice_is_refused():
+    """The check re-runs backward on 2 items; a configuration refused at batch 2 is checked on the whole batch."""
+
+    def plan(spec, direction, params):
+        if spec.batch % params["batch_block"]:  # like a real kernel, it cannot be built where refused
+            raise ValueError("planned on a refused case")
+
+        def backward(grad_y, x, w, grad_x, grad_w, grad_b):
+            gx, gw, gb = reference_backward(spec, grad_y, x, w)
+            grad_x[...], grad_w[...], grad_b[...] = gx, gw, gb
+            if params["batch_block"] == 3:
+                grad_w *= 1.01  # wrong, and only checkable on the whole batch of 3
+
+        return backward
+
+    record = Algorithm(
+        "batched",
+        "batch blocks that must divide the batch",
+        plan,
+        directions=("backward",),
+        ndims=(2,),
+        tunables=(Tunable("batch_block", (1, 3), 1, "images per block"),),
+        constraint=lambda spec, d, p: True if spec.batch % p["batch_block"] == 0 else "batch_block must divide B",
+    )
+
+    class Batched(FakeBackend):
+        name = FAKE + "-batched"
+        algorithms = ("batched",)
+
+        def algorithm_table(self):
+            return {"batched": record}
+
+    register_backend(Batched())
+    try:
+        case = Case("toy", "three images", "conv2d", (3, 3, 9, 9), (6, 3, 3, 3), padding=1, direction="backward")
+        result = run_sweep(FAKE + "-batched", "batched", [case], direction="backward", **FAST)
+    finally:
+        unregister_backend(FAKE + "-batched")
+    label = case.label
+    assert result.row_for({"batch_block": 1}).cells[label].status == "ok"
+    wrong = result.row_for({"batch_block": 3}).cells[label]
+    assert wrong.status == "failed" and "disagrees with the float64 reference" in wrong.reason

@@ -339,8 +339,10 @@ def _check(ops: _Operands, backend: Backend, algorithm: str, params: dict) -> tu
         return tuple(backend.to_host(o) for o in small.outputs)
 
     inputs = _slice_inputs(case, x, grad_y)
-    record = algorithm_record(backend, algorithm)
-    if record.can_run(operands(*inputs).spec, "backward", params) is not True:
+    ndim = 1 if case.op == "conv1d" else 2
+    geometry = (case.stride, case.padding, case.dilation, case.groups)
+    sliced = prepare_forward(case.op, ndim, inputs[0], w, None, *geometry, convert=False).spec
+    if algorithm_record(backend, algorithm).can_run(sliced, "backward", params) is not True:
         inputs = (x, grad_y)  # this configuration is refused on the slice: check the whole batch
     return _check_backward(case, {"inputs": inputs, "fn": on_slice}, x, w)
 
