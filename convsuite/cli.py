@@ -1,7 +1,7 @@
-"""The ``convsuite`` command: ``info`` (machine and backends) and ``compare``.
+"""The ``convsuite`` command: ``info`` (machine and backends), ``compare`` and ``sweep``.
 
-Exit status: 0 success; 1 a comparison found a WRONG result (and only
-that); 2 a usage error, reported in one line before anything is measured;
+Exit status: 0 success; 1 a comparison found a WRONG result, or a sweep a
+FAILED configuration (and only that); 2 a usage error, reported in one line before anything is measured;
 130 interrupted with Ctrl-C.
 """
 
@@ -183,6 +183,111 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 1 if wrong else 0
 
 
+def _tunables_rows(backend) -> list[list[str]]:
+    """One row per algorithm of ``backend``: its tunables, their values and defaults."""
+    rows = []
+    for name, record in (backend.algorithm_table() or {}).items():
+        if not record.tunables:
+            rows.append([name, "(none)", "", "", record.summary])
+        for t in record.tunables:
+            default = "per case (a rule)" if callable(t.default) else str(t.default)
+            rows.append([name, t.name, ", ".join(map(str, t.values)), default, t.doc])
+    return rows
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Sweep one algorithm's tunable parameters over a workload: table, best vs default, files."""
+    import convsuite
+    from convsuite.bench.compare import check_output_dir
+    from convsuite.bench.sweep import algorithm_record, parse_grid, run_sweep
+    from convsuite.bench.sweep_output import format_table, summary_lines, write_sweep
+
+    names = [b.name for b in convsuite.list_backends()]
+    try:
+        if args.backend not in names:
+            raise ValueError(f"--backend must be one of {', '.join(names)}; got {args.backend!r}")
+        backend = convsuite.get_backend(args.backend)
+        if args.list or args.algorithm is None:
+            rows = _tunables_rows(backend)
+            if not rows:
+                raise ValueError(f"backend {backend.name!r} has no algorithm records, so nothing to sweep")
+            columns = ["algorithm", "parameter", "values", "default", "what"]
+            _table(f"{backend.name}: algorithms and their tunable parameters", columns, rows)
+            return 0
+        record = algorithm_record(backend, args.algorithm)
+        grid = parse_grid(args.param or [], record)
+        if args.workload is None:
+            raise ValueError("--workload is required to sweep (or give --list to see the parameters)")
+        out = None if args.out is None else check_output_dir(args.out)
+    except ValueError as exc:
+        _print(f"convsuite sweep: error: {exc}", err=True)
+        return EXIT_USAGE
+    from rich.progress import Progress
+
+    with Progress(transient=True, disable=not sys.stderr.isatty()) as bar:
+        task = bar.add_task("sweeping", total=None)
+
+        def progress(done: int, total: int, description: str) -> None:
+            bar.update(task, completed=done, total=total, description=description)
+
+        try:
+            result = run_sweep(
+                backend,
+                args.algorithm,
+                args.workload,
+                grid=grid,
+                direction=args.direction,
+                dtype=args.dtype,
+                repeat=args.repeat,
+                rounds=min(3, args.repeat),
+                progress=progress,
+            )
+        except ValueError as exc:
+            _print(f"convsuite sweep: error: {exc}", err=True)
+            return EXIT_USAGE
+    _print(
+        f"{result.backend}/{result.algorithm} on {result.workload} ({result.direction}, {result.dtype}), "
+        f"{result.meta['device_description']}, {result.meta['date']}",
+        format_table(result),
+    )
+    failures = [line for line in summary_lines(result) if line.startswith("FAILED")]
+    _print(*(line for line in summary_lines(result) if not line.startswith("FAILED")))
+    if out is not None:
+        files = write_sweep(result, out)
+        _print("written: " + ", ".join(str(p) for p in files.values()))
+    if failures:
+        _print(*failures, err=True)
+    return 1 if failures else 0
+
+
+def _add_sweep(sub) -> None:
+    """The ``sweep`` subcommand and its options."""
+    from convsuite.bench.workloads import workload_names
+
+    sweep = sub.add_parser(
+        "sweep",
+        help="one algorithm's tunable parameters on every layer of a workload: table, best vs default, files",
+        description="Measure every configuration of an algorithm's tunable parameters (or the grid given with "
+        "--param) on every layer of a workload, side by side; every result is checked against a float64 "
+        "reference, and each layer's hand-chosen default is measured too.",
+    )
+    sweep.add_argument("--backend", required=True, help="a registered backend, e.g. numba or cupy")
+    sweep.add_argument("--algorithm", default=None, help="one of the backend's algorithms (omit to list them)")
+    sweep.add_argument("--list", action="store_true", help="list the backend's algorithms and their parameters")
+    sweep.add_argument("--workload", choices=workload_names(), default=None, help="the layers to sweep")
+    sweep.add_argument(
+        "--param",
+        metavar="NAME=V1,V2",
+        action="append",
+        help="values to try for one parameter (repeatable; others: all their values)",
+    )
+    sweep.add_argument("--direction", choices=["forward", "backward"], default="forward")
+    sweep.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    sweep.add_argument("--repeat", type=_positive, default=5, help="timed runs per configuration (default 5)")
+    sweep.add_argument("--out", default="sweep-out", help="folder for sweep.json, sweep.csv and plots")
+    sweep.set_defaults(func=cmd_sweep)
+
+
 def _backend_list(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
@@ -274,6 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="machine, versions, backends and why any is unavailable").set_defaults(func=cmd_info)
     _add_compare(sub)
+    _add_sweep(sub)
     from convsuite.cli_train import add_train_parser  # the `train` command (issue 13)
 
     add_train_parser(sub)

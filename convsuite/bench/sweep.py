@@ -1,0 +1,601 @@
+"""``convsuite sweep``: one algorithm's tunable parameters, measured on every layer of a workload.
+
+The FA19 report's section 5.4, generated: every configuration of an
+algorithm's :class:`~convsuite.backends.base.Tunable` parameters (or the grid
+the user gives) runs on every layer of a workload. Per (layer,
+configuration):
+
+- configurations the algorithm refuses on that layer (its ``check`` or its
+  ``constraint``) are kept with the reason, shown as ``-``;
+- the first call (plan plus first launch, which includes the JIT or NVRTC
+  compilation of a configuration not seen before) is timed apart as
+  ``compile_s``;
+- the output of that call, written into NaN-filled buffers, is checked
+  against the float64 reference with the checker ``convsuite compare`` uses
+  (:mod:`convsuite.bench.measure`); a configuration that disagrees is
+  ``failed`` with its error and never "best";
+- then every valid configuration of the layer is timed side by side with the
+  measuring core (:func:`convsuite._timing.measure_side_by_side`: warm-up,
+  interleaved rounds, medians and spread), on device-resident data with the
+  backend's own timer (CUDA events on a GPU).
+
+Each layer's hand-chosen configuration (``record.defaults``) is always
+measured, even when the grid leaves it out, so "best vs default" is always
+answerable. Nothing here prints or writes files: see
+:mod:`convsuite.bench.sweep_output` and the command line.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from .._registry import get_backend
+from .._timing import Contender, measure_side_by_side
+from .._validation import prepare_forward
+from ..backends.base import Algorithm, Backend, Tunable
+from .machine import cpu_description, gpu_description, machine_metadata
+from .measure import _check_backward, _check_forward, _slice_inputs
+from .timing import SETTLE_S
+from .workloads import Case, get_workload
+
+__all__ = [
+    "Cell",
+    "Layer",
+    "Row",
+    "SweepResult",
+    "algorithm_record",
+    "parse_grid",
+    "parse_param",
+    "run_sweep",
+    "sample_configurations",
+]
+
+#: ``progress(done, total, description)``, called as layers are measured.
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass
+class Cell:
+    """One configuration on one layer.
+
+    Attributes
+    ----------
+    status : str
+        ``"ok"``, ``"refused"`` (the algorithm declines it here, ``reason``
+        says why), ``"failed"`` (it raised, or disagrees with the reference:
+        ``reason``) or ``"not swept"`` (outside the grid on this layer).
+    median_s, low_s, high_s, iqr_rel, repeats :
+        The side-by-side timing (``ok`` only).
+    compile_s : float
+        Plan plus first launch, seconds (compilation of a new configuration).
+    max_rel_error : float
+        Largest error relative to the reference's largest magnitude.
+    abandoned : bool
+        Dropped after the first round for being far slower than the best.
+    """
+
+    status: str
+    reason: str = ""
+    median_s: float | None = None
+    low_s: float | None = None
+    high_s: float | None = None
+    iqr_rel: float | None = None
+    repeats: int = 0
+    compile_s: float | None = None
+    max_rel_error: float | None = None
+    abandoned: bool = False
+
+
+@dataclass
+class Row:
+    """One configuration: its parameter values and its cell on every layer."""
+
+    params: dict[str, Any]
+    cells: dict[str, Cell] = field(default_factory=dict)
+
+    @property
+    def total_s(self) -> float | None:
+        """Sum of the medians over the layers, or None unless every layer ran ``ok``."""
+        if not self.cells or any(c.status != "ok" for c in self.cells.values()):
+            return None
+        return sum(c.median_s for c in self.cells.values())
+
+
+@dataclass
+class Layer:
+    """One layer of the workload, with its default and best configuration."""
+
+    label: str
+    case: dict
+    default: dict[str, Any]
+    best: dict[str, Any] | None = None
+    default_s: float | None = None
+    best_s: float | None = None
+
+    @property
+    def speedup(self) -> float | None:
+        """Default time over best time (the seed's question), when both ran."""
+        if self.default_s is None or self.best_s is None:
+            return None
+        return self.default_s / self.best_s
+
+
+@dataclass
+class SweepResult:
+    """Everything one sweep measured, with its metadata (see :func:`run_sweep`)."""
+
+    backend: str
+    algorithm: str
+    workload: str
+    device: str
+    direction: str
+    dtype: str
+    tunables: list[dict]
+    layers: list[Layer]
+    rows: list[Row]
+    best: dict[str, Any] | None
+    best_total_s: float | None
+    default_total_s: float | None
+    meta: dict
+
+    @property
+    def parameter_names(self) -> list[str]:
+        """The tunables' names, in declaration order."""
+        return [t["name"] for t in self.tunables]
+
+    def row_for(self, params: Mapping[str, Any]) -> Row | None:
+        """The row of one configuration, if it was measured."""
+        for row in self.rows:
+            if row.params == dict(params):
+                return row
+        return None
+
+    def failures(self) -> list[tuple[dict, str, str]]:
+        """``(params, layer, reason)`` of every configuration that failed."""
+        return [
+            (row.params, label, cell.reason)
+            for row in self.rows
+            for label, cell in row.cells.items()
+            if cell.status == "failed"
+        ]
+
+    def as_dict(self) -> dict:
+        """Plain data for JSON."""
+        return dict(
+            backend=self.backend,
+            algorithm=self.algorithm,
+            workload=self.workload,
+            device=self.device,
+            direction=self.direction,
+            dtype=self.dtype,
+            tunables=self.tunables,
+            layers=[{**asdict(layer), "speedup": layer.speedup} for layer in self.layers],
+            rows=[
+                dict(params=row.params, total_s=row.total_s, cells={k: asdict(c) for k, c in row.cells.items()})
+                for row in self.rows
+            ],
+            best=self.best,
+            best_total_s=self.best_total_s,
+            default_total_s=self.default_total_s,
+            meta=self.meta,
+        )
+
+
+# --- parameters -------------------------------------------------------------
+
+
+def algorithm_record(backend: Backend, algorithm: str) -> Algorithm:
+    """The record of ``algorithm``; ValueError naming the choices if there is none."""
+    table = backend.algorithm_table()
+    if table is None:
+        raise ValueError(f"backend {backend.name!r} has no algorithm records, so nothing to sweep")
+    if algorithm not in table:
+        raise ValueError(f"--algorithm must be one of {', '.join(table)} for {backend.name!r}; got {algorithm!r}")
+    return table[algorithm]
+
+
+def _convert(token: str, like: Any) -> Any:
+    """``token`` read as the type of the allowed value ``like``; ValueError if it cannot be."""
+    if isinstance(like, bool):
+        lowered = token.lower()
+        if lowered in ("true", "1", "yes"):
+            return True
+        if lowered in ("false", "0", "no"):
+            return False
+        raise ValueError(token)
+    if isinstance(like, (int, np.integer)):
+        return int(token)
+    if isinstance(like, (float, np.floating)):
+        return float(token)
+    return token
+
+
+def parse_param(text: str, record: Algorithm) -> tuple[str, tuple]:
+    """``"NAME=v1,v2"`` as ``(name, values)``, each value of its tunable's type.
+
+    Raises
+    ------
+    ValueError
+        Text without ``=``, an unknown name, an empty list, or a value not
+        among the tunable's allowed values; the message lists what is accepted.
+    """
+    known = {t.name: t for t in record.tunables}
+    names = ", ".join(known) or "none"
+    if "=" not in text:
+        raise ValueError(f"--param must be NAME=V1,V2,... with NAME one of {names}; got {text!r}")
+    name, _, values_text = text.partition("=")
+    name = name.strip()
+    if name not in known:
+        raise ValueError(f"--param: {record.name!r} has no tunable parameter {name!r} (its parameters: {names})")
+    tunable: Tunable = known[name]
+    tokens = [v.strip() for v in values_text.split(",") if v.strip()]
+    if not tokens:
+        raise ValueError(f"--param {name} needs at least one value from {', '.join(map(str, tunable.values))}")
+    values = []
+    for token in tokens:
+        match = None
+        for allowed in tunable.values:
+            try:
+                if _convert(token, allowed) == allowed:
+                    match = allowed
+                    break
+            except ValueError:
+                continue
+        if match is None:
+            raise ValueError(
+                f"--param {name} accepts {', '.join(map(str, tunable.values))}; got {token!r} (in {text!r})"
+            )
+        if match not in values:
+            values.append(match)
+    return name, tuple(values)
+
+
+def parse_grid(texts: Sequence[str], record: Algorithm) -> dict[str, tuple]:
+    """Every ``--param`` text parsed into a grid; a name given twice is a ValueError."""
+    grid: dict[str, tuple] = {}
+    for text in texts:
+        name, values = parse_param(text, record)
+        if name in grid:
+            raise ValueError(f"--param {name} is given twice; list all its values in one --param {name}=V1,V2")
+        grid[name] = values
+    return grid
+
+
+def sample_configurations(configs: list[dict], limit: int | None, seed: int = 0) -> list[dict]:
+    """At most ``limit`` of ``configs``: a deterministic sample (same seed, same subset), in grid order."""
+    if limit is None or len(configs) <= limit:
+        return list(configs)
+    if limit < 1:
+        raise ValueError(f"`max_configs` must be at least 1; got {limit}")
+    keep = sorted(random.Random(seed).sample(range(len(configs)), limit))
+    return [configs[i] for i in keep]
+
+
+# --- one layer --------------------------------------------------------------
+
+
+@dataclass
+class _Operands:
+    """One layer's inputs in canonical layout on the backend's device, and its output buffers."""
+
+    case: Case
+    spec: Any
+    host: tuple  # user-layout x, w, bias, grad_y (for the reference check)
+    device: tuple  # canonical inputs on the device
+    outputs: tuple  # buffers on the device
+
+
+def _operands(case: Case, backend: Backend, dtype: str) -> _Operands:
+    """Random inputs of ``case`` (as compare makes them), canonical on the device, and output buffers."""
+    x, w, bias, rng = case.arrays(dtype)
+    ndim = 1 if case.op == "conv1d" else 2
+    call = prepare_forward(case.op, ndim, x, w, bias, case.stride, case.padding, case.dilation, case.groups)
+    spec = call.spec
+    grad_y = None
+    if case.direction == "backward":
+        y_user = spec.out_size if len(case.x_shape) == 1 else call.user_shape(spec.y_shape)
+        grad_y = rng.standard_normal(y_user).astype(dtype)
+    inputs = [call.x, call.w, call.bias]
+    if grad_y is not None:
+        inputs = [np.ascontiguousarray(grad_y.reshape(spec.y_shape)), call.x, call.w]
+    device = tuple(None if a is None else backend.to_device(a) for a in inputs)
+    return _Operands(case, spec, (x, w, bias, grad_y), device, _outputs(spec, backend, case.direction))
+
+
+def _outputs(spec, backend: Backend, direction: str) -> tuple:
+    """NaN-filled output buffers on the device, so an element a kernel skips cannot pass the check."""
+    xp = backend.array_module()
+    shapes = [spec.y_shape] if direction == "forward" else [spec.x_shape, spec.w_shape, (spec.out_channels,)]
+    return tuple(xp.full(shape, np.nan, dtype=spec.dtype) for shape in shapes)
+
+
+def _poison(buffers: tuple) -> None:
+    """Refill output buffers with NaN before a checked call."""
+    for buffer in buffers:
+        buffer.fill(np.nan)
+
+
+def _check(ops: _Operands, backend: Backend, algorithm: str, params: dict) -> tuple[float, bool]:
+    """The maximum relative error of the last call's output and whether it is within tolerance."""
+    case = ops.case
+    x, w, bias, grad_y = ops.host
+    if case.direction == "forward":
+        return _check_forward(case, x, w, bias, backend.to_host(ops.outputs[0]))
+
+    def operands(xs, gys):
+        return _operands_from(replace(case, x_shape=tuple(xs.shape)), backend, xs, w, gys)
+
+    def on_slice(xs, gys):
+        # The weight gradient sums over the batch: re-run on the first items, as compare does.
+        small = operands(xs, gys)
+        backend.plan(small.spec, algorithm, "backward", params)(*small.device, *small.outputs)
+        backend.synchronize()
+        return tuple(backend.to_host(o) for o in small.outputs)
+
+    inputs = _slice_inputs(case, x, grad_y)
+    ndim = 1 if case.op == "conv1d" else 2
+    geometry = (case.stride, case.padding, case.dilation, case.groups)
+    sliced = prepare_forward(case.op, ndim, inputs[0], w, None, *geometry, convert=False).spec
+    if algorithm_record(backend, algorithm).can_run(sliced, "backward", params) is not True:
+        inputs = (x, grad_y)  # this configuration is refused on the slice: check the whole batch
+    return _check_backward(case, {"inputs": inputs, "fn": on_slice}, x, w)
+
+
+def _operands_from(case: Case, backend: Backend, x, w, grad_y) -> _Operands:
+    """Backward operands of ``case`` from given host arrays (the sliced check)."""
+    ndim = 1 if case.op == "conv1d" else 2
+    call = prepare_forward(case.op, ndim, x, w, None, case.stride, case.padding, case.dilation, case.groups)
+    spec = call.spec
+    inputs = (np.ascontiguousarray(np.asarray(grad_y, dtype=spec.dtype).reshape(spec.y_shape)), call.x, call.w)
+    device = tuple(backend.to_device(a) for a in inputs)
+    return _Operands(case, spec, (x, w, None, grad_y), device, _outputs(spec, backend, "backward"))
+
+
+def _first_call(ops: _Operands, backend: Backend, algorithm: str, params: dict) -> tuple[Cell, Callable | None]:
+    """Plan and run one configuration once (timed as compile_s), then check it; the cell and its launch."""
+    _poison(ops.outputs)
+    backend.synchronize()
+    t0 = time.perf_counter()
+    try:
+        launch = backend.plan(ops.spec, algorithm, ops.case.direction, params)
+        launch(*ops.device, *ops.outputs)
+        backend.synchronize()
+    except Exception as exc:  # a configuration that cannot build or run is a result, not a crash
+        return Cell("failed", f"{type(exc).__name__}: {exc}", compile_s=time.perf_counter() - t0), None
+    compile_s = time.perf_counter() - t0
+    try:
+        error, ok = _check(ops, backend, algorithm, params)
+    except Exception as exc:
+        return Cell("failed", f"check raised {type(exc).__name__}: {exc}", compile_s=compile_s), None
+    if not ok:
+        reason = f"disagrees with the float64 reference beyond tolerance (max rel. error {error:.3g})"
+        return Cell("failed", reason, compile_s=compile_s, max_rel_error=error), None
+    return Cell("ok", compile_s=compile_s, max_rel_error=error), launch
+
+
+def _key(params: Mapping[str, Any]) -> tuple:
+    """A hashable key of one configuration."""
+    return tuple(sorted(params.items()))
+
+
+def _sweep_layer(
+    case: Case,
+    backend: Backend,
+    record: Algorithm,
+    configs: list[dict],
+    dtype: str,
+    timing: dict,
+) -> tuple[dict, dict[tuple, Cell]]:
+    """Every configuration on one layer: the layer's defaults and a cell per configuration."""
+    spec = case.spec(dtype)
+    direction = case.direction
+    defaults = record.defaults(spec, direction)
+    verdicts = {_key(p): record.can_run(spec, direction, p) for p in _unique([defaults, *configs])}
+    cells: dict[tuple, Cell] = {}
+    launches: dict[tuple, Callable] = {}
+    runnable = [p for p in _unique([defaults, *configs]) if verdicts[_key(p)] is True]
+    ops = _operands(case, backend, dtype) if runnable else None
+    for params in _unique([defaults, *configs]):
+        key = _key(params)
+        if verdicts[key] is not True:
+            cells[key] = Cell("refused", str(verdicts[key]))
+            continue
+        cells[key], launch = _first_call(ops, backend, record.name, params)
+        if launch is not None:
+            launches[key] = launch
+    if launches:
+        contenders = {
+            repr(key): Contender(lambda launch=launch: launch(*ops.device, *ops.outputs), backend.timer)
+            for key, launch in launches.items()
+        }
+        timings = measure_side_by_side(contenders, **timing)
+        for key in launches:
+            t = timings[repr(key)]
+            cell = cells[key]
+            cell.median_s, cell.low_s, cell.high_s = t.median, t.low, t.high
+            cell.iqr_rel, cell.repeats, cell.abandoned = t.iqr_rel, t.repeats, t.abandoned
+    return defaults, cells
+
+
+def _unique(configs: list[dict]) -> list[dict]:
+    """Configurations with duplicates removed, first occurrence kept."""
+    seen, out = set(), []
+    for params in configs:
+        if _key(params) not in seen:
+            seen.add(_key(params))
+            out.append(dict(params))
+    return out
+
+
+# --- the sweep --------------------------------------------------------------
+
+
+def _cases(workload: str | Sequence[Case], device: str, direction: str) -> tuple[str, list[Case]]:
+    """The workload's name and its cases in ``direction`` (forward-only layers are run backward if asked)."""
+    if isinstance(workload, str):
+        name, cases = workload, get_workload(workload, device)
+    else:
+        cases = list(workload)
+        name = cases[0].workload if cases and len({c.workload for c in cases}) == 1 else "custom"
+    if not cases:
+        raise ValueError("nothing to sweep: the workload has no cases")
+    chosen = [c for c in cases if c.direction == direction]
+    if not chosen:
+        chosen = [replace(c, direction=direction) for c in cases]
+    labels = [c.label for c in chosen]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"case names must be unique; got {labels}")
+    return name, chosen
+
+
+def _pick_best(rows: list[Row], label: str) -> Row | None:
+    """The fastest row that ran ``ok`` on one layer."""
+    ok = [r for r in rows if label in r.cells and r.cells[label].status == "ok"]
+    return min(ok, key=lambda r: r.cells[label].median_s) if ok else None
+
+
+def run_sweep(
+    backend: str | Backend,
+    algorithm: str,
+    workload: str | Sequence[Case],
+    *,
+    grid: Mapping[str, Sequence] | None = None,
+    direction: str = "forward",
+    dtype: str = "float32",
+    repeat: int = 5,
+    rounds: int = 3,
+    warmup: int = 1,
+    settle_s: float | None = None,
+    abandon_ratio: float | None = None,
+    max_configs: int | None = None,
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> SweepResult:
+    """Measure every configuration of ``algorithm``'s tunables on every layer of ``workload``.
+
+    Parameters
+    ----------
+    backend : str or Backend
+        A registered, available backend.
+    algorithm : str
+        One of the backend's algorithms.
+    workload : str or sequence of Case
+        A preset of :mod:`convsuite.bench.workloads` (sized for the backend's
+        device), or the cases themselves.
+    grid : mapping of str to sequence, optional
+        Values to try per tunable (others: all their values); see
+        :func:`parse_grid` for the command line's ``--param``.
+    direction : {"forward", "backward"}
+        The workload's cases in this direction; a forward-only workload is
+        run backward when asked.
+    dtype : {"float32", "float64"}
+    repeat, rounds, warmup :
+        Timed calls per configuration, how many interleaved rounds they are
+        spread over, untimed calls before each block.
+    settle_s : float, optional
+        Pause before each block (default: the suite's ``SETTLE_S`` on the
+        CPU, none on a GPU).
+    abandon_ratio : float, optional
+        Stop timing configurations slower than this multiple of the best
+        after the first round (kept and marked); None times all fully.
+    max_configs : int, optional
+        Keep a deterministic sample (``seed``) of at most this many grid
+        configurations; each layer's default is measured regardless.
+    progress : callable, optional
+        ``progress(done, total, description)`` per layer.
+
+    Returns
+    -------
+    SweepResult
+
+    Raises
+    ------
+    ValueError
+        An unknown or unavailable backend, an unknown algorithm, workload,
+        direction or dtype, or a grid naming an unknown parameter or a
+        disallowed value.
+    """
+    if direction not in ("forward", "backward"):
+        raise ValueError(f"--direction must be 'forward' or 'backward'; got {direction!r}")
+    if dtype not in ("float32", "float64"):
+        raise ValueError(f"--dtype must be 'float32' or 'float64'; got {dtype!r}")
+    backend = get_backend(backend) if isinstance(backend, str) else backend
+    verdict = backend.available()
+    if verdict is not True:
+        raise ValueError(f"backend {backend.name!r} is unavailable: {verdict}")
+    record = algorithm_record(backend, algorithm)
+    workload_name, cases = _cases(workload, backend.device, direction)
+    configs = sample_configurations(record.configurations(grid), max_configs, seed)
+    timing = dict(
+        repeat=repeat,
+        rounds=rounds,
+        warmup=warmup,
+        settle_s=(SETTLE_S if backend.device == "cpu" else 0.0) if settle_s is None else settle_s,
+        abandon_ratio=abandon_ratio,
+    )
+    rows: dict[tuple, Row] = {_key(p): Row(dict(p)) for p in configs}
+    layers: list[Layer] = []
+    started = time.perf_counter()
+    for i, case in enumerate(cases):
+        if progress:
+            progress(i, len(cases), case.label)
+        defaults, cells = _sweep_layer(case, backend, record, configs, dtype, timing)
+        layers.append(Layer(case.label, case.as_dict(), defaults))
+        for key, cell in cells.items():
+            # Parameters in the order the algorithm declares them (tables, CSV columns).
+            rows.setdefault(key, Row({t.name: dict(key)[t.name] for t in record.tunables}))
+            rows[key].cells[case.label] = cell
+    if progress:
+        progress(len(cases), len(cases), "done")
+    for row in rows.values():
+        for case in cases:
+            row.cells.setdefault(case.label, Cell("not swept", "outside the grid (another layer's default)"))
+    row_list = list(rows.values())
+    for layer in layers:
+        default_cell = rows[_key(layer.default)].cells[layer.label]
+        layer.default_s = default_cell.median_s if default_cell.status == "ok" else None
+        best = _pick_best(row_list, layer.label)
+        if best is not None:
+            layer.best, layer.best_s = dict(best.params), best.cells[layer.label].median_s
+    complete = [r for r in row_list if r.total_s is not None]
+    best_row = min(complete, key=lambda r: r.total_s) if complete else None
+    default_total = None
+    if all(layer.default_s is not None for layer in layers):
+        default_total = sum(layer.default_s for layer in layers)
+    where = cpu_description() if backend.device == "cpu" else gpu_description()
+    meta = dict(
+        date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        device_description=where,
+        machine=machine_metadata(),
+        repeat=repeat,
+        rounds=rounds,
+        warmup=warmup,
+        settle_s=timing["settle_s"],
+        abandon_ratio=abandon_ratio,
+        grid={k: list(v) for k, v in (grid or {}).items()},
+        configurations=len(configs),
+        configurations_in_grid=len(record.configurations(grid)),
+        sample_seed=seed if max_configs is not None else None,
+        seconds=time.perf_counter() - started,
+    )
+    return SweepResult(
+        backend=backend.name,
+        algorithm=record.name,
+        workload=workload_name,
+        device=backend.device,
+        direction=direction,
+        dtype=dtype,
+        tunables=[dict(name=t.name, values=list(t.values), doc=t.doc) for t in record.tunables],
+        layers=layers,
+        rows=row_list,
+        best=None if best_row is None else dict(best_row.params),
+        best_total_s=None if best_row is None else best_row.total_s,
+        default_total_s=default_total,
+        meta=meta,
+    )

@@ -1,0 +1,293 @@
+"""The seed report: how much the swept best beats the hand-chosen default, per backend.
+
+For every available backend on a device and every algorithm that declares
+tunable parameters, :func:`build_report` sweeps the seed workloads it can run
+(``ece408-fa19``, ``ece408-fa21``, ``cnn-train-3x3`` backward where the
+algorithm implements backward, ``conv1d-signal`` for 1-D algorithms) and
+writes a markdown report (per backend, algorithm and layer: default time,
+best time, best parameters, best/default speedup; and the totals) next to
+each sweep's own files.
+
+A time budget (``--budget-s``) is shared equally by the sweeps. Each
+sweep's cost per configuration is estimated from one call of the default
+configuration on every layer (timed, compile included); when the whole grid
+would not fit, a deterministic sample of it is measured (same seed, same
+subset), and the report says how many of how many.
+
+Run it as ``python -m convsuite.bench.sweep_report --device cpu --out
+docs/measurements/sweep-cpu-<date>/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import time
+from pathlib import Path
+
+from .._registry import get_backend, list_backends
+from ..backends.base import Algorithm, Backend
+from .machine import cpu_description, gpu_description
+from .sweep import SweepResult, _first_call, _operands, run_sweep
+from .sweep_output import summary_lines, write_sweep
+from .timing import SETTLE_S
+from .workloads import Case, get_workload
+
+__all__ = ["build_report", "configurations_for_budget", "main", "seed_cases"]
+
+
+def seed_cases(device: str, record: Algorithm, backend: Backend) -> list[tuple[str, str, list[Case]]]:
+    """``(workload, direction, cases)`` of the seed workloads ``record`` can run on ``device``."""
+    plans = []
+    if 2 in record.ndims and "forward" in record.directions:
+        plans += [("ece408-fa19", "forward"), ("ece408-fa21", "forward")]
+    if 2 in record.ndims and "backward" in record.directions:
+        plans.append(("cnn-train-3x3", "backward"))
+    if 1 in record.ndims and "forward" in record.directions:
+        plans.append(("conv1d-signal", "forward"))
+    out = []
+    for workload, direction in plans:
+        cases = [c for c in get_workload(workload, device) if c.direction == direction]
+        if workload == "conv1d-signal":
+            # One length per mask width: the longest the device's workload has (the seed's headline rows).
+            longest = max(c.x_shape[0] for c in cases)
+            cases = [c for c in cases if c.x_shape[0] == longest]
+        runnable = [c for c in cases if record.can_run(c.spec(_DTYPE), direction) is True]
+        if runnable:
+            out.append((workload, direction, runnable))
+    return out
+
+
+_DTYPE = "float32"
+
+
+def configurations_for_budget(total: int, share_s: float, per_config_s: float) -> int | None:
+    """How many of ``total`` configurations fit in ``share_s`` (None: all of them; at least 1)."""
+    fits = int(share_s // per_config_s) if per_config_s > 0 else total
+    return None if fits >= total else max(fits, 1)
+
+
+def _per_config_s(backend: Backend, record: Algorithm, cases: list[Case], repeat: int) -> float:
+    """Seconds one configuration costs on all the layers, from each layer's default.
+
+    A new configuration costs its first call (compilation included) and the
+    check once, then the measuring core's first call, a warm-up call per
+    round and the timed repeats at the steady-state time, plus the settle
+    pause before each round on the CPU.
+    """
+    rounds = min(3, repeat)
+    seconds = 0.0
+    for case in cases:
+        ops = _operands(case, backend, _DTYPE)
+        params = record.defaults(ops.spec, case.direction)
+        t0 = time.perf_counter()
+        _, launch = _first_call(ops, backend, record.name, params)
+        first_and_check = time.perf_counter() - t0
+        steady = first_and_check
+        if launch is not None:
+            t0 = time.perf_counter()
+            launch(*ops.device, *ops.outputs)
+            backend.synchronize()
+            steady = time.perf_counter() - t0
+        seconds += first_and_check + (1 + rounds + repeat) * steady
+        if backend.device == "cpu":
+            seconds += rounds * SETTLE_S  # the pause before each interleaved block
+    return seconds
+
+
+def _fmt_ms(seconds: float | None) -> str:
+    """Milliseconds, three significant digits, or a dash."""
+    return "-" if seconds is None else f"{seconds * 1e3:.3g}"
+
+
+def _params(params: dict | None) -> str:
+    """``a=1 b=2`` in backticks."""
+    return "-" if params is None else "`" + " ".join(f"{k}={v}" for k, v in params.items()) + "`"
+
+
+def _summary(sweeps: list[dict]) -> list[str]:
+    """The overview table, one line per sweep, and the closing count of layers tuning speeds up by 10% or more."""
+    lines = [
+        "## Summary",
+        "",
+        "| backend / algorithm | workload | layers | default total ms | best total ms | best/default | "
+        "layers >= 10% faster |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    faster = measured = 0
+    for entry in sweeps:
+        result: SweepResult = entry["result"]
+        speedups = [layer.speedup for layer in result.layers if layer.speedup is not None]
+        gains = sum(s >= 1.1 for s in speedups)
+        faster, measured = faster + gains, measured + len(speedups)
+        total = "-"
+        if result.best_total_s is not None and result.default_total_s is not None:
+            total = f"x{result.default_total_s / result.best_total_s:.2f}"
+        lines.append(
+            f"| {result.backend} / {result.algorithm} | {result.workload} {result.direction} | {len(result.layers)} "
+            f"| {_fmt_ms(result.default_total_s)} | {_fmt_ms(result.best_total_s)} | {total} "
+            f"| {gains} of {len(speedups)} |"
+        )
+    lines += [
+        "",
+        f"On {faster} of {measured} layers the swept best is at least 10% faster than the hand-chosen default "
+        "(the best is chosen among measured configurations that include the default, so best/default >= 1 "
+        "up to noise; compare the spread in each sweep's sweep.csv before reading a small gain as real).",
+        "",
+    ]
+    return lines
+
+
+def _markdown(device: str, sweeps: list[dict], skipped: list[str], budget_s: float, seconds: float) -> str:
+    """The report."""
+    where = cpu_description() if device == "cpu" else gpu_description()
+    date = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        f"# Tunable parameters: swept best vs hand-chosen default ({device})",
+        "",
+        f"Machine: {where}. Date: {date}. dtype float32. Budget {budget_s:g} s (took {seconds:.0f} s).",
+        "",
+        "Generated by `python -m convsuite.bench.sweep_report`. Every configuration was checked against the "
+        "float64 reference; times are medians of interleaved repeats (the measuring core), side by side per "
+        "layer. Speedup = default time / best time on that layer; `x1.00` means the default is the best.",
+        "",
+    ]
+    if not sweeps:
+        lines += ["No available backend on this device has an algorithm with tunable parameters.", ""]
+    else:
+        lines += _summary(sweeps)
+    for entry in sweeps:
+        result: SweepResult = entry["result"]
+        meta = result.meta
+        sample = ""
+        if meta["configurations"] < meta["configurations_in_grid"]:
+            sample = (
+                f" (budget: a deterministic sample of {meta['configurations']} of {meta['configurations_in_grid']})"
+            )
+        else:
+            sample = f" (all {meta['configurations']})"
+        lines += [
+            f"## {result.backend} / {result.algorithm}: {result.workload} {result.direction}",
+            "",
+            f"Configurations{sample}; files: [`{entry['folder']}/`]({entry['folder']}/sweep.csv).",
+            "",
+            "| layer | default | default ms | best | best ms | best/default |",
+            "|---|---|---|---|---|---|",
+        ]
+        for layer in result.layers:
+            speed = "-" if layer.speedup is None else f"x{layer.speedup:.2f}"
+            lines.append(
+                f"| {layer.label} | {_params(layer.default)} | {_fmt_ms(layer.default_s)} | {_params(layer.best)} "
+                f"| {_fmt_ms(layer.best_s)} | {speed} |"
+            )
+        total = "-"
+        if result.best_total_s is not None and result.default_total_s is not None:
+            total = f"x{result.default_total_s / result.best_total_s:.2f}"
+        lines += [
+            f"| **total** | | {_fmt_ms(result.default_total_s)} | {_params(result.best)} "
+            f"| {_fmt_ms(result.best_total_s)} | {total} |",
+            "",
+        ]
+        failed = [line for line in summary_lines(result) if line.startswith("FAILED")]
+        lines += [f"- {line}" for line in failed] + ([""] if failed else [])
+    if skipped:
+        lines += ["## Not swept", ""] + [f"- {s}" for s in skipped] + [""]
+    return "\n".join(lines)
+
+
+def build_report(
+    device: str,
+    out: str | Path,
+    *,
+    budget_s: float = 120.0,
+    backends: list[str] | None = None,
+    repeat: int = 3,
+    progress=None,
+) -> dict:
+    """Sweep every tunable algorithm of every available backend on ``device``; write the report.
+
+    Parameters
+    ----------
+    device : {"cpu", "gpu"}
+    out : path
+        Folder for ``README.md`` and one sub-folder of sweep files per sweep.
+    budget_s : float
+        Seconds shared equally by the sweeps; a sweep whose grid would not
+        fit measures a deterministic sample of it.
+    backends : list of str, optional
+        Restrict to these backends (default: every available one on ``device``).
+    repeat : int
+        Timed calls per configuration.
+    progress : callable, optional
+        ``progress(message)``.
+
+    Returns
+    -------
+    dict
+        ``sweeps`` (each with its result and folder), ``skipped`` and ``report`` (the path).
+    """
+    if device not in ("cpu", "gpu"):
+        raise ValueError(f"--device must be 'cpu' or 'gpu'; got {device!r}")
+    started = time.perf_counter()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    infos = [b for b in list_backends() if b.device == device and (backends is None or b.name in backends)]
+    skipped, todo = [], []
+    for info in infos:
+        if not info.available:
+            skipped.append(f"{info.name}: unavailable ({info.reason})")
+            continue
+        backend = get_backend(info.name)
+        for name, record in (backend.algorithm_table() or {}).items():
+            if not record.tunables:
+                continue
+            plans = seed_cases(device, record, backend)
+            if not plans:
+                skipped.append(f"{info.name}/{name}: runs none of the seed workloads")
+            todo += [(backend, record, workload, direction, cases) for workload, direction, cases in plans]
+    sweeps = []
+    for i, (backend, record, workload, direction, cases) in enumerate(todo):
+        share = max(budget_s - (time.perf_counter() - started), 0.0) / (len(todo) - i)
+        per_config = _per_config_s(backend, record, cases, repeat)
+        limit = configurations_for_budget(len(record.configurations()), share, per_config)
+        if progress:
+            progress(f"{backend.name}/{record.name} on {workload} {direction}: {limit or 'all'} configurations")
+        result = run_sweep(
+            backend, record.name, cases, direction=direction, repeat=repeat, rounds=min(3, repeat), max_configs=limit
+        )
+        result.workload = workload
+        folder = f"{backend.name}-{record.name}-{workload}-{direction}"
+        write_sweep(result, out / folder)
+        sweeps.append(dict(result=result, folder=folder))
+    report = out / "README.md"
+    report.write_text(_markdown(device, sweeps, skipped, budget_s, time.perf_counter() - started), encoding="utf-8")
+    return dict(sweeps=sweeps, skipped=skipped, report=report)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m convsuite.bench.sweep_report``: build the report, print where it is."""
+    parser = argparse.ArgumentParser(prog="python -m convsuite.bench.sweep_report", description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=["cpu", "gpu"], required=True)
+    parser.add_argument("--out", required=True, help="folder, e.g. docs/measurements/sweep-cpu-<date>/")
+    parser.add_argument("--budget-s", type=float, default=120.0, help="seconds shared by all sweeps (default 120)")
+    parser.add_argument("--backends", default=None, help="comma-separated (default: every available one)")
+    parser.add_argument("--repeat", type=int, default=3, help="timed calls per configuration (default 3)")
+    args = parser.parse_args(argv)
+    if args.budget_s <= 0 or args.repeat < 1:
+        parser.error(f"--budget-s must be > 0 and --repeat >= 1; got {args.budget_s}, {args.repeat}")
+    names = None if args.backends is None else [n.strip() for n in args.backends.split(",") if n.strip()]
+    done = build_report(
+        args.device,
+        args.out,
+        budget_s=args.budget_s,
+        backends=names,
+        repeat=args.repeat,
+        progress=lambda message: print(message, file=sys.stderr),
+    )
+    print(f"written: {done['report']} ({len(done['sweeps'])} sweeps)")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
