@@ -46,6 +46,15 @@ bench)
   [ -f "$LOGS/rule-gpu.json" ] && cp "$LOGS/rule-gpu.json" convsuite/data/rule-gpu.json
   run regret 120 python3 -m convsuite.bench.regret --device gpu --docs "$LOGS"
   ;;
+sweeps)
+  # Issue 16 on the GPU: the FA19 table (tiled_shared tile_w x tile_h on the ECE408 FA19 layers), the seed
+  # report of every tunable algorithm (swept best vs default) and tuned vs default on held-out layers.
+  run sweep-fa19 150 python3 -m convsuite sweep --backend cupy --algorithm tiled_shared --workload ece408-fa19 \
+    --param tile_w=8,12,16,24,32 --param tile_h=8,12,16,24,32 --out "$LOGS/sweep-fa19"
+  tail -12 "$LOGS/sweep-fa19.log" | tee -a "$SUMMARY"
+  run tuned 200 python3 -m convsuite.bench.tuned_vs_default --device gpu --budget-s 3 --out "$LOGS/tuned-vs-default-gpu"
+  run sweep-report 200 python3 -m convsuite.bench.sweep_report --device gpu --budget-s 150 --out "$LOGS/sweep-gpu"
+  ;;
 ece408)
   run ece408 300 python3 -m convsuite.bench.ece408 --device gpu --out "$LOGS/ece408.json"
   tail -7 "$LOGS/ece408.log" | tee -a "$SUMMARY"
