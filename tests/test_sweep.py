@@ -255,6 +255,8 @@ def test_two_parameters_give_a_heat_map(fake_backend, tmp_path):
     text = format_table(result)
     assert "best" in text and "default" in text and "total ms" in text
     assert any("best vs default: x" in line for line in summary_lines(result))
+    timing = [line for line in summary_lines(result) if line.startswith("sweep time:")]
+    assert len(timing) == 1 and "plan + first calls" in timing[0]
 
 
 # --- the command line ----------------------------------------------------------

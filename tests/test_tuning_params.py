@@ -279,3 +279,33 @@ def test_search_keeps_the_default_unless_beaten_beyond_noise():
     )
     assert found.strategy.startswith("exhaustive")
     assert found.params == {"a": 1, "b": 1}
+
+
+def test_a_winner_that_loses_the_confirmation_gives_way_to_the_default():
+    """The winner's curse: a configuration that only looked fastest among many is re-timed against the default."""
+    backend = _GridBackend()
+    spec = cs.plan(X, W, backend="numpy").spec
+
+    def lucky_then_honest(contenders, repeat, **kw):
+        confirming = repeat == _param_search.CONFIRM_REPEAT
+        out = {}
+        for key in contenders:
+            p = dict(key)
+            if p == {"a": 1, "b": 1}:
+                m = 1.0
+            elif p == {"a": 5, "b": 5} and not confirming:
+                m = 0.5  # a lucky measurement among many
+            else:
+                m = 1.05 if p == {"a": 5, "b": 5} else 2.0
+            out[key] = Timing(m, m, m, m, 0.0, 1)
+        return out
+
+    found = _param_search.search_parameters(
+        spec, "forward", backend, "grid", (), budget_s=1e9, call_s=1e-9, measure=lucky_then_honest
+    )
+    assert found.params == {"a": 1, "b": 1}
+    assert "the default won the confirmation" in found.strategy
+    kept = _param_search.search_parameters(
+        spec, "forward", backend, "grid", (), budget_s=5.0, call_s=1.0, measure=_fake_measure
+    )
+    assert kept.params == {"a": 7, "b": 3} and "confirmed against the default" in kept.strategy

@@ -53,7 +53,10 @@ sweeps)
     --param tile_w=8,12,16,24,32 --param tile_h=8,12,16,24,32 --out "$LOGS/sweep-fa19"
   tail -12 "$LOGS/sweep-fa19.log" | tee -a "$SUMMARY"
   run tuned 200 python3 -m convsuite.bench.tuned_vs_default --device gpu --budget-s 3 --out "$LOGS/tuned-vs-default-gpu"
-  run sweep-report 200 python3 -m convsuite.bench.sweep_report --device gpu --budget-s 150 --out "$LOGS/sweep-gpu"
+  tail -1 "$LOGS/tuned.log" | tee -a "$SUMMARY"
+  run sweep-report 270 python3 -m convsuite.bench.sweep_report --device gpu --budget-s 120 --out "$LOGS/sweep-gpu"
+  # The device tool returns a few files per call: the folders travel as one archive.
+  tar -czf "$LOGS/sweeps.tar.gz" -C "$LOGS" sweep-fa19 sweep-gpu && rm -rf "$LOGS/sweep-fa19" "$LOGS/sweep-gpu"
   ;;
 ece408)
   run ece408 300 python3 -m convsuite.bench.ece408 --device gpu --out "$LOGS/ece408.json"

@@ -109,6 +109,15 @@ def summary_lines(result: SweepResult) -> list[str]:
         lines.append(f"best over the workload: {_params_text(result.best)}, total {_ms(result.best_total_s)} ms{ratio}")
     else:
         lines.append("best over the workload: none (no configuration ran on every layer)")
+    compile_s = sum(c.compile_s or 0.0 for r in result.rows for c in r.cells.values())
+    seconds = result.meta.get("seconds")
+    if seconds is not None:
+        timed = sum(c.status == "ok" for r in result.rows for c in r.cells.values())
+        lines.append(
+            f"sweep time: {seconds:.1f} s for {timed} (configuration, layer) pairs timed, of which "
+            f"{compile_s:.1f} s plan + first calls (compilation of new configurations included), "
+            f"{max(seconds - compile_s, 0.0):.1f} s checking and measuring"
+        )
     for params, label, reason in result.failures():
         lines.append(f"FAILED: {_params_text(params)} on {label}: {reason}")
     if any(c.abandoned for r in result.rows for c in r.cells.values()):
