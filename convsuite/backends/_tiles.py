@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-__all__ = ["MAX_ROW_BYTES", "WORKSPACE_BYTES", "gemm_check", "rows_per_tile", "prefer_gemm"]
+__all__ = [
+    "MAX_ROW_BYTES",
+    "MAX_TILE_BYTES",
+    "WORKSPACE_BYTES",
+    "gemm_check",
+    "prefer_gemm",
+    "rows_per_tile",
+    "tile_check",
+]
 
 #: Target size of one im2col tile: large enough for BLAS to run at speed on
 #: one thread, small enough to stay in L2/L3 between the copy and the product.
@@ -19,6 +27,25 @@ def rows_per_tile(reduction: int, out_width: int, out_height: int, itemsize: int
 #: Largest im2col of a single output row: the GEMM algorithms tile rows, not
 #: columns, so a very long 1-D signal (10^7 samples) is left to the others.
 MAX_ROW_BYTES = 64 * 2**20
+
+#: Largest im2col tile a tuned ``rows_per_tile`` may ask for (per thread):
+#: beyond it a sweep would only measure paging. The hand rule never exceeds
+#: it (it stays within :data:`WORKSPACE_BYTES`, or one row, itself capped
+#: by :data:`MAX_ROW_BYTES`).
+MAX_TILE_BYTES = 64 * 2**20
+
+
+def tile_check(s, rows: int, default_rows: int):
+    """Whether ``rows`` output rows per im2col tile fit :data:`MAX_TILE_BYTES` (the default always does)."""
+    rows = min(rows, s.out_size[0])
+    tile = s.reduction_length * s.out_size[-1] * s.itemsize * rows
+    if rows > default_rows and tile > MAX_TILE_BYTES:
+        return (
+            f"'rows_per_tile'={rows} makes an im2col tile of {tile / 2**20:.0f} MiB "
+            f"(> {MAX_TILE_BYTES // 2**20} MiB per tile); choose fewer rows"
+        )
+    return True
+
 
 #: Output channels per group and reduction length (C/g * KH * KW) from which
 #: the GEMM algorithms beat the direct ones forward; below either, the
