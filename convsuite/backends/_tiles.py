@@ -4,22 +4,32 @@ from __future__ import annotations
 
 __all__ = [
     "MAX_ROW_BYTES",
-    "MAX_TILE_BYTES",
+    "TILE_KIB_VALUES",
     "WORKSPACE_BYTES",
     "gemm_check",
     "prefer_gemm",
     "rows_per_tile",
-    "tile_check",
 ]
 
 #: Target size of one im2col tile: large enough for BLAS to run at speed on
 #: one thread, small enough to stay in L2/L3 between the copy and the product.
 WORKSPACE_BYTES = 2 * 2**20
 
+#: Values of the GEMM algorithms' ``tile_kib`` tunable (the budget above, in
+#: KiB, is the default): from a few rows per tile to whole images.
+TILE_KIB_VALUES = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
-def rows_per_tile(reduction: int, out_width: int, out_height: int, itemsize: int, min_tiles: int) -> int:
-    """Output rows per im2col tile: fits :data:`WORKSPACE_BYTES`, and gives >= ``min_tiles`` tiles if it can."""
-    rows = max(1, WORKSPACE_BYTES // max(1, reduction * out_width * itemsize))
+
+def rows_per_tile(
+    reduction: int, out_width: int, out_height: int, itemsize: int, min_tiles: int, budget: int | None = None
+) -> int:
+    """Output rows per im2col tile: fits ``budget`` bytes, and gives >= ``min_tiles`` tiles if it can.
+
+    ``budget`` defaults to :data:`WORKSPACE_BYTES`, read at call time. One
+    row is the least, whatever the budget (:func:`gemm_check` bounds a row).
+    """
+    budget = WORKSPACE_BYTES if budget is None else budget
+    rows = max(1, budget // max(1, reduction * out_width * itemsize))
     rows = min(rows, max(1, -(-out_height // max(1, min_tiles))))
     return max(1, min(rows, out_height))
 
@@ -27,25 +37,6 @@ def rows_per_tile(reduction: int, out_width: int, out_height: int, itemsize: int
 #: Largest im2col of a single output row: the GEMM algorithms tile rows, not
 #: columns, so a very long 1-D signal (10^7 samples) is left to the others.
 MAX_ROW_BYTES = 64 * 2**20
-
-#: Largest im2col tile a tuned ``rows_per_tile`` may ask for (per thread):
-#: beyond it a sweep would only measure paging. The hand rule never exceeds
-#: it (it stays within :data:`WORKSPACE_BYTES`, or one row, itself capped
-#: by :data:`MAX_ROW_BYTES`).
-MAX_TILE_BYTES = 64 * 2**20
-
-
-def tile_check(s, rows: int, default_rows: int):
-    """Whether ``rows`` output rows per im2col tile fit :data:`MAX_TILE_BYTES` (the default always does)."""
-    rows = min(rows, s.out_size[0])
-    tile = s.reduction_length * s.out_size[-1] * s.itemsize * rows
-    if rows > default_rows and tile > MAX_TILE_BYTES:
-        return (
-            f"'rows_per_tile'={rows} makes an im2col tile of {tile / 2**20:.0f} MiB "
-            f"(> {MAX_TILE_BYTES // 2**20} MiB per tile); choose fewer rows"
-        )
-    return True
-
 
 #: Output channels per group and reduction length (C/g * KH * KW) from which
 #: the GEMM algorithms beat the direct ones forward; below either, the

@@ -14,15 +14,16 @@ Algorithms (``algorithm=``; ``"auto"`` follows :meth:`CythonBackend.choose_algor
   straight into the output rows; long reductions, 1x1 layers, and backward.
 
 Tunable parameters (``params=``): ``direct`` has ``tile_w`` (forward
-columns per pass), ``gemm`` has ``rows_per_tile``; both are kernel
+columns per pass), ``gemm`` has ``tile_kib`` (the im2col tile budget); both are kernel
 arguments, so a sweep rebuilds nothing.
 """
 
 from __future__ import annotations
 
 from .._spec import ConvSpec
+from . import _tiles
 from ._kernel_module import KernelModuleBackend, KernelSpec
-from ._tiles import gemm_check, prefer_gemm
+from ._tiles import TILE_KIB_VALUES, gemm_check, prefer_gemm
 from .base import Tunable
 
 __all__ = ["CythonBackend"]
@@ -40,20 +41,12 @@ _DIRECT_TILE = Tunable(
     256,  # _conv_cy's TILE_W
     "output columns per pass: MB=4 accumulator rows of this length stay in L1 (forward)",
 )
-_GEMM_ROWS = Tunable(
-    "rows_per_tile",
-    (1, 2, 4, 8, 16, 32, 64, 128, 256),
-    lambda s, direction: _gemm_rows(s.as_2d()),
-    "output rows per packed im2col tile (default: as many as fit a 2 MiB tile)",
+_GEMM_TILE = Tunable(
+    "tile_kib",
+    TILE_KIB_VALUES,
+    lambda s, direction: _tiles.WORKSPACE_BYTES // 1024,  # read at plan time: 2048
+    "KiB budget of one packed im2col tile: its output rows are as many as fit (at least one)",
 )
-
-
-def _gemm_rows(s: ConvSpec) -> int:
-    """Today's rule for output rows per im2col tile (the default of ``rows_per_tile``)."""
-    from ._tiles import rows_per_tile
-
-    Ho, Wo = s.out_size
-    return rows_per_tile(s.reduction_length, Wo, Ho, s.itemsize, 1)
 
 
 def _direct_extra(s: ConvSpec, direction: str, params) -> tuple:
@@ -71,15 +64,8 @@ def _direct_constraint(s: ConvSpec, direction: str, params) -> bool | str:
 
 
 def _gemm_extra(s: ConvSpec, direction: str, params) -> tuple:
-    return (min(params["rows_per_tile"], s.out_size[0]),)  # a taller tile than the image is the image
-
-
-def _gemm_constraint(s: ConvSpec, direction: str, params) -> bool | str:
-    """Refuse an im2col tile over :data:`~._tiles.MAX_TILE_BYTES` that the default would not make."""
-    from ._tiles import tile_check
-
-    s = s.as_2d()
-    return tile_check(s, params["rows_per_tile"], _gemm_rows(s))
+    Ho, Wo = s.out_size
+    return (_tiles.rows_per_tile(s.reduction_length, Wo, Ho, s.itemsize, 1, params["tile_kib"] * 1024),)
 
 
 class CythonBackend(KernelModuleBackend):
@@ -111,8 +97,7 @@ class CythonBackend(KernelModuleBackend):
                 "1x1 without a copy; backward dW/dX from the same tile",
                 KernelSpec(_GEMM, extra=_gemm_extra, blas=True),
                 check=gemm_check,
-                tunables=(_GEMM_ROWS,),
-                constraint=_gemm_constraint,
+                tunables=(_GEMM_TILE,),
             ),
         )
 

@@ -28,8 +28,9 @@ import numpy as np
 
 from .._spec import ConvSpec
 from .._threads import get_num_threads
+from . import _tiles
 from ._kernel_module import KernelModuleBackend, KernelSpec
-from ._tiles import gemm_check, prefer_gemm
+from ._tiles import TILE_KIB_VALUES, gemm_check, prefer_gemm
 from .base import Tunable
 
 __all__ = ["NumbaBackend"]
@@ -78,11 +79,12 @@ _LINE_TILE = Tunable(
     4096,  # _numba_line.TILE
     "outputs per work item: the accumulator of a long kernel (K > 4) has this length",
 )
-_GEMM_ROWS = Tunable(
-    "rows_per_tile",
-    (1, 2, 4, 8, 16, 32, 64, 128, 256),
-    lambda s, direction: _gemm_rows(s.as_2d(), direction),
-    "output rows per im2col tile (default: a 2 MiB tile, forward at least 2 tiles per thread)",
+_GEMM_TILE = Tunable(
+    "tile_kib",
+    TILE_KIB_VALUES,
+    lambda s, direction: _tiles.WORKSPACE_BYTES // 1024,  # read at plan time: 2048
+    "KiB budget of one im2col tile: its output rows are as many as fit (at least one; "
+    "forward also keeps >= 2 tiles per thread)",
 )
 _GEMM_PARTIALS = Tunable(
     "max_partials",
@@ -101,20 +103,12 @@ def _direct_extra(s: ConvSpec, direction: str, params) -> tuple:
     return (params["tile_w"], _chunks(params)) if direction == "forward" else ()
 
 
-def _gemm_rows(s: ConvSpec, direction: str) -> int:
-    """Today's rule for output rows per im2col tile (the default of ``rows_per_tile``)."""
-    from ._tiles import rows_per_tile
-
-    Ho, Wo = s.out_size
-    if direction == "forward":
-        # Enough row tiles that every thread gets work even at batch 1.
-        min_tiles = -(-2 * get_num_threads() // max(1, s.batch * s.groups))
-        return rows_per_tile(s.reduction_length, Wo, Ho, s.itemsize, min_tiles)
-    return rows_per_tile(s.reduction_length, Wo, Ho, s.itemsize, 1)
-
-
 def _gemm_extra(s: ConvSpec, direction: str, params) -> tuple:
-    rows = min(params["rows_per_tile"], s.out_size[0])  # a taller tile than the image is the image
+    Ho, Wo = s.out_size
+    budget = params["tile_kib"] * 1024
+    # Forward: enough row tiles that every thread gets work even at batch 1.
+    min_tiles = -(-2 * get_num_threads() // max(1, s.batch * s.groups)) if direction == "forward" else 1
+    rows = _tiles.rows_per_tile(s.reduction_length, Wo, Ho, s.itemsize, min_tiles, budget)
     if direction == "forward":
         return (rows,)
     per_partial = s.out_channels * s.reduction_length * s.itemsize
@@ -143,14 +137,10 @@ def _only_defaults(s: ConvSpec, direction: str, params, tunables, where: str) ->
 
 
 def _gemm_constraint(s: ConvSpec, direction: str, params) -> bool | str:
-    """Refuse an im2col tile over :data:`~._tiles.MAX_TILE_BYTES`, and ``max_partials`` forward."""
-    from ._tiles import tile_check
-
+    """The forward kernel has no dW partials: only the default ``max_partials`` there."""
     if direction == "forward":
-        verdict = _only_defaults(s, direction, params, (_GEMM_PARTIALS,), "the forward kernel (no dW partials)")
-        if verdict is not True:
-            return verdict
-    return tile_check(s.as_2d(), params["rows_per_tile"], _gemm_rows(s.as_2d(), direction))
+        return _only_defaults(s, direction, params, (_GEMM_PARTIALS,), "the forward kernel (no dW partials)")
+    return True
 
 
 def _line_check(s: ConvSpec, direction: str) -> bool | str:
@@ -185,7 +175,7 @@ class NumbaBackend(KernelModuleBackend):
                 "1x1 without a copy; backward dW/dX from the same tile",
                 KernelSpec(_GEMM, extra=_gemm_extra, blas=True),
                 check=gemm_check,
-                tunables=(_GEMM_ROWS, _GEMM_PARTIALS),
+                tunables=(_GEMM_TILE, _GEMM_PARTIALS),
                 constraint=_gemm_constraint,
             ),
             self.record(
