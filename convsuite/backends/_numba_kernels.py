@@ -59,6 +59,11 @@ __all__ = ["forward", "backward", "run_serialised", "threading_layer", "warm_up"
 
 MB = 4  # output channels per iteration: each input load feeds MB FMAs
 TILE_W = 256  # default output columns per work item (the ``tile_w`` argument)
+# The accumulator rows are TILE_W_MAX apart whatever ``tile_w``: a constant
+# row pitch tells LLVM that the MB rows never overlap, which it needs to
+# vectorise the column loop (a pitch of ``tile_w``, a runtime value, measured
+# 2.7x slower on fa19 conv1). Only the first ``tile_w`` columns are touched.
+TILE_W_MAX = 2048
 
 _kernel_lock = threading.Lock()
 _serialise = False
@@ -160,6 +165,8 @@ def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, tile_w, 
     Ho, Wo = out.shape[2], out.shape[3]
     Mg = M // groups
     blocks = (Mg + MB - 1) // MB
+    if tile_w < 1 or tile_w > TILE_W_MAX:
+        raise ValueError("tile_w must be between 1 and TILE_W_MAX")
     tiles = (Wo + tile_w - 1) // tile_w
     items = B * groups * blocks * Ho * tiles
     # Work items are dealt out in chunks so that each chunk allocates its
@@ -167,7 +174,7 @@ def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, tile_w, 
     # x nor out, the condition for vectorising the AXPYs.
     chunks = max(1, min(items, chunks))
     for chunk in prange(chunks):
-        acc = np.empty((MB, tile_w), dtype=out.dtype)
+        acc = np.empty((MB, TILE_W_MAX), dtype=out.dtype)
         for item in range(chunk * items // chunks, (chunk + 1) * items // chunks):
             t = item % tiles
             rest = item // tiles
