@@ -1,4 +1,4 @@
-"""Tunable parameters of the CPU backends' algorithms (numba, cython).
+"""Tunable parameters of the CPU backends' algorithms (numba, cython, numpy, joblib).
 
 Every configuration of every tunable CPU algorithm (or, where the product is
 large, its extremes plus a deterministic sample covering every value) is held
@@ -91,7 +91,7 @@ def _configurations(record) -> list[dict]:
 def _tunable_algorithms(with_directions: bool = False):
     """(backend, algorithm[, direction]) of every CPU algorithm with tunables; skipped where unavailable."""
     out = []
-    for backend in ("numba", "cython"):
+    for backend in ("numba", "cython", "numpy", "joblib"):
         info = INFO[backend]
         marks = () if info.available else pytest.mark.skip(reason=f"{backend} unavailable: {info.reason}")
         # The records are built without importing the kernels, so this works when a backend is unavailable.
@@ -194,6 +194,38 @@ def test_constraints_refuse_parameters_a_direction_does_not_use():
         for name in ("direct", "gemm"):
             for direction in ("forward", "backward"):
                 assert b.can_run(spec, name, direction) is True
+
+
+def test_numpy_tile_budget_default_and_the_tap_path():
+    from convsuite.backends import numpy_backend
+
+    b = get_backend("numpy")
+    record = b.algorithm_table()["im2col"]
+    spec = _spec_of_shapes((2, 4, 10, 10), (8, 4, 3, 3))
+    assert (
+        record.defaults(spec, "forward") == {"tile_kib": numpy_backend.WORKSPACE_BYTES // 1024} == {"tile_kib": 32768}
+    )
+    assert b.can_run(spec, "im2col", "backward", {"tile_kib": 1024}) is True
+    # Padding far larger than the input: computed tap by tap, which has no tile to size.
+    taps = _spec_of_shapes((1, 1, 6, 6), (1, 1, 3, 3), dtype=np.float64, padding="same", dilation=10**4)
+    assert numpy_backend._padding_too_large(taps.as_2d())
+    assert b.can_run(taps, "im2col", "forward") is True
+    verdict = b.can_run(taps, "im2col", "forward", {"tile_kib": 1024})
+    assert isinstance(verdict, str) and "tap by tap" in verdict and "'tile_kib'" in verdict and "got 1024" in verdict
+
+
+def test_joblib_pieces_default_and_cut():
+    from convsuite.backends import joblib_backend
+
+    b = get_backend("joblib")
+    spec = _spec_of_shapes((6, 4, 10, 10), (8, 4, 3, 3))
+    assert b.algorithm_table()["direct"].defaults(spec, "forward") == {"pieces_per_worker": 2}
+    assert joblib_backend.PIECES_PER_WORKER == 2
+    # The parameter is how many batch slices (or row slabs) each worker gets.
+    assert b._batch_bounds(spec, 2, 1) == [0, 3, 6]
+    assert b._batch_bounds(spec, 2, 2) == [0, 1, 3, 4, 6]
+    axis, cuts = b._row_pieces(spec.as_2d(), 1, 4)
+    assert axis == 0 and len(cuts) == 4
 
 
 @pytest.mark.parametrize("backend", ["numba", "cython"])
