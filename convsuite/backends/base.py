@@ -164,7 +164,8 @@ class Algorithm:
             allowed = known[name].values
             if not any(value == v and type(value) is type(v) for v in allowed):
                 raise ValueError(
-                    f"`params`: {self.name!r} parameter {name!r} accepts {', '.join(map(repr, allowed))}; got {value!r}"
+                    f"`params`: {self.name!r} parameter {name!r} accepts {', '.join(map(repr, allowed))}; "
+                    f"got {value!r}"
                 )
             full[name] = value
         return full
@@ -295,7 +296,9 @@ class Backend(abc.ABC):
                 return name, reason
         return self.algorithms[0], "no algorithm can run this case"
 
-    def plan(self, spec: ConvSpec, algorithm: str, direction: str, params: Mapping[str, Any] | None = None) -> Launch:
+    def plan(
+        self, spec: ConvSpec, algorithm: str, direction: str, params: Mapping[str, Any] | None = None
+    ) -> Launch:
         """A callable that runs ``algorithm`` on operands of ``spec`` (see :data:`Launch`).
 
         ``params`` sets some of the algorithm's tunable parameters (the rest
