@@ -20,6 +20,15 @@ Algorithms (``algorithm=``; ``"auto"`` follows :meth:`NumbaBackend.choose_algori
   ``direct``, slower than ``gemm`` on long reductions; left to the tuner.
 - ``line1d``: one-pass 1-D kernel for single-channel signals, taps in
   registers; a long signal at memory speed.
+
+Tunable parameters (``params=``, swept by ``convsuite sweep`` and the
+tuner): ``direct`` and ``blocked`` take ``tile_w`` (output columns per work
+item) and ``chunks_per_thread``; ``line1d`` takes ``tile`` and
+``chunks_per_thread``; ``gemm`` takes ``tile_kib`` (the im2col tile budget
+that sets its rows) and, backward, ``max_partials``. All are runtime
+arguments of kernels compiled once per dtype: a sweep recompiles nothing.
+Where a direction does not use a parameter, the constraint accepts only
+its default there, so a sweep never times the same kernel twice.
 """
 
 from __future__ import annotations
