@@ -6,8 +6,10 @@ that); these functions only compute, with the GIL released so several Python
 threads can run kernels at once. No OpenMP: this is the single-core rung.
 
 Loop order, and why. For one (batch, block of MB output channels, output row)
-the outputs are produced in tiles of TILE_W columns held in MB small local
-arrays. For each input channel c and kernel tap (p, q) the tile receives MB
+the outputs are produced in tiles of ``tile_w`` columns (default TILE_W,
+at most TILE_W_MAX: the accumulators are stack arrays of that size, so the
+tile width is a runtime argument that costs no rebuild) held in MB small
+local arrays. For each input channel c and kernel tap (p, q) the tile receives MB
 AXPYs that share one input load:
 
     xv = x[b, c, ih, ow*sw + q*dw - pad_left]
@@ -45,7 +47,8 @@ from libc.string cimport memset
 from fused_types cimport real
 
 cdef enum:
-    TILE_W = 256  # output columns per tile: MB rows of accumulators stay in L1
+    TILE_W = 256  # default output columns per tile: MB rows of accumulators stay in L1
+    TILE_W_MAX = 1024  # largest tile_w: the stack accumulators' length (4 x 8 KiB in float64)
     MB = 4        # output channels per pass: each input load feeds MB FMAs
 
 
@@ -73,21 +76,27 @@ def forward(
     Py_ssize_t dh, Py_ssize_t dw,
     Py_ssize_t pad_top, Py_ssize_t pad_left,
     Py_ssize_t groups,
+    Py_ssize_t tile_w=TILE_W,
 ):
-    """out[b, m] = bias[m] + sum_{c,p,q} x[b, g*Cg + c, ...] * w[m, c, p, q]."""
+    """out[b, m] = bias[m] + sum_{c,p,q} x[b, g*Cg + c, ...] * w[m, c, p, q].
+
+    ``tile_w`` output columns are accumulated per pass (1..TILE_W_MAX).
+    """
     cdef Py_ssize_t B = x.shape[0], H = x.shape[2], W = x.shape[3]
     cdef Py_ssize_t M = w.shape[0], Cg = w.shape[1], KH = w.shape[2], KW = w.shape[3]
     cdef Py_ssize_t Ho = out.shape[2], Wo = out.shape[3]
     cdef Py_ssize_t Mg = M // groups
     cdef Py_ssize_t b, grp, m, m_end, n, i, c, ci, p, q, r, ih, ow, t0, t1, lo, hi, shift, k
     cdef real w0, w1, w2, w3, xv
-    cdef real acc0[TILE_W]
-    cdef real acc1[TILE_W]
-    cdef real acc2[TILE_W]
-    cdef real acc3[TILE_W]
+    cdef real acc0[TILE_W_MAX]
+    cdef real acc1[TILE_W_MAX]
+    cdef real acc2[TILE_W_MAX]
+    cdef real acc3[TILE_W_MAX]
     cdef real* accs[MB]
     cdef const real* xrow
     cdef const real* xs
+    if tile_w < 1 or tile_w > TILE_W_MAX:
+        raise ValueError(f"`tile_w` must be between 1 and {TILE_W_MAX}; got {tile_w}")
     accs[0], accs[1], accs[2], accs[3] = acc0, acc1, acc2, acc3
     with nogil:
         for b in range(B):
@@ -99,7 +108,7 @@ def forward(
                     for r in range(Ho):
                         t0 = 0
                         while t0 < Wo:  # a variable-step range() is not a C loop in Cython
-                            t1 = t0 + TILE_W if t0 + TILE_W < Wo else Wo
+                            t1 = t0 + tile_w if t0 + tile_w < Wo else Wo
                             for i in range(n):
                                 for ow in range(t1 - t0):
                                     accs[i][ow] = bias[m + i]
@@ -152,7 +161,7 @@ def forward(
                             for i in range(n):
                                 for ow in range(t1 - t0):
                                     out[b, m + i, r, t0 + ow] = accs[i][ow]
-                            t0 += TILE_W
+                            t0 += tile_w
                     m = m + n
 
 

@@ -10,18 +10,23 @@ This class does the lazy import, the availability reason, the reshapes and
 the geometry, and turns a :class:`KernelSpec` (module, function names, the
 spec-dependent extra arguments) into an :class:`~convsuite.backends.base.Algorithm`
 record whose ``plan`` precomputes all of that once per spec.
+
+Tunable parameters (tile widths, chunks per thread, rows per im2col tile)
+reach the kernels as ``*extra`` arguments, never as compile-time constants:
+a numba kernel is compiled once per dtype and a Cython one once per build,
+so a sweep over parameter values recompiles nothing.
 """
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from .._spec import ConvSpec
-from .base import Algorithm, Backend, Launch, Verdict
+from .base import Algorithm, Backend, Constraint, Launch, Tunable, Verdict
 
 __all__ = ["KernelModuleBackend", "KernelSpec"]
 
@@ -38,7 +43,9 @@ class KernelSpec:
         Function names in that module (None: direction not implemented).
     extra : callable, optional
         ``extra(spec_2d, direction) -> tuple``: arguments after the geometry,
-        computed once at plan time (tile sizes, chunk counts).
+        computed once at plan time (tile sizes, chunk counts). For an
+        algorithm with tunables it is ``extra(spec_2d, direction, params)``,
+        ``params`` the resolved value of every tunable.
     blas : bool
         The kernels call BLAS: a launch then limits BLAS to one thread (the
         backend's own threads are the parallelism; see ``_blas_threads``).
@@ -47,7 +54,7 @@ class KernelSpec:
     module: str
     forward: str | None = "forward"
     backward: str | None = "backward"
-    extra: Callable[[ConvSpec, str], tuple] | None = None
+    extra: Callable[..., tuple] | None = None
     blas: bool = False
 
 
@@ -94,15 +101,44 @@ class KernelModuleBackend(Backend):
             self.__dict__["_table"] = table
         return table
 
-    def record(self, name: str, summary: str, kernels: KernelSpec, *, ndims=(1, 2), check=None, tunables=()):
-        """An :class:`Algorithm` whose plan launches ``kernels`` through :meth:`_launch`."""
+    def record(
+        self,
+        name: str,
+        summary: str,
+        kernels: KernelSpec,
+        *,
+        ndims=(1, 2),
+        check=None,
+        tunables: tuple[Tunable, ...] = (),
+        constraint: Constraint | None = None,
+    ) -> Algorithm:
+        """An :class:`Algorithm` whose plan launches ``kernels`` through :meth:`_launch`.
+
+        With ``tunables`` the record is planned as ``plan(spec, direction,
+        params)`` and ``kernels.extra`` receives ``params``; without, both
+        keep their two-argument form.
+        """
         directions = tuple(d for d in ("forward", "backward") if getattr(kernels, d) is not None)
 
-        def plan(spec: ConvSpec, direction: str) -> Launch:
-            return self._plan_kernel(spec, direction, kernels)
+        if tunables:
+
+            def plan(spec: ConvSpec, direction: str, params: Mapping[str, Any]) -> Launch:
+                return self._plan_kernel(spec, direction, kernels, params)
+
+        else:
+
+            def plan(spec: ConvSpec, direction: str) -> Launch:
+                return self._plan_kernel(spec, direction, kernels)
 
         return Algorithm(
-            name=name, summary=summary, plan=plan, directions=directions, ndims=ndims, check=check, tunables=tunables
+            name=name,
+            summary=summary,
+            plan=plan,
+            directions=directions,
+            ndims=ndims,
+            check=check,
+            tunables=tuple(tunables),
+            constraint=constraint,
         )
 
     def _launch(self, kernel, *args) -> None:
@@ -114,11 +150,19 @@ class KernelModuleBackend(Backend):
         (sh, sw), (dh, dw) = s.stride, s.dilation
         return (sh, sw, dh, dw, s.padding[0][0], s.padding[1][0], s.groups)
 
-    def _plan_kernel(self, spec: ConvSpec, direction: str, kernels: KernelSpec) -> Launch:
+    def _plan_kernel(
+        self, spec: ConvSpec, direction: str, kernels: KernelSpec, params: Mapping[str, Any] | None = None
+    ) -> Launch:
         """Resolve the kernel and every spec-dependent argument once; return the launch."""
         s = spec.as_2d()
         kernel = getattr(self.kernels(kernels.module), getattr(kernels, direction))
-        tail = self._geometry(s) + (kernels.extra(s, direction) if kernels.extra else ())
+        if kernels.extra is None:
+            extra = ()
+        elif params is None:
+            extra = kernels.extra(s, direction)
+        else:
+            extra = kernels.extra(s, direction, params)
+        tail = self._geometry(s) + tuple(extra)
         launch_one = self._launch
         if kernels.blas:
             launch_one = _with_one_blas_thread(self._launch)

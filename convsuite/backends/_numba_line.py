@@ -28,8 +28,10 @@ bias) and two ``vfmadd231ps`` with the shifted x as memory operands, and one
 chain only), one accumulator load and store per 4 taps. Edges and the
 stride > 1 branch are scalar (``vfmadd*ss``).
 
-Work items are (batch, channel, tile of TILE output columns), dealt out in a
-few chunks per thread; each chunk allocates its accumulator tile once.
+Work items are (batch, channel, tile of ``tile`` output columns), dealt out
+in ``chunks`` pieces (a few per thread); each chunk allocates its
+accumulator tile once. Both are runtime arguments: changing them recompiles
+nothing.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from numba import njit, prange
 
 __all__ = ["forward", "TILE"]
 
-TILE = 4096  # outputs per work item: the accumulator (16 KiB in float32) stays in L1
+TILE = 4096  # default outputs per work item (``tile``): the accumulator (16 KiB in float32) stays in L1
 
 _FLAGS = dict(parallel=True, cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
 
@@ -111,12 +113,15 @@ def _interior(xr, wr, orow, acc, lo, hi, sw, dw, pad, bv):
 
 
 @njit(**_FLAGS)
-def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, chunks):
-    """out[b, c, 0, ow] = bias[c] + sum_k w[c, 0, 0, k] * x[b, c, 0, ow*sw + k*dw - pad_left]."""
+def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, tile, chunks):
+    """out[b, c, 0, ow] = bias[c] + sum_k w[c, 0, 0, k] * x[b, c, 0, ow*sw + k*dw - pad_left].
+
+    ``tile`` outputs per work item, ``chunks`` pieces of work.
+    """
     B, C, W = x.shape[0], x.shape[1], x.shape[3]
     K = w.shape[3]
     Wo = out.shape[3]
-    tiles = (Wo + TILE - 1) // TILE
+    tiles = (Wo + tile - 1) // tile
     items = B * C * tiles
     chunks = max(1, min(items, chunks))
     # Outputs [ilo, ihi) have every tap inside the signal.
@@ -124,7 +129,7 @@ def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, chunks):
     last = W - 1 + pad_left - (K - 1) * dw
     ihi = max(ilo, min(Wo, last // sw + 1) if last >= 0 else 0)
     for chunk in prange(chunks):
-        acc = np.empty(TILE, dtype=out.dtype)
+        acc = np.empty(tile, dtype=out.dtype)
         for item in range(chunk * items // chunks, (chunk + 1) * items // chunks):
             t = item % tiles
             bc = item // tiles
@@ -134,8 +139,8 @@ def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, chunks):
             wr = w[c, 0, 0]
             orow = out[b, c, 0]
             bv = bias[c]
-            t0 = t * TILE
-            t1 = min(t0 + TILE, Wo)
+            t0 = t * tile
+            t1 = min(t0 + tile, Wo)
             lo = min(max(t0, ilo), t1)
             hi = max(min(t1, ihi), lo)
             for ow in range(t0, lo):

@@ -2,16 +2,34 @@
 
 from __future__ import annotations
 
-__all__ = ["MAX_ROW_BYTES", "WORKSPACE_BYTES", "gemm_check", "rows_per_tile", "prefer_gemm"]
+__all__ = [
+    "MAX_ROW_BYTES",
+    "TILE_KIB_VALUES",
+    "WORKSPACE_BYTES",
+    "gemm_check",
+    "prefer_gemm",
+    "rows_per_tile",
+]
 
 #: Target size of one im2col tile: large enough for BLAS to run at speed on
 #: one thread, small enough to stay in L2/L3 between the copy and the product.
 WORKSPACE_BYTES = 2 * 2**20
 
+#: Values of the GEMM algorithms' ``tile_kib`` tunable (the budget above, in
+#: KiB, is the default): from a few rows per tile to whole images.
+TILE_KIB_VALUES = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
-def rows_per_tile(reduction: int, out_width: int, out_height: int, itemsize: int, min_tiles: int) -> int:
-    """Output rows per im2col tile: fits :data:`WORKSPACE_BYTES`, and gives >= ``min_tiles`` tiles if it can."""
-    rows = max(1, WORKSPACE_BYTES // max(1, reduction * out_width * itemsize))
+
+def rows_per_tile(
+    reduction: int, out_width: int, out_height: int, itemsize: int, min_tiles: int, budget: int | None = None
+) -> int:
+    """Output rows per im2col tile: fits ``budget`` bytes, and gives >= ``min_tiles`` tiles if it can.
+
+    ``budget`` defaults to :data:`WORKSPACE_BYTES`, read at call time. One
+    row is the least, whatever the budget (:func:`gemm_check` bounds a row).
+    """
+    budget = WORKSPACE_BYTES if budget is None else budget
+    rows = max(1, budget // max(1, reduction * out_width * itemsize))
     rows = min(rows, max(1, -(-out_height // max(1, min_tiles))))
     return max(1, min(rows, out_height))
 

@@ -12,13 +12,19 @@ Algorithms (``algorithm=``; ``"auto"`` follows :meth:`CythonBackend.choose_algor
   where the reduction is short or the layer is depthwise.
 - ``gemm``: packed im2col tiles and SciPy's BLAS ``sgemm``/``dgemm`` written
   straight into the output rows; long reductions, 1x1 layers, and backward.
+
+Tunable parameters (``params=``): ``direct`` has ``tile_w`` (forward
+columns per pass), ``gemm`` has ``tile_kib`` (the im2col tile budget); both are kernel
+arguments, so a sweep rebuilds nothing.
 """
 
 from __future__ import annotations
 
 from .._spec import ConvSpec
+from . import _tiles
 from ._kernel_module import KernelModuleBackend, KernelSpec
-from ._tiles import gemm_check, prefer_gemm
+from ._tiles import TILE_KIB_VALUES, gemm_check, prefer_gemm
+from .base import Tunable
 
 __all__ = ["CythonBackend"]
 
@@ -26,11 +32,40 @@ _DIRECT = "convsuite._cython._conv_cy"
 _GEMM = "convsuite._cython._gemm_cy"
 
 
-def _gemm_extra(s: ConvSpec, direction: str) -> tuple:
-    from ._tiles import rows_per_tile
+# --- tunable parameters ------------------------------------------------------
+# Runtime arguments of the compiled kernels: a sweep rebuilds nothing.
 
+_DIRECT_TILE = Tunable(
+    "tile_w",
+    (32, 64, 128, 256, 512, 1024),  # at most _conv_cy's TILE_W_MAX: its accumulators are stack arrays
+    256,  # _conv_cy's TILE_W
+    "output columns per pass: MB=4 accumulator rows of this length stay in L1 (forward)",
+)
+_GEMM_TILE = Tunable(
+    "tile_kib",
+    TILE_KIB_VALUES,
+    lambda s, direction: _tiles.WORKSPACE_BYTES // 1024,  # read at plan time: 2048
+    "KiB budget of one packed im2col tile: its output rows are as many as fit (at least one)",
+)
+
+
+def _direct_extra(s: ConvSpec, direction: str, params) -> tuple:
+    return (params["tile_w"],) if direction == "forward" else ()
+
+
+def _direct_constraint(s: ConvSpec, direction: str, params) -> bool | str:
+    """The backward kernel has no column tiles: only the default ``tile_w`` there."""
+    if direction == "backward" and params["tile_w"] != _DIRECT_TILE.default:
+        return (
+            f"the backward kernel does not use 'tile_w' (only its default, {_DIRECT_TILE.default}); "
+            f"got {params['tile_w']!r}"
+        )
+    return True
+
+
+def _gemm_extra(s: ConvSpec, direction: str, params) -> tuple:
     Ho, Wo = s.out_size
-    return (rows_per_tile(s.reduction_length, Wo, Ho, s.itemsize, 1),)
+    return (_tiles.rows_per_tile(s.reduction_length, Wo, Ho, s.itemsize, 1, params["tile_kib"] * 1024),)
 
 
 class CythonBackend(KernelModuleBackend):
@@ -52,7 +87,9 @@ class CythonBackend(KernelModuleBackend):
             self.record(
                 "direct",
                 "AXPY tiles over output columns, 4 channels per input load, accumulators in L1",
-                KernelSpec(_DIRECT),
+                KernelSpec(_DIRECT, extra=_direct_extra),
+                tunables=(_DIRECT_TILE,),
+                constraint=_direct_constraint,
             ),
             self.record(
                 "gemm",
@@ -60,6 +97,7 @@ class CythonBackend(KernelModuleBackend):
                 "1x1 without a copy; backward dW/dX from the same tile",
                 KernelSpec(_GEMM, extra=_gemm_extra, blas=True),
                 check=gemm_check,
+                tunables=(_GEMM_TILE,),
             ),
         )
 

@@ -11,7 +11,9 @@ Dask cluster; with no configuration active the default is threads, with
 :func:`convsuite.get_num_threads` workers.
 
 Each piece returns its output (no writes into shared buffers), which is what
-lets the same code run in worker processes. Backward: batch pieces give
+lets the same code run in worker processes. How many pieces each worker gets
+is the ``direct`` algorithm's tunable ``pieces_per_worker`` (default
+:data:`PIECES_PER_WORKER`). Backward: batch pieces give
 disjoint slices of ``grad_x``; row pieces give overlapping slab gradients
 that are summed, and every piece's weight and bias gradients are summed.
 """
@@ -25,13 +27,21 @@ import numpy as np
 from .._spec import ConvSpec
 from .._threads import get_num_threads
 from ..distributed._tiling import Piece, even_bounds, pieces
-from .base import Backend, Verdict
+from .base import Algorithm, Backend, Launch, Tunable, Verdict
 
 __all__ = ["JoblibBackend", "backward_piece", "forward_piece"]
 
 _KERNELS = "convsuite._cython._conv_cy"
 #: Pieces per worker: a few, so that a slow worker (a shared machine) is balanced by the others.
 PIECES_PER_WORKER = 2
+
+_PIECES = Tunable(
+    "pieces_per_worker",
+    (1, 2, 4, 8, 16),
+    PIECES_PER_WORKER,
+    "pieces of work (batch slices, or row/segment slabs with their halo) per worker: "
+    "more balance a slow worker, fewer copy fewer halos and dispatch fewer tasks",
+)
 
 
 def _kernels():
@@ -104,27 +114,50 @@ class JoblibBackend(Backend):
             return f"the Cython extension is not built; reinstall with `pip install .` ({exc})"
         return True
 
+    # --- the algorithm record --------------------------------------------------
+
+    def algorithm_table(self):
+        """The one record, ``direct``, with its tunable ``pieces_per_worker``."""
+        table = self.__dict__.get("_table")
+        if table is None:
+            record = Algorithm(
+                name="direct",
+                summary="the Cython direct kernel on batch or row pieces under joblib.Parallel",
+                plan=self._plan,
+                directions=("forward", "backward"),
+                tunables=(_PIECES,),
+            )
+            table = self.__dict__["_table"] = {"direct": record}
+        return table
+
+    def _plan(self, spec: ConvSpec, direction: str, params) -> Launch:
+        """The launch of one call, cut into ``params["pieces_per_worker"]`` pieces per worker."""
+        per_worker = params["pieces_per_worker"]
+        if direction == "forward":
+            return lambda x, w, bias, out: self._forward(spec, x, w, bias, out, per_worker)
+        return lambda gy, x, w, gx, gw, gb: self._backward(spec, gy, x, w, gx, gw, gb, per_worker)
+
     # --- how a call is cut ---------------------------------------------------
 
     @staticmethod
-    def _batch_bounds(spec: ConvSpec, workers: int) -> list[int] | None:
+    def _batch_bounds(spec: ConvSpec, workers: int, per_worker: int) -> list[int] | None:
         """Batch boundaries when the batch alone gives every worker work, else None."""
         if spec.batch < workers:
             return None
-        return even_bounds(spec.batch, workers * PIECES_PER_WORKER)
+        return even_bounds(spec.batch, workers * per_worker)
 
     @staticmethod
-    def _row_pieces(s: ConvSpec, workers: int) -> tuple[int, list[Piece]]:
+    def _row_pieces(s: ConvSpec, workers: int, per_worker: int) -> tuple[int, list[Piece]]:
         """Pieces of the last-but-one axis of the 2-D view: rows (2-D) or, for 1-D, segments."""
         axis = 0 if s.out_size[0] > 1 else 1  # a 1-D problem as 2-D has one output row
-        bounds = even_bounds(s.out_size[axis], workers * PIECES_PER_WORKER)
+        bounds = even_bounds(s.out_size[axis], workers * per_worker)
         return axis, pieces(
             bounds, s.in_size[axis], s.padding[axis][0], s.kernel_size[axis], s.stride[axis], s.dilation[axis]
         )
 
     # --- directions --------------------------------------------------------------
 
-    def forward(self, spec, x, w, bias, out, algorithm):
+    def _forward(self, spec, x, w, bias, out, per_worker: int) -> None:
         """Write ``conv(x, w) + bias`` into ``out``, cut into batch or row pieces run under joblib."""
         s = spec.as_2d()
         x, w, out = x.reshape(s.x_shape), w.reshape(s.w_shape), out.reshape(s.y_shape)
@@ -133,7 +166,7 @@ class JoblibBackend(Backend):
         parallel = _parallel()
         workers = max(parallel._effective_n_jobs(), 1)
         geometry = _geometry(s, s.padding[0][0], s.padding[1][0])
-        bounds = self._batch_bounds(s, workers)
+        bounds = self._batch_bounds(s, workers, per_worker)
         if bounds is not None:
             spans = list(zip(bounds, bounds[1:]))
             if _shares_memory(parallel):  # threads: each piece writes its own batch slice of `out`
@@ -145,7 +178,7 @@ class JoblibBackend(Backend):
             for (a, b), part in zip(spans, results):
                 out[a:b] = part
             return
-        axis, cuts = self._row_pieces(s, workers)
+        axis, cuts = self._row_pieces(s, workers, per_worker)
         jobs, targets = [], []
         for p in cuts:
             index = _along(axis, p.out_lo, p.out_hi)
@@ -162,7 +195,7 @@ class JoblibBackend(Backend):
         for index, part in zip(targets, parallel(_delayed(forward_piece)(*job) for job in jobs)):
             out[index] = part
 
-    def backward(self, spec, grad_y, x, w, grad_x, grad_w, grad_b, algorithm):
+    def _backward(self, spec, grad_y, x, w, grad_x, grad_w, grad_b, per_worker: int) -> None:
         """Fill ``grad_x``, ``grad_w`` and ``grad_b`` from ``grad_y``, pieces run under joblib and summed."""
         s = spec.as_2d()
         grad_y, x, w = grad_y.reshape(s.y_shape), x.reshape(s.x_shape), w.reshape(s.w_shape)
@@ -170,7 +203,7 @@ class JoblibBackend(Backend):
         parallel = _parallel()
         workers = max(parallel._effective_n_jobs(), 1)
         geometry = _geometry(s, s.padding[0][0], s.padding[1][0])
-        bounds = self._batch_bounds(s, workers)
+        bounds = self._batch_bounds(s, workers, per_worker)
         grad_w[...] = 0
         grad_b[...] = 0
         if bounds is not None:
@@ -181,7 +214,7 @@ class JoblibBackend(Backend):
                 grad_w += gw
                 grad_b += gb
             return
-        axis, cuts = self._row_pieces(s, workers)
+        axis, cuts = self._row_pieces(s, workers, per_worker)
         grad_x[...] = 0
         jobs, slabs = [], []
         for p in cuts:

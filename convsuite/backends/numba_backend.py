@@ -20,6 +20,15 @@ Algorithms (``algorithm=``; ``"auto"`` follows :meth:`NumbaBackend.choose_algori
   ``direct``, slower than ``gemm`` on long reductions; left to the tuner.
 - ``line1d``: one-pass 1-D kernel for single-channel signals, taps in
   registers; a long signal at memory speed.
+
+Tunable parameters (``params=``, swept by ``convsuite sweep`` and the
+tuner): ``direct`` and ``blocked`` take ``tile_w`` (output columns per work
+item) and ``chunks_per_thread``; ``line1d`` takes ``tile`` and
+``chunks_per_thread``; ``gemm`` takes ``tile_kib`` (the im2col tile budget
+that sets its rows) and, backward, ``max_partials``. All are runtime
+arguments of kernels compiled once per dtype: a sweep recompiles nothing.
+Where a direction does not use a parameter, the constraint accepts only
+its default there, so a sweep never times the same kernel twice.
 """
 
 from __future__ import annotations
@@ -28,17 +37,20 @@ import numpy as np
 
 from .._spec import ConvSpec
 from .._threads import get_num_threads
+from . import _tiles
 from ._kernel_module import KernelModuleBackend, KernelSpec
-from ._tiles import gemm_check, prefer_gemm
+from ._tiles import TILE_KIB_VALUES, gemm_check, prefer_gemm
+from .base import Tunable
 
 __all__ = ["NumbaBackend"]
 
 #: Work chunks per thread: enough to balance uneven items, few enough that the
-#: per-chunk accumulator allocation stays negligible.
+#: per-chunk accumulator allocation stays negligible (default of ``chunks_per_thread``).
 CHUNKS_PER_THREAD = 16
 
 #: Partial sums of dW per backward launch at most (fixed by the problem, not
-#: by the thread count, so the reduction order, hence the bits, never change).
+#: by the thread count, so the reduction order, hence the bits, never change;
+#: default of ``max_partials``).
 MAX_PARTIALS = 32
 #: Bytes all dW partials together may take.
 PARTIALS_BYTES = 64 * 2**20
@@ -48,24 +60,96 @@ _GEMM = "convsuite.backends._numba_gemm"
 _LINE = "convsuite.backends._numba_line"
 _BLOCKED = "convsuite.backends._numba_blocked"
 
+# --- tunable parameters ------------------------------------------------------
+# Every one reaches the kernels as a runtime argument: numba compiles each
+# kernel once per dtype, so a sweep over these values recompiles nothing.
 
-def _direct_extra(s: ConvSpec, direction: str) -> tuple:
-    return (CHUNKS_PER_THREAD * get_num_threads(),) if direction == "forward" else ()
+_CHUNKS = Tunable(
+    "chunks_per_thread",
+    (1, 2, 4, 8, 16, 32, 64),
+    CHUNKS_PER_THREAD,
+    "work chunks per thread: more balance uneven items, fewer allocate fewer accumulators",
+)
+_DIRECT_TILE = Tunable(
+    "tile_w",
+    (32, 64, 128, 256, 512, 1024, 2048),
+    256,  # _numba_kernels.TILE_W (not imported: that module imports numba)
+    "output columns per work item: MB=4 accumulator rows of this length stay in L1",
+)
+_BLOCKED_TILE = Tunable(
+    "tile_w",
+    (32, 64, 128, 256, 512, 1024, 2048),
+    512,  # _numba_blocked.TILE_W
+    "output columns per work item: 4 accumulator rows and KH input rows of this span per chunk",
+)
+_LINE_TILE = Tunable(
+    "tile",
+    (256, 512, 1024, 2048, 4096, 8192, 16384),
+    4096,  # _numba_line.TILE
+    "outputs per work item: the accumulator of a long kernel (K > 4) has this length",
+)
+_GEMM_TILE = Tunable(
+    "tile_kib",
+    TILE_KIB_VALUES,
+    lambda s, direction: _tiles.WORKSPACE_BYTES // 1024,  # read at plan time: 2048
+    "KiB budget of one im2col tile: its output rows are as many as fit (at least one; "
+    "forward also keeps >= 2 tiles per thread)",
+)
+_GEMM_PARTIALS = Tunable(
+    "max_partials",
+    (1, 2, 4, 8, 16, 32, 64),
+    MAX_PARTIALS,
+    "backward: private dW partial sums at most (the parallelism of the dW reduction; "
+    "also capped by a 64 MiB budget); forward ignores it",
+)
 
 
-def _gemm_extra(s: ConvSpec, direction: str) -> tuple:
-    from ._tiles import rows_per_tile
+def _chunks(params) -> int:
+    return params["chunks_per_thread"] * get_num_threads()
 
+
+def _direct_extra(s: ConvSpec, direction: str, params) -> tuple:
+    return (params["tile_w"], _chunks(params)) if direction == "forward" else ()
+
+
+def _gemm_extra(s: ConvSpec, direction: str, params) -> tuple:
     Ho, Wo = s.out_size
-    threads = get_num_threads()
+    budget = params["tile_kib"] * 1024
+    # Forward: enough row tiles that every thread gets work even at batch 1.
+    min_tiles = -(-2 * get_num_threads() // max(1, s.batch * s.groups)) if direction == "forward" else 1
+    rows = _tiles.rows_per_tile(s.reduction_length, Wo, Ho, s.itemsize, min_tiles, budget)
     if direction == "forward":
-        # Enough row tiles that every thread gets work even at batch 1.
-        min_tiles = -(-2 * threads // max(1, s.batch * s.groups))
-        return (rows_per_tile(s.reduction_length, Wo, Ho, s.itemsize, min_tiles),)
-    rows = rows_per_tile(s.reduction_length, Wo, Ho, s.itemsize, 1)
+        return (rows,)
     per_partial = s.out_channels * s.reduction_length * s.itemsize
-    partials = max(1, min(MAX_PARTIALS, PARTIALS_BYTES // max(1, per_partial)))
+    partials = max(1, min(params["max_partials"], PARTIALS_BYTES // max(1, per_partial)))
     return (rows, partials)
+
+
+def _forward_only(*tunables: Tunable):
+    """A constraint: ``tunables`` shape the forward kernel only; backward takes their defaults."""
+
+    def constraint(s: ConvSpec, direction: str, params) -> bool | str:
+        if direction == "forward":
+            return True
+        return _only_defaults(s, direction, params, tunables, "the backward kernel")
+
+    return constraint
+
+
+def _only_defaults(s: ConvSpec, direction: str, params, tunables, where: str) -> bool | str:
+    """True when every one of ``tunables`` has its default value in ``params``, else why not."""
+    for t in tunables:
+        default = t.default_for(s, direction)
+        if params[t.name] != default:
+            return f"{where} does not use {t.name!r} (only its default, {default!r}); got {params[t.name]!r}"
+    return True
+
+
+def _gemm_constraint(s: ConvSpec, direction: str, params) -> bool | str:
+    """The forward kernel has no dW partials: only the default ``max_partials`` there."""
+    if direction == "forward":
+        return _only_defaults(s, direction, params, (_GEMM_PARTIALS,), "the forward kernel (no dW partials)")
+    return True
 
 
 def _line_check(s: ConvSpec, direction: str) -> bool | str:
@@ -91,6 +175,8 @@ class NumbaBackend(KernelModuleBackend):
                 "direct",
                 "AXPY tiles over output columns, MB=4 channels per input load, accumulators in L1",
                 KernelSpec(_DIRECT, extra=_direct_extra),
+                tunables=(_DIRECT_TILE, _CHUNKS),
+                constraint=_forward_only(_DIRECT_TILE, _CHUNKS),
             ),
             self.record(
                 "gemm",
@@ -98,19 +184,23 @@ class NumbaBackend(KernelModuleBackend):
                 "1x1 without a copy; backward dW/dX from the same tile",
                 KernelSpec(_GEMM, extra=_gemm_extra, blas=True),
                 check=gemm_check,
+                tunables=(_GEMM_TILE, _GEMM_PARTIALS),
+                constraint=_gemm_constraint,
             ),
             self.record(
                 "blocked",
                 "register-blocked direct: 4 output channels x a vector of columns in registers, "
                 "a whole kernel row (KW unrolled) per pass",
                 KernelSpec(_BLOCKED, backward=None, extra=_direct_extra),
+                tunables=(_BLOCKED_TILE, _CHUNKS),
             ),
             self.record(
                 "line1d",
                 "1-D single-channel signal in one pass, the taps' weights in registers",
-                KernelSpec(_LINE, backward=None, extra=lambda s, d: (CHUNKS_PER_THREAD * get_num_threads(),)),
+                KernelSpec(_LINE, backward=None, extra=lambda s, d, params: (params["tile"], _chunks(params))),
                 ndims=(1,),
                 check=_line_check,
+                tunables=(_LINE_TILE, _CHUNKS),
             ),
         )
 
@@ -147,9 +237,9 @@ class NumbaBackend(KernelModuleBackend):
         spec = prepare_forward(f"conv{ndim}d", ndim, x, w, None, 1, 0, 1, 1).spec
         record = self.algorithm_table()[name]
         y = np.empty(spec.y_shape, dtype=dtype)
-        record.plan(spec, "forward")(x, w, None, y)
+        record.build(spec, "forward")(x, w, None, y)
         if "backward" in record.directions:
-            record.plan(spec, "backward")(y, x, w, np.empty_like(x), np.empty_like(w), np.empty(1, dtype=dtype))
+            record.build(spec, "backward")(y, x, w, np.empty_like(x), np.empty_like(w), np.empty(1, dtype=dtype))
 
     def _launch(self, kernel, *args) -> None:
         import numba

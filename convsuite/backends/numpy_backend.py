@@ -25,7 +25,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from .._spec import ConvSpec
 from . import _numpy_taps
-from .base import Algorithm, Backend, Launch
+from .base import Algorithm, Backend, Launch, Tunable
 
 __all__ = ["ALGORITHMS", "NumpyBackend", "WORKSPACE_BYTES"]
 
@@ -72,10 +72,11 @@ def _source_elements(s: ConvSpec) -> int:
     return s.batch * s.in_channels * Hn * Wn
 
 
-def _tile_bytes(s: ConvSpec) -> int:
+def _tile_bytes(s: ConvSpec, budget: int | None = None) -> int:
     """Bytes of one im2col tile plus its matmul product (as :func:`_tiles` sizes them)."""
+    budget = WORKSPACE_BYTES if budget is None else budget
     per_output = s.in_channels * s.kernel_size[0] * s.kernel_size[1] * s.itemsize
-    positions = min(max(WORKSPACE_BYTES // per_output, 1), s.batch * s.out_size[0] * s.out_size[1])
+    positions = min(max(budget // per_output, 1), s.batch * s.out_size[0] * s.out_size[1])
     return positions * (per_output + s.out_channels * s.itemsize)
 
 
@@ -87,12 +88,12 @@ def _windows(source: np.ndarray, s: ConvSpec) -> np.ndarray:
     return view[:, :, ::sh, ::sw, ::dh, ::dw]
 
 
-def _tiles(s: ConvSpec) -> Iterator[tuple[slice, slice, slice]]:
-    """Batch/row/column slices of the output whose im2col fits the workspace."""
+def _tiles(s: ConvSpec, budget_bytes: int) -> Iterator[tuple[slice, slice, slice]]:
+    """Batch/row/column slices of the output whose im2col fits ``budget_bytes``."""
     B = s.batch
     Ho, Wo = s.out_size
     per_output = s.in_channels * s.kernel_size[0] * s.kernel_size[1] * s.itemsize
-    budget = max(WORKSPACE_BYTES // per_output, 1)  # output positions per tile
+    budget = max(budget_bytes // per_output, 1)  # output positions per tile
     if budget >= Ho * Wo:
         step = max(budget // (Ho * Wo), 1)
         for b0 in range(0, B, step):
@@ -118,13 +119,13 @@ def _im2col(windows: np.ndarray, s: ConvSpec, bs: slice, rs: slice, cs: slice) -
     return np.ascontiguousarray(tile).reshape(Bt, G, Cg * KH * KW, Rt * Ct)
 
 
-def _forward(s: ConvSpec, x, w, bias, out) -> None:
-    """Write the forward of the 2-D view ``s`` into ``out``."""
+def _forward(s: ConvSpec, x, w, bias, out, budget: int) -> None:
+    """Write the forward of the 2-D view ``s`` into ``out``, im2col tiles of ``budget`` bytes."""
     G, Mg = s.groups, s.out_channels_per_group
     windows = _windows(_padded_source(x.reshape(s.x_shape), s), s)
     w_mat = w.reshape(G, Mg, -1)
     out4 = out.reshape(s.y_shape)
-    for bs, rs, cs in _tiles(s):
+    for bs, rs, cs in _tiles(s, budget):
         cols = _im2col(windows, s, bs, rs, cs)
         tile = np.matmul(w_mat, cols)  # (Bt, G, Mg, L): NCHW order already
         if bias is not None:
@@ -133,8 +134,8 @@ def _forward(s: ConvSpec, x, w, bias, out) -> None:
         out4[bs, :, rs, cs] = tile.reshape(Bt, s.out_channels, rs.stop - rs.start, cs.stop - cs.start)
 
 
-def _backward(s: ConvSpec, grad_y, x, w, grad_x, grad_w, grad_b) -> None:
-    """Write the three gradients of the 2-D view ``s``."""
+def _backward(s: ConvSpec, grad_y, x, w, grad_x, grad_w, grad_b, budget: int) -> None:
+    """Write the three gradients of the 2-D view ``s``, im2col tiles of ``budget`` bytes."""
     G, Cg, Mg = s.groups, s.channels_per_group, s.out_channels_per_group
     KH, KW = s.kernel_size
     (sh, sw), (dh, dw) = s.stride, s.dilation
@@ -150,7 +151,7 @@ def _backward(s: ConvSpec, grad_y, x, w, grad_x, grad_w, grad_b) -> None:
     grad_source = np.zeros(source.shape, dtype=source.dtype)
 
     grad_b[...] = gy4.sum(axis=(0, 2, 3))
-    for bs, rs, cs in _tiles(s):
+    for bs, rs, cs in _tiles(s, budget):
         Rt, Ct = rs.stop - rs.start, cs.stop - cs.start
         cols = _im2col(windows, s, bs, rs, cs)
         Bt = cols.shape[0]
@@ -199,20 +200,22 @@ def _workspace_bytes(spec: ConvSpec, direction: str) -> int:
     return source + full_source * s.itemsize + weights * s.itemsize + 2 * _tile_bytes(s)
 
 
-def _forward_taps(s: ConvSpec, x, w, bias, out) -> None:
-    """Forward tap by tap on slices of the unpadded input (no padded copy)."""
+def _forward_taps(s: ConvSpec, x, w, bias, out, budget: int) -> None:
+    """Forward tap by tap on slices of the unpadded input (no padded copy; no tile, ``budget`` unused)."""
     _numpy_taps.forward(s, x.reshape(s.x_shape), w.reshape(s.w_shape), bias, out.reshape(s.y_shape))
 
 
-def _backward_taps(s: ConvSpec, grad_y, x, w, grad_x, grad_w, grad_b) -> None:
-    """Backward tap by tap on slices of the unpadded input (no padded copy)."""
+def _backward_taps(s: ConvSpec, grad_y, x, w, grad_x, grad_w, grad_b, budget: int) -> None:
+    """Backward tap by tap on slices of the unpadded input (no padded copy; no tile, ``budget`` unused)."""
     shapes = (s.y_shape, s.x_shape, s.w_shape, s.x_shape, s.w_shape)
     arrays = (grad_y, x, w, grad_x, grad_w)
     _numpy_taps.backward(s, *(a.reshape(shape) for a, shape in zip(arrays, shapes)), grad_b)
 
 
-def _plan_im2col(spec: ConvSpec, direction: str) -> Launch:
+def _plan_im2col(spec: ConvSpec, direction: str, params) -> Launch:
     """Resolve the 2-D view (and im2col or tap-by-tap) once; the launch runs one call.
+
+    ``params["tile_kib"]`` is the budget of one im2col tile.
 
     Non-finite operands follow IEEE arithmetic (NaN * 0 = NaN, as on every
     backend); NumPy's "invalid value" warnings would only say that happened,
@@ -220,21 +223,38 @@ def _plan_im2col(spec: ConvSpec, direction: str) -> Launch:
     """
     s = spec.as_2d()
     taps = _padding_too_large(s)
+    budget = params["tile_kib"] * 1024
     if direction == "forward":
         run_forward = _forward_taps if taps else _forward
 
         def forward(x, w, bias, out):
             with np.errstate(invalid="ignore", over="ignore"):
-                run_forward(s, x, w, bias, out)
+                run_forward(s, x, w, bias, out, budget)
 
         return forward
     run_backward = _backward_taps if taps else _backward
 
     def backward(grad_y, x, w, grad_x, grad_w, grad_b):
         with np.errstate(invalid="ignore", over="ignore"):
-            run_backward(s, grad_y, x, w, grad_x, grad_w, grad_b)
+            run_backward(s, grad_y, x, w, grad_x, grad_w, grad_b, budget)
 
     return backward
+
+
+def _default_tile_kib(spec: ConvSpec, direction: str) -> int:
+    """:data:`WORKSPACE_BYTES` in KiB, read at plan time (32768)."""
+    return WORKSPACE_BYTES // 1024
+
+
+def _tile_constraint(spec: ConvSpec, direction: str, params) -> bool | str:
+    """The tap-by-tap path has no im2col tile: only the default ``tile_kib`` there."""
+    default = _default_tile_kib(spec, direction)
+    if params["tile_kib"] != default and _padding_too_large(spec.as_2d()):
+        return (
+            f"this case runs tap by tap (padding larger than the input), with no im2col tile: "
+            f"'tile_kib' takes only its default, {default}; got {params['tile_kib']!r}"
+        )
+    return True
 
 
 ALGORITHMS = {
@@ -243,6 +263,16 @@ ALGORITHMS = {
         summary="sliding_window_view im2col tiles + one batched BLAS matmul per tile; col2im for backward",
         plan=_plan_im2col,
         directions=("forward", "backward"),
+        tunables=(
+            Tunable(
+                "tile_kib",
+                (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072),
+                _default_tile_kib,
+                "KiB budget of one im2col tile (batch, row or column slices of the output as fit); "
+                "workspace_bytes counts the default",
+            ),
+        ),
+        constraint=_tile_constraint,
     ),
 }
 
