@@ -198,10 +198,13 @@ def _plot_heatmap(result: SweepResult, out: Path, plt) -> Path | None:
     if len(result.parameter_names) != 2:
         return None
     a, b = result.parameter_names
-    xs = sorted({r.params[a] for r in result.rows})
-    ys = sorted({r.params[b] for r in result.rows})
+    # Axes from the configurations that ran on every layer: a layer's default
+    # outside the grid (measured on that layer only) has no total to show.
+    complete = [r for r in result.rows if r.total_s is not None] or result.rows
+    xs = sorted({r.params[a] for r in complete})
+    ys = sorted({r.params[b] for r in complete})
     grid = np.full((len(ys), len(xs)), np.nan)
-    for row in result.rows:
+    for row in complete:
         if row.total_s is not None:
             grid[ys.index(row.params[b]), xs.index(row.params[a])] = row.total_s * 1e3
     fig, ax = plt.subplots(figsize=(1.0 + 0.9 * len(xs), 1.0 + 0.7 * len(ys)))
