@@ -208,7 +208,6 @@ def _check_tiled(s: ConvSpec, algorithm: str, params: dict | None = None) -> Ver
 
 def _with_bias(spec: ConvSpec, launch: Callable) -> Launch:
     """A forward launch that passes a cached zero vector when there is no bias."""
-
     zero = []  # the device's zero vector, looked up once: the lookup (str(dtype), device id) cost ~8 us a call
 
     def run(x, w, bias, out):
