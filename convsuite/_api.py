@@ -11,7 +11,7 @@ moves operands and results.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
 
 import numpy as np
@@ -149,7 +149,14 @@ def _build(
         verdict = backend.can_run(spec, algo, direction, params)
         if verdict is not True:
             raise UnsupportedCaseError(f"{backend.name}/{algo} cannot run this case with params={params!r}: {verdict}")
-        decision = replace(decision, params=tuple(sorted(params.items())))
+        given = ", ".join(f"{k}={v!r}" for k, v in sorted(params.items()))
+        decision = Decision(
+            decision.source,
+            "request",
+            f"parameters given: {given}",
+            decision.considered,
+            params=tuple(sorted(params.items())),
+        )
     else:
         backend, algo, decision = _tuning.choose(spec, direction, name, source, algorithm, home, measure=measure)
     chosen = dict(decision.params) or None
@@ -220,7 +227,8 @@ def _check_params(params: Any, name: str, algorithm: str) -> dict | None:
             "`params` sets one algorithm's tunable parameters: name the backend and the algorithm "
             f"(got backend={name!r}, algorithm={algorithm!r})"
         )
-    return dict(params)
+    # numpy's ints (from np.arange, a grid) mean the same values; plan keys and messages show plain ints
+    return {k: int(v) if isinstance(v, np.integer) else v for k, v in params.items()}
 
 
 def _planned(ndim, direction, a, b, c, stride, padding, dilation, groups, backend, algorithm, activation=None) -> Plan:
@@ -498,7 +506,7 @@ class Explanation:
         ``"measured"`` (a tuning search chose them), ``"defaults"`` (the
         hand-chosen values) or ``""`` (no tunables).
     param_table : tuple
-        For measured parameters, ``(algorithm, params, median_s, spread,
+        For measured parameters, ``("backend/algorithm", params, median_s, spread,
         status)`` of every configuration searched, fastest first.
     """
 

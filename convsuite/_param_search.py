@@ -111,6 +111,7 @@ def search_parameters(
     call_s: float | None = None,
     seed: int = 0,
     measure: Callable[..., dict] = measure_side_by_side,
+    verify: Callable[..., str] | None = None,
 ) -> ParamSearch:
     """The fastest parameters of ``algorithm`` on ``spec`` found within ``budget_s`` seconds.
 
@@ -133,12 +134,17 @@ def search_parameters(
         the same configurations).
     measure : callable
         The measuring core (replaceable in tests).
+    verify : callable, optional
+        ``verify(spec, direction, backend, algorithm, operands, default,
+        params) -> str``: why ``params`` computes something else than the
+        default ("" when it agrees); default :func:`agrees_with_default`.
 
     Returns
     -------
     ParamSearch
     """
     start = time.perf_counter()
+    verify = agrees_with_default if verify is None else verify
     record = backend.algorithm_table()[algorithm]
     default = record.resolve(spec, direction, None)
     valid = [c for c in record.configurations() if record.can_run(spec, direction, c) is True]
@@ -147,14 +153,25 @@ def search_parameters(
     results: dict[tuple, tuple[dict, float | None, float | None, str]] = {}
 
     def time_side_by_side(configs: list[dict], repeat: int = REPEAT, rounds: int = ROUNDS) -> dict[tuple, float]:
-        """Medians of ``configs`` measured together; failures recorded with their reason."""
+        """Medians of ``configs`` measured together; failures recorded with their reason.
+
+        Each configuration is planned and run once first, guarded (a launch
+        the constraint let through but the device refuses is a result, not
+        a crash); planning stops when the budget is spent (compilation of
+        new configurations counts), keeping at least two to compare.
+        """
         contenders = {}
         for params in configs:
             key = frozen_params(params)
+            if len(contenders) >= 2 and time.perf_counter() - start > budget_s:
+                results.setdefault(key, (params, None, None, "not timed: the budget was spent"))
+                continue
             try:
                 launch = backend.plan(spec, algorithm, direction, params)
-            except Exception as exc:  # a configuration that cannot start is reported, not fatal
-                results[key] = (params, None, None, f"failed to start: {exc!r}")
+                launch(*operands)
+                backend.synchronize()
+            except Exception as exc:  # a configuration that cannot build or run is reported, not fatal
+                results[key] = (params, None, None, f"failed: {exc!r}")
                 continue
 
             def run(launch=launch):
@@ -162,6 +179,8 @@ def search_parameters(
                 backend.synchronize()
 
             contenders[key] = Contender(run, backend.timer)
+        if not contenders:
+            return {}
         timings = measure(contenders, repeat=repeat, warmup=WARMUP, rounds=rounds, abandon_ratio=3.0)
         medians = {}
         for key, t in timings.items():
@@ -206,11 +225,21 @@ def search_parameters(
             f"random+local ({len(sample) + 1} sampled, {steps} local steps, {len(results)} of {len(valid)} timed)"
         )
     default_key = frozen_params(default)
-    if incumbent != default_key and default_key in results and results[default_key][3] == "ok":
-        confirmed = _winner(time_side_by_side([default, dict(incumbent)], CONFIRM_REPEAT, CONFIRM_ROUNDS), default_key)
-        strategy += (
-            "; confirmed against the default" if confirmed == incumbent else "; the default won the confirmation"
-        )
+    if incumbent != default_key:
+        confirmed = incumbent  # a default that failed or was abandoned (far slower) needs no re-timing
+        if default_key in results and results[default_key][3] == "ok":
+            medians = time_side_by_side([default, dict(incumbent)], CONFIRM_REPEAT, CONFIRM_ROUNDS)
+            confirmed = _winner(medians, default_key)
+            strategy += "; confirmed against the default" if confirmed == incumbent else "; the default won it"
+        if confirmed == incumbent:
+            try:
+                disagreement = verify(spec, direction, backend, algorithm, operands, default, dict(incumbent))
+            except Exception as exc:  # the default itself cannot run: nothing to vouch for the winner
+                disagreement = f"could not be compared with the default ({exc!r})"
+            if disagreement:
+                results[incumbent] = (dict(incumbent), None, None, f"rejected: {disagreement}")
+                strategy += f"; the winner was rejected ({disagreement})"
+                confirmed = default_key
         incumbent = confirmed
     table = sorted(results.values(), key=lambda row: (row[1] is None, row[1] or 0.0))
     return ParamSearch(
@@ -231,3 +260,65 @@ def _winner(medians: Mapping[tuple, float], incumbent: tuple) -> tuple:
     if incumbent in medians and medians[best] > (1.0 - MIN_GAIN) * medians[incumbent]:
         return incumbent
     return best
+
+
+#: Relative disagreement (to the largest magnitude) of a weight or bias gradient
+#: with the default's beyond which a configuration is rejected: far above
+#: rounding (summation orders differ), far below what skipped work gives.
+GRADIENT_AGREEMENT = {"float32": 1e-2, "float64": 1e-8}
+
+
+def agrees_with_default(spec: ConvSpec, direction: str, backend: Backend, algorithm: str, operands, default, params):
+    """Why ``params`` does not compute what the default computes ("" when it does).
+
+    The tuner times configurations; this keeps a fast wrong one (a tile that
+    skips work) out of the tuning cache. Both run on the search's operands
+    into outputs filled with NaN first, so unwritten elements show. Forward
+    outputs and the input gradient of the first two images are compared with
+    twice the float64 reference's tolerance on that slice (each result is
+    within it of the exact value); weight and bias gradients, reductions
+    over the whole batch, with :data:`GRADIENT_AGREEMENT`.
+    """
+    import dataclasses
+
+    import numpy as np
+
+    from .testing import backward_tolerances, forward_tolerance
+
+    outputs = operands[3:]
+    results = []
+    for config in (default, params):
+        for out in outputs:
+            out.fill(float("nan"))
+        backend.plan(spec, algorithm, direction, config)(*operands)
+        backend.synchronize()
+        # Copies: on the CPU to_host returns the buffer itself, which the next run overwrites.
+        results.append([np.array(backend.to_host(out[:2] if i == 0 else out)) for i, out in enumerate(outputs)])
+    host = [None if a is None else backend.to_host(a[:2]) for a in operands[:3]]  # the slice leaves the device
+    sliced = dataclasses.replace(spec, batch=min(2, spec.batch))
+    if direction == "forward":
+        x, w, bias = (
+            host[0],
+            backend.to_host(operands[1]),
+            None if operands[2] is None else backend.to_host(operands[2]),
+        )
+        tolerances = [2 * forward_tolerance(sliced, x, w, bias)]
+    else:
+        grad_y, x, w = host[0], host[1], backend.to_host(operands[2])
+        tolerances = [2 * backward_tolerances(sliced, grad_y, x, w)[0], None, None]
+    for i, (a, b, tol) in enumerate(zip(*results, tolerances)):
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        if not np.array_equal(np.isnan(a), np.isnan(b)):
+            return f"output {i} has NaN (unwritten) elements where the default's has none, or the reverse"
+        finite = ~np.isnan(a)
+        err = np.abs(a - b)[finite]
+        if not err.size:
+            continue
+        if tol is not None:
+            if np.any(err > np.broadcast_to(np.reshape(tol, a.shape), a.shape)[finite]):
+                return f"output {i} differs from the default's beyond tolerance (max {err.max():.3g})"
+            continue
+        scale = max(float(np.abs(b[finite]).max()), np.finfo(np.float64).tiny)
+        if err.max() > GRADIENT_AGREEMENT[str(spec.dtype)] * scale:
+            return f"gradient {i} differs from the default's by {err.max() / scale:.3g} of its largest magnitude"
+    return ""

@@ -143,7 +143,7 @@ class Decision:
         The algorithm's tunable parameters chosen by a measurement or given
         explicitly (sorted items); empty: the algorithm's defaults.
     param_table : tuple, optional
-        For a parameter search, ``(algorithm, params, median_s, iqr_rel,
+        For a parameter search, ``("backend/algorithm", params, median_s, iqr_rel,
         status)`` of every configuration timed, fastest first.
     """
 

@@ -368,7 +368,7 @@ class TuneResult:
     params : dict
         The winner's tunable parameters (empty when it has none).
     param_table : tuple of (str, dict, float or None, float or None, str)
-        ``(algorithm, params, median seconds, relative spread, status)`` of
+        ``("backend/algorithm", params, median seconds, relative spread, status)`` of
         every configuration the parameter search timed, fastest first per algorithm.
     search : str
         How parameters were searched (strategy and counts), or why not.
@@ -405,15 +405,14 @@ def format_param_table(param_table) -> list[str]:
     """Lines of a parameter-search table (what ``tune`` and ``explain`` print)."""
     lines = []
     best: dict[str, float] = {}
-    for algorithm, params, median, spread, status in param_table:
-        label = ", ".join(f"{k}={v}" for k, v in params.items())
+    for label, params, median, spread, status in param_table:
+        values = ", ".join(f"{k}={v}" for k, v in params.items())
         if median is None:
-            lines.append(f"  {algorithm}[{label}]: {status}")
+            lines.append(f"  {label}[{values}]: {status}")
             continue
-        best.setdefault(algorithm, median)
+        best.setdefault(label, median)
         lines.append(
-            f"  {algorithm}[{label}]: {median * 1e6:10.1f} us  (x{median / best[algorithm]:.2f}, "
-            f"spread {spread:.0%}) {status}"
+            f"  {label}[{values}]: {median * 1e6:10.1f} us  (x{median / best[label]:.2f}, spread {spread:.0%}) {status}"
         )
     return lines
 
@@ -459,7 +458,11 @@ def measure_candidates(
     for backend, algorithm in pairs:
         label = f"{backend.name}/{algorithm}"
         try:
-            launch = backend.plan(spec, algorithm, direction, (params or {}).get((backend.name, algorithm)))
+            given = (params or {}).get((backend.name, algorithm))
+            # Parameters only when there are some: a backend of the older contract takes three arguments.
+            launch = (
+                backend.plan(spec, algorithm, direction, given) if given else backend.plan(spec, algorithm, direction)
+            )
             operands = _operands(spec, direction, backend)
         except Exception as exc:  # a candidate that cannot even start is reported, not fatal
             failed.append((backend.name, algorithm, None, None, f"failed to start: {exc!r}"))
@@ -528,7 +531,7 @@ def _search_finalists(
             spec, direction, backend, algorithm, _operands(spec, direction, backend), budget_s=share, call_s=median
         )
         best_params[(name, algorithm)] = found.params
-        param_table += [[algorithm, params, m, s, st] for params, m, s, st in found.table]
+        param_table += [[f"{name}/{algorithm}", params, m, s, st] for params, m, s, st in found.table]
         notes.append(f"{name}/{algorithm}: {found.strategy} in {found.elapsed_s:.1f} s")
     if len(finalists) > 1:
         final = measure_candidates(spec, direction, [(backend_of[r[0]], r[1]) for r in finalists], params=best_params)
@@ -566,8 +569,10 @@ def _usable(entry: dict, spec: ConvSpec, direction: str, pairs: Sequence[tuple[B
     if backend is None or not isinstance(params, dict):
         return False
     try:  # parameters a newer version no longer has, or refuses on this case
+        if not params:  # a backend of the older contract takes three arguments
+            return backend.can_run(spec, entry["algorithm"], direction) is True
         return backend.can_run(spec, entry["algorithm"], direction, params) is True
-    except ValueError:
+    except (ValueError, TypeError):
         return False
 
 

@@ -155,10 +155,10 @@ def test_tune_finds_the_clearly_faster_configuration_and_persists_it(tunable_bac
     assert (result.backend, result.algorithm) == (tunable_backend, "loop")
     assert result.params["reps"] == 1  # 8x less work than the default
     assert "exhaustive" in result.search
-    searched = [row for row in result.param_table if row[0] == "loop"]
+    searched = [row for row in result.param_table if row[0] == "tunable_test/loop"]
     assert len(searched) == 7  # 8 configurations, one refused by the constraint
     assert all(row[1] != {"reps": 4, "tile": 2} for row in searched)
-    assert "parameters:" in str(result) and "loop[reps=1" in str(result)
+    assert "parameters:" in str(result) and "tunable_test/loop[reps=1" in str(result)
     # On disk, with the parameters and the table.
     data = json.loads(_tuning.cache_file().read_text())
     (entry,) = data["entries"].values()
@@ -249,6 +249,11 @@ def _cost(params: dict) -> float:
     return 1.0 + (params["a"] - 7) ** 2 + 2 * (params["b"] - 3) ** 2
 
 
+def _agrees(*args) -> str:
+    """The stand-in kernels compute nothing to compare."""
+    return ""
+
+
 def _fake_measure(contenders, **kw):
     """Medians from the cost function; nothing is run or timed."""
     out = {}
@@ -262,7 +267,7 @@ def test_pruned_search_reaches_the_optimum_by_local_steps():
     backend = _GridBackend()
     spec = cs.plan(X, W, backend="numpy").spec
     found = _param_search.search_parameters(
-        spec, "forward", backend, "grid", (), budget_s=5.0, call_s=1.0, measure=_fake_measure
+        spec, "forward", backend, "grid", (), budget_s=5.0, call_s=1.0, measure=_fake_measure, verify=_agrees
     )
     assert found.valid == 80  # 81 minus the refused corner
     assert found.strategy.startswith("random+local")
@@ -280,7 +285,7 @@ def test_search_keeps_the_default_unless_beaten_beyond_noise():
         return {k: Timing(1.0, 1.0 if dict(k) == {"a": 1, "b": 1} else 0.99, 1, 1, 0, 1) for k in contenders}
 
     found = _param_search.search_parameters(
-        spec, "forward", backend, "grid", (), budget_s=1e9, call_s=1e-9, measure=nearly_flat
+        spec, "forward", backend, "grid", (), budget_s=1e9, call_s=1e-9, measure=nearly_flat, verify=_agrees
     )
     assert found.strategy.startswith("exhaustive")
     assert found.params == {"a": 1, "b": 1}
@@ -306,11 +311,99 @@ def test_a_winner_that_loses_the_confirmation_gives_way_to_the_default():
         return out
 
     found = _param_search.search_parameters(
-        spec, "forward", backend, "grid", (), budget_s=1e9, call_s=1e-9, measure=lucky_then_honest
+        spec, "forward", backend, "grid", (), budget_s=1e9, call_s=1e-9, measure=lucky_then_honest, verify=_agrees
     )
     assert found.params == {"a": 1, "b": 1}
-    assert "the default won the confirmation" in found.strategy
+    assert "the default won it" in found.strategy
     kept = _param_search.search_parameters(
-        spec, "forward", backend, "grid", (), budget_s=5.0, call_s=1.0, measure=_fake_measure
+        spec, "forward", backend, "grid", (), budget_s=5.0, call_s=1.0, measure=_fake_measure, verify=_agrees
     )
     assert kept.params == {"a": 7, "b": 3} and "confirmed against the default" in kept.strategy
+
+
+# --- a fast wrong configuration, a failing one, and a backend of the older contract ----
+
+
+def _plan_modes(spec, direction, params):
+    def run(x, w, bias, out):
+        if params["mode"] == "raises":
+            raise RuntimeError("too many resources requested for launch")
+        if params["mode"] == "skips_work":  # fastest of all, and wrong: half the output never written
+            out[: max(1, len(out) // 2)] = 0.0
+            return
+        for _ in range(4):  # the honest configuration, slower
+            out[...] = reference_forward(spec, x, w, bias)
+
+    return run
+
+
+class _ModesBackend(Backend):
+    """One algorithm whose fastest configuration is wrong and another raises at launch."""
+
+    name = "modes_test"
+    priority = -100
+    algorithms = ("modes",)
+
+    def algorithm_table(self):
+        modes = ("exact", "raises", "skips_work")
+        return {
+            "modes": Algorithm("modes", "exact, or broken", _plan_modes, tunables=(Tunable("mode", modes, "exact"),))
+        }
+
+
+def test_a_fast_wrong_configuration_is_rejected_and_a_failing_one_reported(tmp_path, monkeypatch):
+    monkeypatch.setenv(_tuning.CACHE_DIR_ENV, str(tmp_path))
+    cs.clear_tuning_cache()
+    register_backend(_ModesBackend())
+    try:
+        result = cs.tune(X, W, backend="modes_test", budget_s=30.0)
+    finally:
+        unregister_backend("modes_test")
+        cs.clear_tuning_cache()
+    assert result.params == {"mode": "exact"}
+    status = {row[1]["mode"]: row[4] for row in result.param_table}
+    assert status["raises"].startswith("failed: RuntimeError('too many resources")
+    assert status["skips_work"].startswith("rejected: output 0 has NaN")
+    assert "the winner was rejected" in result.search
+
+
+class _OldContract(Backend):
+    """A backend written before parameters: three-argument can_run and plan."""
+
+    name = "old_contract_test"
+    priority = -100
+    algorithms = ("a", "b")
+
+    def can_run(self, spec, algorithm, direction):
+        return True
+
+    def plan(self, spec, algorithm, direction):
+        def run(x, w, bias, out):
+            out[...] = reference_forward(spec, x, w, bias)
+
+        return run
+
+
+def test_a_backend_of_the_older_contract_is_tuned_and_its_cache_entry_used(tmp_path, monkeypatch):
+    monkeypatch.setenv(_tuning.CACHE_DIR_ENV, str(tmp_path))
+    cs.clear_tuning_cache()
+    register_backend(_OldContract())
+    try:
+        with cs.use_autotune(True):
+            y = cs.conv2d(X, W, backend="old_contract_test")  # measures a and b
+            cs.clear_plan_cache()
+            _tuning._memory.clear()
+            y2 = cs.conv2d(X, W, backend="old_contract_test")  # the cache entry, checked with can_run(3 args)
+            e = cs.explain(X, W, backend="old_contract_test")
+    finally:
+        unregister_backend("old_contract_test")
+        cs.clear_tuning_cache()
+    assert e.decided_by == "measurement" and e.params == {}
+    assert all(row[4] == "ok" for row in e.measured)
+    np.testing.assert_array_equal(y, y2)
+
+
+def test_explicit_params_are_a_request_and_numpy_ints_are_accepted(tunable_backend):
+    p = cs.plan(X, W, backend=tunable_backend, algorithm="loop", params={"reps": np.int64(2)})
+    assert p.params == {"reps": 2, "tile": 1} and type(p.params["reps"]) is int
+    assert p.decision.decided_by == "request" and "parameters given: reps=2" in p.decision.reason

@@ -163,6 +163,8 @@ class Algorithm:
             )
         full = self.defaults(spec, direction)
         for name, value in given.items():
+            if isinstance(value, np.integer):  # numpy's ints (from np.arange, a grid) mean the same values
+                value = given[name] = int(value)
             allowed = known[name].values
             if _same(value, full[name]):  # the case's own default, listed or not
                 continue

@@ -266,10 +266,12 @@ ALGORITHMS = {
         tunables=(
             Tunable(
                 "tile_kib",
-                (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072),
+                # No value above the default: the memory reserved before a call
+                # (workspace_bytes) counts the default tile, which must stay an upper bound.
+                (1024, 2048, 4096, 8192, 16384, 32768),
                 _default_tile_kib,
                 "KiB budget of one im2col tile (batch, row or column slices of the output as fit); "
-                "workspace_bytes counts the default",
+                "at most the default, which workspace_bytes reserves",
             ),
         ),
         constraint=_tile_constraint,

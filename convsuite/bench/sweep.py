@@ -396,7 +396,8 @@ def _sweep_layer(
     spec = case.spec(dtype)
     direction = case.direction
     defaults = record.defaults(spec, direction)
-    verdicts = {_key(p): record.can_run(spec, direction, p) for p in _unique([defaults, *configs])}
+    # The backend's verdict: it adds its own limits to the record's (e.g. cupy's 32-bit geometry).
+    verdicts = {_key(p): backend.can_run(spec, record.name, direction, p) for p in _unique([defaults, *configs])}
     cells: dict[tuple, Cell] = {}
     launches: dict[tuple, Callable] = {}
     runnable = [p for p in _unique([defaults, *configs]) if verdicts[_key(p)] is True]

@@ -89,7 +89,7 @@ def run(device: str = "cpu", budget_s: float = 3.0, repeat: int = 12, backends=N
             backend = get_backend(name)
             table = backend.algorithm_table() or {}
             for algorithm, record in table.items():
-                if not record.tunables or record.can_run(spec, "forward") is not True:
+                if not record.tunables or backend.can_run(spec, algorithm, "forward") is not True:
                     continue
                 operands = _operands(spec, backend, "forward")
                 found = search_parameters(spec, "forward", backend, algorithm, operands, budget_s=budget_s)
