@@ -92,7 +92,8 @@ def _plan_key(
         ndim,
         direction,
         type(a),
-        # A plan holds device-bound kernel handles: a CuPy array on another GPU needs its own plan.
+        # A plan holds kernel handles of the device current when it was built: an array on another
+        # GPU gets its own plan (made and run in that GPU's context, as convsuite.distributed does).
         None if type(a) is np.ndarray else _device_id(a),
         a.shape,
         a.dtype,

@@ -3,7 +3,10 @@
 The calling thread enters each GPU's ``cupy.cuda.Device`` context in turn
 and queues the ordinary single-array call on its slice of the batch (so each
 GPU uses the algorithm the settings choose); kernel launches return at once,
-so every GPU is busy before the first one is waited for. (A thread per GPU
+so every GPU is busy before the first one is waited for. (Not quite where a
+plan reads a flag back to the host: layers with padding on algorithms that
+skip halo taps check for non-finite operands each call, which waits for that
+GPU before the next is queued. A thread per GPU
 was measured first: on two H200s its hand-offs and the launchers' contention
 for the GIL cost more than a millisecond layer's share.) Placing host data
 (:func:`scatter`) does use a thread per GPU, since host-to-device copies of
