@@ -365,7 +365,10 @@ def test_seed_report_on_the_fake_backend(fake_backend, tmp_path, monkeypatch):
 
 def test_seed_report_budget_prunes_deterministically():
     configs = TOY.configurations()
-    assert sweep_report.configurations_for_budget(len(configs), 0.1, 1.0) == 1
+    assert len(configs) > 5
+    # Below the minimum the budget is exceeded: fewer could not compare values with the default.
+    assert sweep_report.configurations_for_budget(len(configs), 0.1, 1.0) == sweep_report.MIN_CONFIGS
+    assert sweep_report.configurations_for_budget(3, 0.1, 1.0) is None  # all three
     assert sweep_report.configurations_for_budget(len(configs), 100.0, 1.0) is None
     assert sweep_report.configurations_for_budget(len(configs), 5.0, 1.0) == 5
 

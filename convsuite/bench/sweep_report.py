@@ -62,10 +62,20 @@ def seed_cases(device: str, record: Algorithm, backend: Backend) -> list[tuple[s
 _DTYPE = "float32"
 
 
+#: Configurations every sweep measures whatever the budget (the default is
+#: measured besides): fewer cannot answer "does another value beat the default?".
+MIN_CONFIGS = 4
+
+
 def configurations_for_budget(total: int, share_s: float, per_config_s: float) -> int | None:
-    """How many of ``total`` configurations fit in ``share_s`` (None: all of them; at least 1)."""
+    """How many of ``total`` configurations fit in ``share_s`` (None: all of them; at least :data:`MIN_CONFIGS`).
+
+    The minimum can take a sweep past its share of the budget; the report
+    states the time it took.
+    """
     fits = int(share_s // per_config_s) if per_config_s > 0 else total
-    return None if fits >= total else max(fits, 1)
+    fits = max(fits, MIN_CONFIGS)
+    return None if fits >= total else fits
 
 
 def _per_config_s(backend: Backend, record: Algorithm, cases: list[Case], repeat: int) -> float:
