@@ -728,3 +728,29 @@ def test_tunable_plans_share_modules_and_record_compile_times():
     seconds = rt.compile_seconds()
     assert seconds[("conv2d.cu", (("CS_RT_PX", other),))] > 0
     assert seconds[("conv2d.cu", ())] > 0
+
+
+def test_tune_searches_cupy_parameters_and_the_result_is_correct(tmp_path, monkeypatch):
+    """cs.tune on device arrays: the search (guarded first calls, confirmation, the check against the
+    default's result on the GPU) runs, its winner persists, and the tuned call agrees with the reference."""
+    from convsuite import _tuning
+
+    cp = _cupy()
+    monkeypatch.setenv(_tuning.CACHE_DIR_ENV, str(tmp_path))
+    cs.clear_tuning_cache()
+    rng = np.random.default_rng(16)
+    x = rng.standard_normal((4, 8, 23, 29)).astype(np.float32)
+    w = rng.standard_normal((12, 8, 3, 3)).astype(np.float32)
+    xd, wd = cp.asarray(x), cp.asarray(w)
+    try:
+        result = cs.tune(xd, wd, padding=1, stride=2, backend="cupy", algorithm="register_tiled", budget_s=5.0)
+        assert result.param_table and set(result.params) == {"mt", "block_w", "px"}
+        assert all(row[0] == "cupy/register_tiled" for row in result.param_table)
+        with cs.use_autotune(True):
+            e = cs.explain(xd, wd, padding=1, stride=2, backend="cupy", algorithm="register_tiled")
+            y = cs.conv2d(xd, wd, padding=1, stride=2, backend="cupy", algorithm="register_tiled")
+        assert e.decided_by == "measurement" and e.params == result.params
+    finally:
+        cs.clear_tuning_cache()
+    spec = cs.explain(x, w, padding=1, stride=2).spec
+    assert_within(cp.asnumpy(y), reference_forward(spec, x, w), forward_tolerance(spec, x, w), "tuned register_tiled")

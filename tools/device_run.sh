@@ -4,6 +4,8 @@
 #                                     suites), compute-sanitizer memcheck and racecheck
 #   bash tools/device_run.sh bench    per-call overhead, MobileNetV2 (52 convs, whole network, CUDA
 #                                     graph), the GPU crossover map and the regret of auto on held-out cases
+#   bash tools/device_run.sh sweeps   the FA19 table (tiled_shared tile_w x tile_h) and tuned vs default
+#   bash tools/device_run.sh report   the seed report of every tunable algorithm (swept best vs default)
 #   bash tools/device_run.sh ece408   the course's LeNet-5 inference at batch 10,000 (trained with cupy)
 #                                     vs cuDNN, and a profile of the per-call path of a tiny conv
 #   bash tools/device_run.sh multi    several GPUs: the multi-GPU tests and the scaling figures
@@ -54,9 +56,14 @@ sweeps)
   tail -12 "$LOGS/sweep-fa19.log" | tee -a "$SUMMARY"
   run tuned 200 python3 -m convsuite.bench.tuned_vs_default --device gpu --budget-s 3 --out "$LOGS/tuned-vs-default-gpu"
   tail -1 "$LOGS/tuned.log" | tee -a "$SUMMARY"
-  run sweep-report 270 python3 -m convsuite.bench.sweep_report --device gpu --budget-s 120 --out "$LOGS/sweep-gpu"
-  # The device tool returns a few files per call: the folders travel as one archive.
-  tar -czf "$LOGS/sweeps.tar.gz" -C "$LOGS" sweep-fa19 sweep-gpu && rm -rf "$LOGS/sweep-fa19" "$LOGS/sweep-gpu"
+  # The device tool returns a few files per call: the folder travels as one archive.
+  tar -czf "$LOGS/sweep-fa19.tar.gz" -C "$LOGS" sweep-fa19 && rm -rf "$LOGS/sweep-fa19"
+  ;;
+report)
+  # The seed report: every tunable algorithm swept on the seed workloads, swept best vs default per layer.
+  run sweep-report 540 python3 -m convsuite.bench.sweep_report --device gpu --budget-s 300 --out "$LOGS/sweep-gpu"
+  tail -3 "$LOGS/sweep-report.log" | tee -a "$SUMMARY"
+  tar -czf "$LOGS/sweep-gpu.tar.gz" -C "$LOGS" sweep-gpu && rm -rf "$LOGS/sweep-gpu"
   ;;
 ece408)
   run ece408 300 python3 -m convsuite.bench.ece408 --device gpu --out "$LOGS/ece408.json"
