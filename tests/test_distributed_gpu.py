@@ -127,3 +127,19 @@ def test_each_gpu_gets_its_own_plan():
     from convsuite._plans import plan_cache_info
 
     assert plan_cache_info()["size"] == 2
+
+
+def test_replicated_weights_give_the_same_result():
+    """Weights placed once on every GPU (replicate) in place of a host array: same result, nothing moved per call."""
+    from convsuite.distributed import multigpu
+
+    x, w, b = _arrays()
+    spec = cs.explain(x, w, b, padding=1).spec
+    expected, tol = reference_forward(spec, x, w, b), forward_tolerance(spec, x, w, b)
+    for devices in _devices_to_try():
+        unique = list(dict.fromkeys(devices))
+        shards = multigpu.scatter(x, devices)
+        w_on, b_on = multigpu.replicate(w, unique), multigpu.replicate(b, unique)
+        assert sorted(w_on) == sorted(unique) and all(a.device.id == d for d, a in w_on.items())
+        y = multigpu.gather(multigpu.conv_shards(shards, w_on, b_on, padding=1))
+        assert_within(y, expected, tol, f"replicated weights on {devices}")

@@ -42,6 +42,7 @@ __all__ = [
     "conv2d_backward",
     "conv_shards",
     "gather",
+    "replicate",
     "scatter",
     "visible_gpus",
 ]
@@ -142,10 +143,23 @@ def scatter(x, devices: Sequence[int] | None = None) -> list[Shard]:
     return _on_each(devices[: len(spans)], place)
 
 
+def replicate(array, devices: Sequence[int] | None = None) -> dict[int, Any]:
+    """A copy of ``array`` (weights, a bias) on each GPU, placed once.
+
+    :func:`conv_shards` takes the result in place of ``w`` or ``bias``: repeated
+    calls then move nothing (otherwise NumPy weights are copied to every GPU
+    on every call).
+    """
+    devices = _devices(devices)
+    return dict(zip(devices, _on_each(devices, lambda i, device: _replicate(array, device))))
+
+
 def _replicate(array, device: int):
-    """``array`` (NumPy, or CuPy on any device) as a CuPy array on ``device``, the current one."""
+    """``array`` (NumPy, CuPy on any device, or :func:`replicate`'s copies) as a CuPy array on ``device``."""
     if array is None:
         return None
+    if isinstance(array, dict):  # placed by replicate(): this device's copy
+        return array[device]
     cupy = _cupy()
     if not is_cupy_array(array):
         return cupy.asarray(array)
@@ -174,6 +188,7 @@ def conv_shards(
     Forward returns a list of :class:`Shard` outputs. Backward (``grad_y``:
     the matching shards of the output gradient) returns a list of
     ``(grad_x shard, grad_w, grad_b)`` per device, the last two still to be summed.
+    ``w`` and ``bias`` may be :func:`replicate`'s per-GPU copies (nothing moved per call).
     """
     from .. import _api
 
