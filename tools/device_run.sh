@@ -61,7 +61,7 @@ sweeps)
   ;;
 report)
   # The seed report: every tunable algorithm swept on the seed workloads, swept best vs default per layer.
-  run sweep-report 540 python3 -m convsuite.bench.sweep_report --device gpu --budget-s 300 --out "$LOGS/sweep-gpu"
+  run sweep-report 400 python3 -m convsuite.bench.sweep_report --device gpu --budget-s 200 --out "$LOGS/sweep-gpu"
   tail -3 "$LOGS/sweep-report.log" | tee -a "$SUMMARY"
   tar -czf "$LOGS/sweep-gpu.tar.gz" -C "$LOGS" sweep-gpu && rm -rf "$LOGS/sweep-gpu"
   ;;
