@@ -361,6 +361,14 @@ def test_seed_report_on_the_fake_backend(fake_backend, tmp_path, monkeypatch):
     assert report["sweeps"] and "best/default" in text and FAKE in text and "toy" in text
     assert "spin=0" in text  # the best parameters are named
     assert (tmp_path / f"{FAKE}-toy-toy-forward" / "sweep.json").exists()
+    # A run cut short keeps its sweeps' files; the summary is rebuilt from them.
+    (tmp_path / "README.md").unlink()
+    assert sweep_report.main(["--summarise", str(tmp_path), "--note", "cut short after one sweep"]) == 0
+    rebuilt = (tmp_path / "README.md").read_text()
+    assert "cut short after one sweep" in rebuilt and f"{FAKE} / toy" in rebuilt and "spin=0" in rebuilt
+    assert "x" in rebuilt.split("| toy forward |")[1]  # a speedup column per layer
+    with pytest.raises(FileNotFoundError):
+        sweep_report.summarise_folder(tmp_path / "empty")
 
 
 def test_seed_report_budget_prunes_deterministically():
