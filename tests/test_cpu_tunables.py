@@ -203,7 +203,7 @@ def test_numpy_tile_budget_default_and_the_tap_path():
     record = b.algorithm_table()["im2col"]
     spec = _spec_of_shapes((2, 4, 10, 10), (8, 4, 3, 3))
     assert (
-        record.defaults(spec, "forward") == {"tile_kib": numpy_backend.WORKSPACE_BYTES // 1024} == {"tile_kib": 32768}
+        record.defaults(spec, "forward") == {"tile_kib": numpy_backend.WORKSPACE_BYTES // 1024} == {"tile_kib": 2048}
     )
     assert b.can_run(spec, "im2col", "backward", {"tile_kib": 1024}) is True
     # Padding far larger than the input: computed tap by tap, which has no tile to size.
@@ -261,8 +261,8 @@ def test_numba_defaults_are_the_hand_chosen_values():
     # The extra arguments the kernels receive are those of before the parameters existed.
     assert numba_backend._direct_extra(s, "forward", table["direct"].defaults(spec, "forward")) == (256, 16 * threads)
     Ho, Wo = s.out_size
-    assert _tiles.WORKSPACE_BYTES == 2 * 2**20
-    assert table["gemm"].defaults(spec, "forward") == {"tile_kib": 2048, "max_partials": 32}
+    assert _tiles.WORKSPACE_BYTES == 256 * 2**10
+    assert table["gemm"].defaults(spec, "forward") == {"tile_kib": 256, "max_partials": 32}
     # The rows the kernels receive are those of the rule before the parameters existed.
     min_tiles = -(-2 * threads // (s.batch * s.groups))
     rows_fwd = max(1, min(_tiles.WORKSPACE_BYTES // (s.reduction_length * Wo * s.itemsize), -(-Ho // min_tiles), Ho))

@@ -44,7 +44,7 @@ _DIRECT_TILE = Tunable(
 _GEMM_TILE = Tunable(
     "tile_kib",
     TILE_KIB_VALUES,
-    lambda s, direction: _tiles.WORKSPACE_BYTES // 1024,  # read at plan time: 2048
+    lambda s, direction: _tiles.WORKSPACE_BYTES // 1024,  # read at plan time: 256
     "KiB budget of one packed im2col tile: its output rows are as many as fit (at least one)",
 )
 

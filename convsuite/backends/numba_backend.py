@@ -91,7 +91,7 @@ _LINE_TILE = Tunable(
 _GEMM_TILE = Tunable(
     "tile_kib",
     TILE_KIB_VALUES,
-    lambda s, direction: _tiles.WORKSPACE_BYTES // 1024,  # read at plan time: 2048
+    lambda s, direction: _tiles.WORKSPACE_BYTES // 1024,  # read at plan time: 256
     "KiB budget of one im2col tile: its output rows are as many as fit (at least one; "
     "forward also keeps >= 2 tiles per thread)",
 )

@@ -30,8 +30,11 @@ from .base import Algorithm, Backend, Launch, Tunable
 __all__ = ["ALGORITHMS", "NumpyBackend", "WORKSPACE_BYTES"]
 
 #: Target size of one im2col tile: large enough for BLAS to run at speed,
-#: small enough to stay out of the way of the rest of memory.
-WORKSPACE_BYTES = 32 * 2**20
+#: small enough that the tile and its product stay in cache between the copy
+#: and the matmul. 32 MiB until the sweeps of 2026-11-22 (2-core Xeon): tiles
+#: of 1-2 MiB were 1.4-3.9x faster on every seed layer
+#: (docs/measurements/sweep-cpu-2026-11-22/).
+WORKSPACE_BYTES = 2 * 2**20
 
 #: Zero padding im2col may materialise beyond the size of the input itself:
 #: above it (huge dilation with "same"/"full", huge explicit padding) the
@@ -242,7 +245,7 @@ def _plan_im2col(spec: ConvSpec, direction: str, params) -> Launch:
 
 
 def _default_tile_kib(spec: ConvSpec, direction: str) -> int:
-    """:data:`WORKSPACE_BYTES` in KiB, read at plan time (32768)."""
+    """:data:`WORKSPACE_BYTES` in KiB, read at plan time (2048)."""
     return WORKSPACE_BYTES // 1024
 
 
@@ -268,7 +271,7 @@ ALGORITHMS = {
                 "tile_kib",
                 # No value above the default: the memory reserved before a call
                 # (workspace_bytes) counts the default tile, which must stay an upper bound.
-                (1024, 2048, 4096, 8192, 16384, 32768),
+                (256, 512, 1024, 2048),
                 _default_tile_kib,
                 "KiB budget of one im2col tile (batch, row or column slices of the output as fit); "
                 "at most the default, which workspace_bytes reserves",
