@@ -199,7 +199,8 @@ def search_parameters(
 
     if len(valid) <= max(affordable, 2):
         strategy = f"exhaustive ({len(valid)} configurations)"
-        medians = time_side_by_side(valid)
+        # The default first: if the budget runs out while planning, it is among those timed.
+        medians = time_side_by_side([default, *(c for c in valid if c != default)])
         incumbent = _winner(medians, frozen_params(default))
     else:
         rng = random.Random(seed)
