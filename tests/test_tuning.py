@@ -159,8 +159,13 @@ def test_explain_does_not_measure_an_untuned_problem(cache_dir, monkeypatch):
 def test_autotune_on_a_named_backend_tunes_its_algorithms_only(cache_dir, monkeypatch):
     calls = _count_measurements(monkeypatch)
     with cs.use_autotune(True):
-        cs.conv2d(X, W, padding=1, backend="numpy")  # numpy has one algorithm: nothing to measure
+        cs.conv2d(X, W, padding=1, backend="python")  # one algorithm, no tunables: nothing to measure
     assert calls == []
+    with cs.use_autotune(True):
+        cs.conv2d(X, W, padding=1, backend="numpy")  # one algorithm, whose tile is tunable: searched
+        e = cs.explain(X, W, padding=1, backend="numpy")
+    assert calls == [1]  # the numpy backend's one algorithm, not every backend's
+    assert e.decided_by == "measurement" and set(e.params) == {"tile_kib"}
 
 
 def test_persistence_across_processes(cache_dir):
