@@ -202,9 +202,7 @@ def test_numpy_tile_budget_default_and_the_tap_path():
     b = get_backend("numpy")
     record = b.algorithm_table()["im2col"]
     spec = _spec_of_shapes((2, 4, 10, 10), (8, 4, 3, 3))
-    assert (
-        record.defaults(spec, "forward") == {"tile_kib": numpy_backend.WORKSPACE_BYTES // 1024} == {"tile_kib": 2048}
-    )
+    assert record.defaults(spec, "forward") == {"tile_kib": numpy_backend.WORKSPACE_BYTES // 1024} == {"tile_kib": 2048}
     assert b.can_run(spec, "im2col", "backward", {"tile_kib": 1024}) is True
     # Padding far larger than the input: computed tap by tap, which has no tile to size.
     taps = _spec_of_shapes((1, 1, 6, 6), (1, 1, 3, 3), dtype=np.float64, padding="same", dilation=10**4)
