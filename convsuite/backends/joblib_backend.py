@@ -206,32 +206,34 @@ class JoblibBackend(Backend):
         bounds = self._batch_bounds(s, workers, per_worker)
         grad_w[...] = 0
         grad_b[...] = 0
-        if bounds is not None:
-            spans = list(zip(bounds, bounds[1:]))
-            results = parallel(_delayed(backward_piece)(grad_y[a:b], x[a:b], w, geometry) for a, b in spans)
-            for (a, b), (gx, gw, gb) in zip(spans, results):
-                grad_x[a:b] = gx
+        # Non-finite operands give NaN and inf by IEEE rules, as the kernels do: no warnings.
+        with np.errstate(invalid="ignore", over="ignore"):
+            if bounds is not None:
+                spans = list(zip(bounds, bounds[1:]))
+                results = parallel(_delayed(backward_piece)(grad_y[a:b], x[a:b], w, geometry) for a, b in spans)
+                for (a, b), (gx, gw, gb) in zip(spans, results):
+                    grad_x[a:b] = gx
+                    grad_w += gw
+                    grad_b += gb
+                return
+            axis, cuts = self._row_pieces(s, workers, per_worker)
+            grad_x[...] = 0
+            jobs, slabs = [], []
+            for p in cuts:
+                y_index = _along(axis, p.out_lo, p.out_hi)
+                if p.in_size == 0:  # outputs of pure padding: only the bias saw them
+                    grad_b += grad_y[y_index].sum(axis=(0, 2, 3), dtype=grad_b.dtype)
+                    continue
+                x_index = _along(axis, p.in_lo, p.in_hi)
+                pads = [s.padding[0][0], s.padding[1][0]]
+                pads[axis] = p.pad_before
+                jobs.append((grad_y[y_index], x[x_index], w, _geometry(s, *pads)))
+                slabs.append(x_index)
+            # Neighbouring slabs share their halo: their input gradients add up there.
+            for x_index, (gx, gw, gb) in zip(slabs, parallel(_delayed(backward_piece)(*job) for job in jobs)):
+                grad_x[x_index] += gx
                 grad_w += gw
                 grad_b += gb
-            return
-        axis, cuts = self._row_pieces(s, workers, per_worker)
-        grad_x[...] = 0
-        jobs, slabs = [], []
-        for p in cuts:
-            y_index = _along(axis, p.out_lo, p.out_hi)
-            if p.in_size == 0:  # outputs of pure padding: only the bias saw them
-                grad_b += grad_y[y_index].sum(axis=(0, 2, 3), dtype=grad_b.dtype)
-                continue
-            x_index = _along(axis, p.in_lo, p.in_hi)
-            pads = [s.padding[0][0], s.padding[1][0]]
-            pads[axis] = p.pad_before
-            jobs.append((grad_y[y_index], x[x_index], w, _geometry(s, *pads)))
-            slabs.append(x_index)
-        # Neighbouring slabs share their halo: their input gradients add up there.
-        for x_index, (gx, gw, gb) in zip(slabs, parallel(_delayed(backward_piece)(*job) for job in jobs)):
-            grad_x[x_index] += gx
-            grad_w += gw
-            grad_b += gb
 
 
 def _delayed(function):
