@@ -20,24 +20,24 @@ cnn-train 3x3 layers): other channel counts, sizes, strides and groups.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from datetime import datetime, timezone
 from pathlib import Path
 
-import numpy as np
+from .crossover import Problem, spec_of
 
 __all__ = ["HELD_OUT", "main", "run"]
 
-#: (name, B, C, size, M, K, stride, padding, groups, ndim): held-out layers,
-#: batch scaled up on the GPU (see ``run``).
+#: Held-out layers (batch scaled up on the GPU, see ``run``).
 HELD_OUT = (
-    ("rgb 3->16 3x3 64x64", 4, 3, 64, 16, 3, 1, 1, 1, 2),
-    ("16->8 5x5 40x40", 4, 16, 40, 8, 5, 1, 2, 1, 2),
-    ("1->6 7x7 60x60", 8, 1, 60, 6, 7, 1, 0, 1, 2),
-    ("8->12 3x3 45x45 s2", 4, 8, 45, 12, 3, 2, 1, 1, 2),
-    ("dw 32 3x3 s2 28x28", 4, 32, 28, 32, 3, 2, 1, 32, 2),
-    ("pw 64->24 1x1 28x28", 4, 64, 28, 24, 1, 1, 0, 1, 2),
-    ("1-D 1->1 K=15 N=2e5", 2, 1, 200_000, 1, 15, 1, 7, 1, 1),
+    Problem("rgb 3->16 3x3 64x64", (4, 3, 64, 64), (16, 3, 3, 3), padding=1),
+    Problem("16->8 5x5 40x40", (4, 16, 40, 40), (8, 16, 5, 5), padding=2),
+    Problem("1->6 7x7 60x60", (8, 1, 60, 60), (6, 1, 7, 7)),
+    Problem("8->12 3x3 45x45 s2", (4, 8, 45, 45), (12, 8, 3, 3), stride=2, padding=1),
+    Problem("dw 32 3x3 s2 28x28", (4, 32, 28, 28), (32, 1, 3, 3), stride=2, padding=1, groups=32),
+    Problem("pw 64->24 1x1 28x28", (4, 64, 28, 28), (24, 64, 1, 1)),
+    Problem("1-D 1->1 K=15 N=2e5", (2, 1, 200_000), (1, 1, 15), padding=7),
 )
 
 GAIN = 1.10  # "at least 10% faster"
@@ -50,32 +50,13 @@ def _lost(row: dict) -> bool:
     return row["ratio"] < 1.0 - max(NOISE, spread)
 
 
-def _operands(spec, backend, direction: str):
-    """Random operands and outputs of the spec on the backend's device."""
-    from .._tuning import _operands as tuning_operands
-
-    return tuning_operands(spec, direction, backend)
-
-
-def _spec(case, batch_scale: int):
-    """The ConvSpec of a held-out case."""
-    from .._validation import prepare_forward
-
-    name, B, C, size, M, K, stride, padding, groups, ndim = case
-    shape = (B * batch_scale, C) + (size,) * ndim
-    x = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), shape, (0,) * len(shape))
-    w_shape = (M, C // groups) + (K,) * ndim
-    w = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), w_shape, (0,) * len(w_shape))
-    op = f"conv{ndim}d"
-    return prepare_forward(op, ndim, x, w, None, stride, padding, 1, groups, convert=False).spec
-
-
-def run(device: str = "cpu", budget_s: float = 3.0, repeat: int = 12, backends=None) -> dict:
+def run(device: str = "cpu", budget_s: float = 3.0, repeat: int = 12, backends=None, problems=HELD_OUT) -> dict:
     """Search, re-time default vs tuned, return the rows and the summary."""
     from .. import list_backends
     from .._param_search import frozen_params, search_parameters
     from .._registry import get_backend
     from .._timing import Contender, measure_side_by_side
+    from .._tuning import _operands
     from .machine import cpu_description, gpu_description
 
     batch_scale = 16 if device == "gpu" else 1
@@ -83,19 +64,20 @@ def run(device: str = "cpu", budget_s: float = 3.0, repeat: int = 12, backends=N
     if backends:
         names = [n for n in names if n in backends]
     rows = []
-    for case in HELD_OUT:
-        spec = _spec(case, batch_scale)
+    for problem in problems:
+        x_shape = (problem.x_shape[0] * batch_scale, *problem.x_shape[1:])
+        spec = spec_of(dataclasses.replace(problem, x_shape=x_shape))
         for name in names:
             backend = get_backend(name)
             table = backend.algorithm_table() or {}
             for algorithm, record in table.items():
                 if not record.tunables or backend.can_run(spec, algorithm, "forward") is not True:
                     continue
-                operands = _operands(spec, backend, "forward")
+                operands = _operands(spec, "forward", backend)
                 found = search_parameters(spec, "forward", backend, algorithm, operands, budget_s=budget_s)
                 default, tuned = found.default, found.params
                 row = dict(
-                    case=case[0],
+                    case=problem.name,
                     backend=name,
                     algorithm=algorithm,
                     default=default,
@@ -107,7 +89,7 @@ def run(device: str = "cpu", budget_s: float = 3.0, repeat: int = 12, backends=N
                 if frozen_params(default) == frozen_params(tuned):
                     row.update(ratio=1.0, note="the search kept the defaults")
                     rows.append(row)
-                    print(f"{case[0]:28s} {name}/{algorithm}: defaults kept ({found.strategy})", flush=True)
+                    print(f"{problem.name:28s} {name}/{algorithm}: defaults kept ({found.strategy})", flush=True)
                     continue
                 launches = {
                     "default": backend.plan(spec, algorithm, "forward", default),
@@ -134,7 +116,7 @@ def run(device: str = "cpu", budget_s: float = 3.0, repeat: int = 12, backends=N
                 )
                 rows.append(row)
                 print(
-                    f"{case[0]:28s} {name}/{algorithm}: default {t['default'].median * 1e3:.3f} ms, tuned "
+                    f"{problem.name:28s} {name}/{algorithm}: default {t['default'].median * 1e3:.3f} ms, tuned "
                     f"{t['tuned'].median * 1e3:.3f} ms {tuned} -> x{ratio:.2f} ({found.strategy})",
                     flush=True,
                 )
@@ -193,7 +175,16 @@ def main(argv=None) -> int:
     parser.add_argument("--backends", default=None, help="comma-separated backend names (default: all on the device)")
     parser.add_argument("--out", default=None, help="write FILE.json and FILE.md")
     args = parser.parse_args(argv)
+    if not args.budget_s >= 0 or args.repeat < 1:
+        parser.error(f"--budget-s must be >= 0 seconds and --repeat >= 1; got {args.budget_s}, {args.repeat}")
     backends = args.backends.split(",") if args.backends else None
+    if backends:
+        from .. import list_backends
+
+        known = {b.name for b in list_backends()}
+        unknown = [b for b in backends if b not in known]
+        if unknown:
+            parser.error(f"--backends: unknown {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     result = run(args.device, args.budget_s, args.repeat, backends)
     text = _markdown(result)
     print(text.splitlines()[-1])
