@@ -163,15 +163,12 @@ def autotune_budget() -> float:
     if not raw:
         return AUTOTUNE_BUDGET_S
     try:
-        value = float(raw)
+        return check_budget(float(raw))
     except ValueError:
-        value = -1.0
-    if not (value >= 0 and value != float("inf")):
         warnings.warn(
             f"{BUDGET_ENV} must be a number of seconds >= 0; got {raw!r}; using {AUTOTUNE_BUDGET_S}", stacklevel=2
         )
         return AUTOTUNE_BUDGET_S
-    return value
 
 
 def check_budget(budget_s) -> float:

@@ -41,3 +41,10 @@ def test_small_run_end_to_end(tmp_path, capsys):
     assert r["max_rel_logit_difference"] < 1e-4
     assert 0.0 <= r["accuracy"] <= 1.0 and r["accuracy"] == r["torch_accuracy"]
     assert all(t > 0 for t in r["op_time_s"]) and r["total_layer_time_s"] >= r["total_op_time_s"]
+
+
+@pytest.mark.parametrize("flag", ["--images", "--epochs", "--repeat"])
+def test_non_positive_counts_are_usage_errors(flag, capsys):
+    with pytest.raises(SystemExit) as info:
+        ece408.main(["--device", "cpu", flag, "0"])
+    assert info.value.code == 2 and f"{flag} must be a positive integer; got 0" in capsys.readouterr().err

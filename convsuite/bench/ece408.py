@@ -200,6 +200,9 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--out", default=None, help="write the figures as JSON to this file")
     args = parser.parse_args(argv)
+    for name in ("images", "epochs", "repeat"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be a positive integer; got {getattr(args, name)}")
     result = run(
         device=args.device,
         backend=args.backend,
