@@ -9,9 +9,14 @@
 #define GEMM_BM CS_GEMM_BM
 #define GEMM_BN CS_GEMM_BN
 #define GEMM_BK CS_GEMM_BK
-#if GEMM_BM != 64 || GEMM_BN != 64 || GEMM_BK != 16
-#error "the implicit-GEMM loaders assume 64 x 64 tiles, 16 deep, 256 threads"
+// The loaders are written for 64 x 64 block tiles and 256 threads; the slice
+// depth BK (the tunable bk: -D CS_GEMM_BK) sets how many elements each thread
+// loads per stage (BK / 4 of each operand), so any multiple of 4 that keeps
+// 256 a multiple of BK works: 8, 16 or 32.
+#if GEMM_BM != 64 || GEMM_BN != 64 || (GEMM_BK != 8 && GEMM_BK != 16 && GEMM_BK != 32)
+#error "the implicit-GEMM loaders assume 64 x 64 tiles, 8, 16 or 32 deep, 256 threads"
 #endif
+#define GEMM_LOADS (GEMM_BK / 4)   // elements of each operand a thread loads per stage
 
 // ACT = 1 fuses ReLU into the epilogue (v < 0 ? 0 : v keeps NaN, as torch.relu does).
 template <typename T, int ACT>
@@ -44,17 +49,17 @@ __global__ void __launch_bounds__(256) conv2d_implicit_gemm(const T* __restrict_
         for (int j = 0; j < 4; ++j) acc[i][j] = T(0);
 
     for (int k0 = 0; k0 < Kd; k0 += GEMM_BK) {
-        // Weights: 64 x 16, four per thread; consecutive threads read consecutive k.
+        // Weights: 64 x BK, BK / 4 per thread; consecutive threads read consecutive k.
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
+        for (int r = 0; r < GEMM_LOADS; ++r) {
             const int idx = tid + r * 256, mm = idx / GEMM_BK, kk = idx % GEMM_BK;
             const int m = m0 + mm, k = k0 + kk;
             As[kk][mm] = (m < Mg && k < Kd) ? w[((i64)g * Mg + m) * Kd + k] : T(0);
         }
-        // Unrolled input: 16 x 64, four per thread; consecutive threads read
+        // Unrolled input: BK x 64, BK / 4 per thread; consecutive threads read
         // consecutive output columns (coalesced along ow).
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
+        for (int r = 0; r < GEMM_LOADS; ++r) {
             const int kk = lk + 4 * r, k = k0 + kk;
             T v = T(0);
             if (n_ok && k < Kd) {
@@ -130,7 +135,7 @@ __global__ void __launch_bounds__(256) conv2d_dgrad_implicit_gemm(const T* __res
 
     for (int k0 = 0; k0 < Kd; k0 += GEMM_BK) {
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
+        for (int r = 0; r < GEMM_LOADS; ++r) {
             const int idx = tid + r * 256, cc = idx / GEMM_BK, kk = idx % GEMM_BK;
             const int c = c0 + cc, k = k0 + kk;
             T v = T(0);
@@ -141,7 +146,7 @@ __global__ void __launch_bounds__(256) conv2d_dgrad_implicit_gemm(const T* __res
             As[kk][cc] = v;
         }
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
+        for (int r = 0; r < GEMM_LOADS; ++r) {
             const int kk = lk + 4 * r, k = k0 + kk;
             T v = T(0);
             if (n_ok && k < Kd) {
@@ -211,9 +216,9 @@ __global__ void __launch_bounds__(256) conv2d_wgrad_implicit_gemm(const T* __res
     const bool k_ok = k_load < Kd;
     const int c_load = k_ok ? k_load / KK : 0, pq = k_ok ? k_load % KK : 0;
     const int dih = (pq / KW) * dh - ph, diw = (pq % KW) * dw - pw;
-    // Output-gradient loads: 64 m x 16 n per step, four per thread, consecutive
+    // Output-gradient loads: 64 m x BK n per step, BK / 4 per thread, consecutive
     // threads on consecutive n (contiguous along ow).
-    const int an = tid % GEMM_BK, am = tid / GEMM_BK;   // am in 0..15
+    const int an = tid % GEMM_BK, am = tid / GEMM_BK;   // am in 0..256/BK-1
 
     T acc[4][4];
 #pragma unroll
@@ -229,13 +234,13 @@ __global__ void __launch_bounds__(256) conv2d_wgrad_implicit_gemm(const T* __res
             const i64 r = ok ? n % HoWo : 0;
             const T* gyb = gy + (b * M + (i64)g * Mg) * HoWo + r;
 #pragma unroll
-            for (int t = 0; t < 4; ++t) {
-                const int mm = am + 16 * t, m = m0 + mm;
+            for (int t = 0; t < GEMM_LOADS; ++t) {
+                const int mm = am + (256 / GEMM_BK) * t, m = m0 + mm;
                 As[an][mm] = (ok && m < Mg) ? gyb[(i64)m * HoWo] : T(0);
             }
         }
 #pragma unroll
-        for (int t = 0; t < 4; ++t) {
+        for (int t = 0; t < GEMM_LOADS; ++t) {
             const int kk = lk + 4 * t;
             const i64 n = nb + kk;
             T v = T(0);

@@ -216,3 +216,25 @@ def test_auto_rule_without_a_device():
     ]:
         spec = cs.explain(np.ones(x_shape, np.float32), np.ones(w_shape, np.float32), **kw).spec
         assert backend.choose_algorithm(spec, "backward")[0] == expected
+
+
+def test_compile_source_names_each_included_header_by_its_hash(tmp_path, monkeypatch):
+    """CuPy's disk cache keys a module by its source text, not the headers NVRTC reads through -I:
+    the compiled text ends with each included header's hash, so an edited header is a new key."""
+    import hashlib
+
+    from convsuite.backends import _cuda_sources
+
+    for filename in KERNELS:
+        text = _cuda_sources.compile_source(filename)
+        assert text.startswith(_cuda_sources.source_text(filename))  # line numbers of messages unchanged
+        digest = hashlib.sha256((source_dir() / "common.cuh").read_bytes()).hexdigest()
+        assert text.rstrip().endswith(f"// common.cuh sha256 {digest}")
+    copy = tmp_path / "cuda_src"
+    shutil.copytree(source_dir(), copy)
+    monkeypatch.setattr(_cuda_sources, "source_dir", lambda: copy)
+    before = _cuda_sources.compile_source("conv2d.cu")
+    with open(copy / "common.cuh", "a") as header:
+        header.write("\n// an edit\n")
+    after = _cuda_sources.compile_source("conv2d.cu")
+    assert before != after and before.splitlines()[:-1] == after.splitlines()[:-1]

@@ -111,16 +111,16 @@ def test_tunables_are_well_formed(name):
 
 
 def test_the_expected_records_are_tunable():
-    """What the kernels allow today (fused_gemm's loaders are fixed at 64x64x16: not tunable)."""
+    """What the kernels allow today (fused_gemm: the slice depth only, its loaders are fixed at 64x64 tiles)."""
     assert {n: [t.name for t in r.tunables] for n, r in TUNABLE.items()} == {
         "tiled_shared": ["tile_w", "tile_h"],
         "register_tiled": ["mt", "block_w", "px"],
+        "fused_gemm": ["bk"],
         "igemm_big": ["bm"],
         "pointwise": ["mt"],
         "depthwise": ["px", "py"],
         "blocked": ["v"],
     }
-    assert algs.RECORDS["fused_gemm"].tunables == ()
 
 
 def test_fa19_grid_is_within_the_values_and_runs_on_the_seed_layers():
@@ -222,8 +222,10 @@ def test_bad_parameters_raise_naming_what_is_accepted():
         backend.can_run(conv1, "register_tiled", "forward", {"mt": 5})
     with pytest.raises(ValueError, match=r"'register_tiled' parameter 'px' accepts 1, 2, 4, 8; got 4.0"):
         backend.plan(conv1, "register_tiled", "forward", {"px": 4.0})
-    with pytest.raises(ValueError, match=r"'fused_gemm' has no tunable parameter 'bm' \(its parameters: none\)"):
+    with pytest.raises(ValueError, match=r"'fused_gemm' has no tunable parameter 'bm' \(its parameters: bk\)"):
         backend.plan(SPECS[8], "fused_gemm", "forward+relu", {"bm": 64})
+    with pytest.raises(ValueError, match=r"'fused_gemm' parameter 'bk' accepts 8, 16, 32; got 12"):
+        algs.plan_forward_relu(SPECS[8], "fused_gemm", {"bk": 12})
     with pytest.raises(ValueError, match=r"'igemm_big' parameter 'bm' accepts 64, 128; got 32"):
         algs.plan_forward_relu(SPECS[8], "igemm_big", {"bm": 32})
 
@@ -237,6 +239,7 @@ def test_template_and_define_values_are_compiled():
     assert algs.RECORDS["register_tiled"].tunables[2].values == OVERRIDABLE["CS_RT_PX"][1]
     assert algs.RECORDS["blocked"].tunables[0].values == OVERRIDABLE["CS_BLOCKED_V"][1]
     assert all(v % 2 == 1 for v in OVERRIDABLE["CS_BLOCKED_V"][1])
+    assert algs.RECORDS["fused_gemm"].tunables[0].values == OVERRIDABLE["CS_GEMM_BK"][1]
     assert [t.values for t in algs.RECORDS["depthwise"].tunables] == [
         OVERRIDABLE["CS_DW_PX"][1],
         OVERRIDABLE["CS_DW_PY"][1],

@@ -754,3 +754,45 @@ def test_tune_searches_cupy_parameters_and_the_result_is_correct(tmp_path, monke
         cs.clear_tuning_cache()
     spec = cs.explain(x, w, padding=1, stride=2).spec
     assert_within(cp.asnumpy(y), reference_forward(spec, x, w), forward_tolerance(spec, x, w), "tuned register_tiled")
+
+
+_CACHE_CHILD = """
+import json, sys, numpy as np, convsuite as cs
+from convsuite.backends import _cupy_runtime as rt
+from convsuite.testing import forward_tolerance, reference_forward, assert_within
+import cupy as cp
+rng = np.random.default_rng(7)
+x = rng.standard_normal((2, 6, 17, 19)).astype(np.float32)
+w = rng.standard_normal((10, 6, 3, 3)).astype(np.float32)
+plan = cs.plan(cp.asarray(x), cp.asarray(w), padding=1, backend="cupy", algorithm="fused_gemm", params={"bk": 8})
+y = cp.asnumpy(plan(cp.asarray(x), cp.asarray(w)))
+spec = plan.spec
+assert_within(y, reference_forward(spec, x, w), forward_tolerance(spec, x, w), "fused_gemm bk=8")
+seconds = rt.compile_seconds()[("implicit_gemm.cu", (("CS_GEMM_BK", 8),))]
+print(json.dumps({"seconds": seconds, "cache": rt.disk_cache()}))
+"""
+
+
+def test_compiled_configurations_persist_across_processes(tmp_path):
+    """A -D configuration compiled by one process is loaded from CuPy's disk cache by the next:
+    the second process writes no cache entry (nothing compiled) and gets a correct result."""
+    import json
+    import subprocess
+    import sys
+
+    env = {**__import__("os").environ, "CUPY_CACHE_DIR": str(tmp_path), "CUPY_CACHE_IN_MEMORY": "0"}
+
+    def child():
+        out = subprocess.run([sys.executable, "-c", _CACHE_CHILD], env=env, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first = child()
+    if not first["cache"]["reads_templates"]:
+        pytest.fail(f"CuPy {first['cache']['cupy']} does not read template modules back (needs >= 14.2)")
+    entries = sorted(p.name for p in tmp_path.rglob("*") if p.is_file())
+    assert entries, "the first process wrote nothing to the disk cache"
+    second = child()
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == entries, "the second process compiled"
+    print(f"compile {first['seconds']:.3f} s, load from disk {second['seconds']:.3f} s")
+    assert second["seconds"] < first["seconds"]

@@ -127,6 +127,7 @@ def test_sweep_finds_the_known_best(swept):
 
 
 def test_refused_configurations_carry_their_reason(swept):
+    assert "modules_built" not in swept.meta  # nothing compiled per configuration: no build line
     row = swept.row_for({"tile": 3, "spin": 0, "mode": "exact"})
     six, four = (layer.label for layer in swept.layers)
     assert row.cells[six].status == "ok"
@@ -486,3 +487,37 @@ def test_backward_check_uses_the_whole_batch_when_the_slice_is_refused():
     assert result.row_for({"batch_block": 1}).cells[label].status == "ok"
     wrong = result.row_for({"batch_block": 3}).cells[label]
     assert wrong.status == "failed" and "disagrees with the float64 reference" in wrong.reason
+
+
+def test_module_builds_are_reported_apart_from_running(tmp_path):
+    """A backend that compiles one module per configuration: the sweep counts the new builds and their
+    seconds (not those built before it started), says where they persist, and prints both."""
+    built = {("old.cu", ()): 9.0}
+
+    def plan(spec, direction, params):
+        built.setdefault(("toy.cu", (("T", params["tile"]),)), 0.25)  # one module per tile value
+        return _plan(spec, direction, params)
+
+    class Compiling(FakeBackend):
+        def algorithm_table(self):
+            record = Algorithm("toy", TOY.summary, plan, directions=TOY.directions, tunables=TOY.tunables)
+            return {"toy": record}
+
+        def compiled_modules(self):
+            return dict(built)
+
+        def compile_cache(self):
+            return {"directory": str(tmp_path), "reads_templates": True, "cupy": "14.2.0", "in_memory": False}
+
+    register_backend(Compiling())
+    try:
+        result = run_sweep(FAKE, "toy", CASES[:1], grid={"tile": (1, 2), "spin": (0,), "mode": ("exact",)}, **FAST)
+    finally:
+        unregister_backend(FAKE)
+    assert result.meta["modules_built"] == 2 and result.meta["module_build_s"] == pytest.approx(0.5)
+    assert result.meta["compile_cache"]["directory"] == str(tmp_path)
+    text = "\n".join(summary_lines(result))
+    assert (
+        f"2 new configuration(s) built in 0.5 s (NVRTC, or loaded from the disk cache: read back from {tmp_path})"
+        in (text)
+    )

@@ -11,6 +11,8 @@ compile without them, so a value can never be copied by hand and drift.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -25,6 +27,7 @@ __all__ = [
     "POINTWISE_TILES",
     "REGISTER_TILES",
     "compile_options",
+    "compile_source",
     "normalize_overrides",
     "name_expression",
     "name_expressions",
@@ -62,6 +65,12 @@ OVERRIDABLE = {
     # depthwise_forward only (the backward kernels do not read them): acc[PY][PX]
     # and, with K fixed, v[(PX-1)*S+K] per row are per-thread arrays over a
     # grid-stride loop with every output bounds-checked; any PX, PY >= 1 is correct.
+    # implicit_gemm.cu (fused_gemm, all three kernels): each thread loads BK / 4
+    # elements of each operand per stage and 256 / BK threads share a row of
+    # the weight-gradient loads, so BK must divide 256 and be a multiple of 4;
+    # the kernels #error on anything else. Shared memory at 32 (float64, the
+    # padded dW tile): 33.8 KiB.
+    "CS_GEMM_BK": (("implicit_gemm.cu",), (8, 16, 32)),
     "CS_DW_PX": (("depthwise.cu",), (1, 2, 4, 8)),
     "CS_DW_PY": (("depthwise.cu",), (1, 2, 4)),
 }
@@ -196,3 +205,23 @@ def source_dir() -> Path:
 def source_text(filename: str) -> str:
     """The CUDA source of ``filename``."""
     return (source_dir() / filename).read_text()
+
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+
+
+def compile_source(filename: str) -> str:
+    """The text NVRTC compiles for ``filename``: the file, then the hash of each header it includes.
+
+    CuPy's disk cache keys a module by its source text, options, architecture
+    and compiler version, not by the headers NVRTC reads through ``-I``; the
+    trailing comment makes an edited ``common.cuh`` a new key, so a cached
+    binary built from an older header is never loaded. (The comment is last so
+    that compiler messages keep the file's line numbers.)
+    """
+    text = source_text(filename)
+    digests = [
+        f"// {header} sha256 {hashlib.sha256((source_dir() / header).read_bytes()).hexdigest()}"
+        for header in sorted(set(_INCLUDE.findall(text)))
+    ]
+    return text + "\n" + "\n".join(digests) + "\n"

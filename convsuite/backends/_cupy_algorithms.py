@@ -528,9 +528,20 @@ def _filter_offsets(channels: int, plane: tuple[int, int], kernel: tuple[int, in
     return rt.cupy().asarray(table.reshape(-1, 4).astype(np.int32))
 
 
-def _plan_fused_gemm(spec: ConvSpec, direction: str) -> Launch:
-    """fused_gemm: no tunables (the kernel's loaders are written for 64 x 64 x 16 tiles only)."""
-    return _plan_implicit_gemm(spec, direction, False)
+FUSED_GEMM_TUNABLES = (
+    Tunable(
+        "bk",
+        OVERRIDABLE["CS_GEMM_BK"][1],
+        GEMM_BK,
+        "reduction slice per shared-memory stage (-D CS_GEMM_BK: one module each): deeper slices halve the "
+        "barriers per reduction, shallower ones waste less of a short reduction",
+    ),
+)
+
+
+def _plan_fused_gemm(spec: ConvSpec, direction: str, params: dict) -> Launch:
+    """fused_gemm with the reduction slice ``params["bk"]`` (64 x 64 block tiles, both dtypes)."""
+    return _plan_implicit_gemm(spec, direction, False, bk=params["bk"])
 
 
 def _plan_igemm_big(spec: ConvSpec, direction: str, params: dict) -> Launch:
@@ -555,12 +566,16 @@ IGEMM_BIG_TUNABLES = (
 )
 
 
-def _plan_implicit_gemm(spec: ConvSpec, direction: str, big: bool, relu: bool = False, bm: int | None = None) -> Launch:
+def _plan_implicit_gemm(
+    spec: ConvSpec, direction: str, big: bool, relu: bool = False, bm: int | None = None, bk: int = GEMM_BK
+) -> Launch:
     """fused_gemm (64x64 tiles, both dtypes) or igemm_big (float32, BM x 128 tiles, pipelined).
 
     ``relu`` (forward only) instantiates the kernel with ReLU fused into its
-    epilogue; ``bm`` sets igemm_big's block-tile rows (default: the hand rule).
+    epilogue; ``bm`` sets igemm_big's block-tile rows (default: the hand rule);
+    ``bk`` fused_gemm's reduction slice (the ``-D CS_GEMM_BK`` module).
     """
+    slice_depth = (("CS_GEMM_BK", bk),)
     s = spec.as_2d()
     p = _params(s)
     G, Mg, Cg = s.groups, s.out_channels_per_group, s.channels_per_group
@@ -577,11 +592,11 @@ def _plan_implicit_gemm(spec: ConvSpec, direction: str, big: bool, relu: bool = 
             fn = rt.kernel("implicit_gemm_big.cu", f"conv2d_igemm_fwd@{bm},{int(relu)}", s.dtype)
             return _with_bias(s, lambda x, w, bias, out: fn(grid, (2 * bm,), (x, w, bias, out, koff, *p)))
         grid = (math.ceil(n / GEMM_BN), math.ceil(Mg / GEMM_BM), G)
-        fn = rt.kernel("implicit_gemm.cu", f"conv2d_implicit_gemm@{int(relu)}", s.dtype)
+        fn = rt.kernel("implicit_gemm.cu", f"conv2d_implicit_gemm@{int(relu)}", s.dtype, overrides=slice_depth)
         return _with_bias(s, lambda x, w, bias, out: fn(grid, (256,), (x, w, bias, out, *p)))
     cp = rt.cupy()
     kd = Cg * KH * KW
-    dgrad = _plan_input_gradient(s, big)
+    dgrad = _plan_input_gradient(s, big, slice_depth)
     if bm is not None:
         koff = _filter_offsets(Cg, (H, W), (KH, KW), s.dilation)
         splits = _wgrad_splits(s, bm, BIG_BN, 256 // bm)
@@ -591,7 +606,7 @@ def _plan_implicit_gemm(spec: ConvSpec, direction: str, big: bool, relu: bool = 
         wargs = (koff, *rt.i32(splits), *p)
     else:
         splits = _wgrad_splits(s, GEMM_BM, GEMM_BN, 4)
-        wgrad = rt.kernel("implicit_gemm.cu", "conv2d_wgrad_implicit_gemm", s.dtype)
+        wgrad = rt.kernel("implicit_gemm.cu", "conv2d_wgrad_implicit_gemm", s.dtype, overrides=slice_depth)
         wgrid = (math.ceil(kd / GEMM_BN), math.ceil(Mg / GEMM_BM), splits * G)
         wargs = (*rt.i32(splits), *p)
         wblock = (256,)
@@ -627,8 +642,12 @@ def _input_gradient_as_forward(s: ConvSpec) -> ConvSpec:
     )
 
 
-def _plan_input_gradient(s: ConvSpec, big: bool) -> Callable:
+def _plan_input_gradient(s: ConvSpec, big: bool, overrides=()) -> Callable:
     """``dgrad(grad_y, w, grad_x)`` for an implicit-GEMM backward pass.
+
+    ``overrides`` (fused_gemm's ``-D CS_GEMM_BK``) select the gather kernel's
+    module; the stride-1 path plans the transposed problem with its own
+    defaults.
 
     With stride 1 the input gradient is itself a convolution
     (:func:`_input_gradient_as_forward`), run by the forward kernel that suits
@@ -654,7 +673,7 @@ def _plan_input_gradient(s: ConvSpec, big: bool) -> Callable:
             conv(grad_y, flipped.reshape(t.w_shape), None, grad_x)
 
         return dgrad_as_conv
-    fn = rt.kernel("implicit_gemm.cu", "conv2d_dgrad_implicit_gemm", s.dtype)
+    fn = rt.kernel("implicit_gemm.cu", "conv2d_dgrad_implicit_gemm", s.dtype, overrides=overrides)
     grid = (math.ceil(s.batch * math.prod(s.in_size) / GEMM_BN), math.ceil(Cg / GEMM_BM), G)
     p = _params(s)
     return lambda grad_y, w, grad_x: fn(grid, (256,), (grad_y, w, grad_x, *p))
@@ -673,7 +692,9 @@ def plan_forward_relu(spec: ConvSpec, algorithm: str, params: dict | None = None
     if algorithm not in FUSED_RELU:
         raise ValueError(f"{algorithm!r} has no fused ReLU; those that do: {', '.join(FUSED_RELU)}")
     resolved = RECORDS[algorithm].resolve(spec, "forward", params)
-    return _plan_implicit_gemm(spec, "forward", algorithm == "igemm_big", relu=True, bm=resolved.get("bm"))
+    return _plan_implicit_gemm(
+        spec, "forward", algorithm == "igemm_big", relu=True, bm=resolved.get("bm"), bk=resolved.get("bk", GEMM_BK)
+    )
 
 
 # --- the dW ladder of the "Optimizing a CNN in CUDA" write-up --------------------
@@ -956,6 +977,7 @@ RECORDS: dict[str, Algorithm] = {
             _plan_fused_gemm,
             directions=_BOTH,
             check=_check_gemm,
+            tunables=FUSED_GEMM_TUNABLES,
         ),
         Algorithm(
             "igemm_big",

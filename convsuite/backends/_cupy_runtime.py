@@ -7,18 +7,24 @@ handle is looked up once, the multiprocessor count is queried once. cupy is
 imported on first use only.
 
 Across processes: CuPy writes every NVRTC result to its disk cache
-(``CUPY_CACHE_DIR``), but ``cupy/cuda/compiler.py`` (``_compile_with_cache_cuda``)
-reads that cache back only when no ``name_expressions`` are given, because the
-mangled names come from the compiler. Our modules are built with
-``name_expressions`` (the templates), so a configuration compiled by an earlier
-process is compiled again by NVRTC in a new one; within a process each
-configuration compiles once. :func:`compile_seconds` keeps what each took, so
-a sweep reports compile time apart from run time.
+(``CUPY_CACHE_DIR``, default ``~/.cupy/kernel_cache``) and, from CuPy 14.2 on,
+reads modules built with ``name_expressions`` back from it too, with the
+mangled names NVRTC produced (``cupy/cuda/compiler.py``,
+``_compile_with_cache_cuda``). Each configuration is its own entry, since the
+key holds the ``-D`` options; the source handed to NVRTC ends with the hash of
+the headers it includes (:func:`_cuda_sources.compile_source`), since the key
+does not read them. So a configuration compiled by one process (a sweep, a
+tuner) is loaded, not compiled, by the next; :func:`disk_cache` says where,
+and whether this CuPy reads it back. Within a process each configuration is
+built once per device. :func:`compile_seconds` keeps what each build took (a
+compile, or a load from the disk cache), so a sweep reports it apart from
+run time.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import threading
 import time
 
@@ -28,11 +34,11 @@ from ._cuda_sources import (
     DEFINES,
     KERNELS,
     compile_options,
+    compile_source,
     name_expression,
     name_expressions,
     normalize_overrides,
     source_dir,
-    source_text,
 )
 
 __all__ = [
@@ -40,6 +46,7 @@ __all__ = [
     "EventTimer",
     "compile_seconds",
     "cupy",
+    "disk_cache",
     "device_id",
     "grid_stride_blocks",
     "i32",
@@ -87,7 +94,7 @@ def module(filename: str, overrides=()):
         if compiled is None:
             t0 = time.perf_counter()
             compiled = cp.RawModule(
-                code=source_text(filename),
+                code=compile_source(filename),
                 options=("-std=c++17", f"-I{source_dir()}", *compile_options(overrides)),
                 name_expressions=name_expressions(filename),
             )
@@ -95,6 +102,36 @@ def module(filename: str, overrides=()):
             _compile_seconds[(filename, overrides)] = time.perf_counter() - t0
             _modules[key] = compiled
         return compiled
+
+
+#: The first CuPy release whose disk cache reads back modules built with name_expressions.
+DISK_CACHE_CUPY = (14, 2)
+
+
+def disk_cache() -> dict:
+    """Where compiled configurations persist across processes, and whether they are read back.
+
+    Returns
+    -------
+    dict
+        ``directory``: CuPy's kernel cache (``CUPY_CACHE_DIR`` or
+        ``~/.cupy/kernel_cache``); ``reads_templates``: whether the installed
+        CuPy (>= 14.2) loads our template modules from it instead of
+        compiling them again; ``cupy``: its version; ``in_memory``: whether
+        ``CUPY_CACHE_IN_MEMORY`` keeps the cache off the disk.
+    """
+    import os
+
+    cp = cupy()
+    release = tuple(int(part) for part in re.findall(r"\d+", cp.__version__)[:2])
+    in_memory = os.environ.get("CUPY_CACHE_IN_MEMORY", "0") not in ("", "0")
+    directory = os.environ.get("CUPY_CACHE_DIR") or os.path.expanduser("~/.cupy/kernel_cache")
+    return {
+        "directory": directory,
+        "reads_templates": release >= DISK_CACHE_CUPY and not in_memory,
+        "cupy": cp.__version__,
+        "in_memory": in_memory,
+    }
 
 
 def compile_seconds() -> dict[tuple[str, tuple], float]:

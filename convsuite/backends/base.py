@@ -394,5 +394,18 @@ class Backend(abc.ABC):
         """Compile or load whatever the first call would; returns the seconds spent."""
         return 0.0
 
+    def compiled_modules(self) -> dict:
+        """Seconds each configuration's module took to build in this process (empty: none is compiled).
+
+        A backend that compiles one module per parameter configuration (the
+        ``-D`` constants of the cupy backend) returns ``{key: seconds}``, so
+        a sweep can report build time apart from run time.
+        """
+        return {}
+
+    def compile_cache(self) -> dict | None:
+        """Where compiled configurations persist across processes, or None when nothing is compiled."""
+        return None
+
     def __repr__(self) -> str:
         return f"<convsuite backend {self.name!r} ({self.device})>"

@@ -159,6 +159,14 @@ class CupyBackend(Backend):
 
     # --- which algorithm can run what ------------------------------------
 
+    def compiled_modules(self) -> dict:
+        """``{(file, overrides): seconds}`` of every module built in this process (a compile or a disk-cache load)."""
+        return rt.compile_seconds()
+
+    def compile_cache(self) -> dict:
+        """CuPy's kernel cache: its directory and whether it reads our template modules back (CuPy >= 14.2)."""
+        return rt.disk_cache()
+
     def can_run(self, spec: ConvSpec, algorithm: str, direction: str, params=None) -> Verdict:
         """The record's verdict (with ``params``, default the hand-chosen ones), after the limit every kernel shares.
 

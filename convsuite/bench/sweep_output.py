@@ -118,6 +118,17 @@ def summary_lines(result: SweepResult) -> list[str]:
             f"{compile_s:.1f} s plan + first calls (compilation of new configurations included), "
             f"{max(seconds - compile_s, 0.0):.1f} s checking and measuring"
         )
+    if "modules_built" in result.meta:
+        cache = result.meta.get("compile_cache") or {}
+        where = (
+            f"read back from {cache['directory']}"
+            if cache.get("reads_templates")
+            else f"not read back across processes (CuPy {cache.get('cupy', '?')}; needs >= 14.2)"
+        )
+        lines.append(
+            f"module builds: {result.meta['modules_built']} new configuration(s) built in "
+            f"{result.meta['module_build_s']:.1f} s (NVRTC, or loaded from the disk cache: {where})"
+        )
     for params, label, reason in result.failures():
         lines.append(f"FAILED: {_params_text(params)} on {label}: {reason}")
     if any(c.abandoned for r in result.rows for c in r.cells.values()):
