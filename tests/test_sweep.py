@@ -370,6 +370,43 @@ def test_seed_report_on_the_fake_backend(fake_backend, tmp_path, monkeypatch):
     assert "x" in rebuilt.split("| toy forward |")[1]  # a speedup column per layer
     with pytest.raises(FileNotFoundError):
         sweep_report.summarise_folder(tmp_path / "empty")
+    # --algorithms restricts the report (a run split in parts), an unknown name sweeps nothing.
+    assert (
+        len(
+            sweep_report.build_report("cpu", tmp_path / "b", budget_s=1.0, backends=[FAKE], algorithms=["toy"])[
+                "sweeps"
+            ]
+        )
+        == 1
+    )
+    assert (
+        sweep_report.build_report("cpu", tmp_path / "c", budget_s=1.0, backends=[FAKE], algorithms=["nope"])["sweeps"]
+        == []
+    )
+
+
+def test_a_pruned_sweep_measures_the_defaults_neighbours_first():
+    """Whatever the seed, the sample holds every one-step neighbour of the default, then random fill."""
+    configs = TOY.configurations()
+    centre = {"tile": 2, "spin": 1, "mode": "exact"}
+    near = [
+        {"tile": 1, "spin": 1, "mode": "exact"},
+        {"tile": 3, "spin": 1, "mode": "exact"},
+        {"tile": 2, "spin": 0, "mode": "exact"},
+        {"tile": 2, "spin": 3, "mode": "exact"},
+        {"tile": 2, "spin": 1, "mode": "sloppy"},
+    ]
+    for seed in range(5):
+        picked = sample_configurations(configs, 7, seed, [centre])
+        assert len(picked) == 7 and all(n in picked for n in near)
+        assert picked == [c for c in configs if c in picked]  # grid order
+    assert sample_configurations(configs, 7, 1, [centre]) == sample_configurations(configs, 7, 1, [centre])
+    # An off-grid default (a hand rule's own value) has the nearest grid values either side as neighbours.
+    off = sample_configurations(configs, 2, 0, [{"tile": 2.5, "spin": 0, "mode": "exact"}])
+    assert off == [{"tile": 2, "spin": 0, "mode": "exact"}, {"tile": 3, "spin": 0, "mode": "exact"}]
+    # Two centres share the limit in turn.
+    two = sample_configurations(configs, 2, 0, [centre, {"tile": 1, "spin": 0, "mode": "exact"}])
+    assert two == [{"tile": 1, "spin": 0, "mode": "sloppy"}, {"tile": 1, "spin": 1, "mode": "exact"}]  # one each
 
 
 def test_seed_report_budget_prunes_deterministically():

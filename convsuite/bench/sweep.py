@@ -267,14 +267,56 @@ def parse_grid(texts: Sequence[str], record: Algorithm) -> dict[str, tuple]:
     return grid
 
 
-def sample_configurations(configs: list[dict], limit: int | None, seed: int = 0) -> list[dict]:
-    """At most ``limit`` of ``configs``: a deterministic sample (same seed, same subset), in grid order."""
+def _neighbours(configs: list[dict], centre: Mapping[str, Any]) -> list[int]:
+    """Indices of ``configs`` one step from ``centre``: one parameter at the next value below or above it.
+
+    A centre off the grid (a case's own default, e.g. a tile from the hand
+    rule) has as neighbours the grid values nearest it on either side.
+    """
+    names = list(configs[0]) if configs else []
+    steps: dict[str, set] = {}
+    for name in names:
+        values = sorted({c[name] for c in configs}, key=_order)
+        here = centre.get(name)
+        below = [v for v in values if _order(v) < _order(here)] if here is not None else []
+        above = [v for v in values if _order(v) > _order(here)] if here is not None else []
+        steps[name] = set(below[-1:] + above[:1])
+    found = []
+    for i, config in enumerate(configs):
+        differ = [n for n in names if config[n] != centre.get(n)]
+        if len(differ) == 1 and config[differ[0]] in steps[differ[0]]:
+            found.append(i)
+    return found
+
+
+def _order(value: Any) -> tuple:
+    """A sort key that orders numbers by value and anything else by its text after them."""
+    return (0, value, "") if isinstance(value, (int, float)) else (1, 0, str(value))
+
+
+def sample_configurations(
+    configs: list[dict], limit: int | None, seed: int = 0, centres: Sequence[Mapping[str, Any]] = ()
+) -> list[dict]:
+    """At most ``limit`` of ``configs`` (deterministic: same seed, same subset), in grid order.
+
+    The pruned sweep asks first whether a nearby value beats the hand-chosen
+    default: the neighbours of each ``centres`` entry (each layer's default;
+    one parameter one step away) come first, taken in turn from each centre,
+    then a random sample of the rest fills the limit.
+    """
     if limit is None or len(configs) <= limit:
         return list(configs)
     if limit < 1:
         raise ValueError(f"`max_configs` must be at least 1; got {limit}")
-    keep = sorted(random.Random(seed).sample(range(len(configs)), limit))
-    return [configs[i] for i in keep]
+    near = [_neighbours(configs, centre) for centre in centres]
+    keep: list[int] = []
+    for turn in range(max((len(n) for n in near), default=0)):
+        for found in near:
+            if turn < len(found) and found[turn] not in keep and len(keep) < limit:
+                keep.append(found[turn])
+    rest = [i for i in range(len(configs)) if i not in keep]
+    keep += random.Random(seed).sample(rest, limit - len(keep))
+    return [configs[i] for i in sorted(keep)]
 
 
 # --- one layer --------------------------------------------------------------
@@ -461,6 +503,16 @@ def _pick_best(rows: list[Row], label: str) -> Row | None:
     return min(ok, key=lambda r: r.cells[label].median_s) if ok else None
 
 
+def _layer_defaults(record: Algorithm, cases: Sequence[Case], dtype: str) -> list[dict]:
+    """Each layer's hand-chosen parameters (where the algorithm can run it): the centres of a pruned sweep."""
+    found = []
+    for case in cases:
+        spec = case.spec(dtype)
+        if record.can_run(spec, case.direction) is True:
+            found.append(record.defaults(spec, case.direction))
+    return found
+
+
 def run_sweep(
     backend: str | Backend,
     algorithm: str,
@@ -506,8 +558,9 @@ def run_sweep(
         Stop timing configurations slower than this multiple of the best
         after the first round (kept and marked); None times all fully.
     max_configs : int, optional
-        Keep a deterministic sample (``seed``) of at most this many grid
-        configurations; each layer's default is measured regardless.
+        Keep at most this many grid configurations: the neighbours of each
+        layer's default first, then a deterministic sample (``seed``) of the
+        rest; each layer's default is measured regardless.
     progress : callable, optional
         ``progress(done, total, description)`` per layer.
 
@@ -532,7 +585,9 @@ def run_sweep(
         raise ValueError(f"backend {backend.name!r} is unavailable: {verdict}")
     record = algorithm_record(backend, algorithm)
     workload_name, cases = _cases(workload, backend.device, direction)
-    configs = sample_configurations(record.configurations(grid), max_configs, seed)
+    configs = sample_configurations(
+        record.configurations(grid), max_configs, seed, _layer_defaults(record, cases, dtype)
+    )
     timing = dict(
         repeat=repeat,
         rounds=rounds,

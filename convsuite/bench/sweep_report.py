@@ -212,6 +212,7 @@ def build_report(
     *,
     budget_s: float = 120.0,
     backends: list[str] | None = None,
+    algorithms: list[str] | None = None,
     repeat: int = 3,
     progress=None,
 ) -> dict:
@@ -227,6 +228,9 @@ def build_report(
         fit measures a deterministic sample of it.
     backends : list of str, optional
         Restrict to these backends (default: every available one on ``device``).
+    algorithms : list of str, optional
+        Restrict to these algorithm names (default: every tunable one); a
+        report split over several runs is joined by :func:`summarise_folder`.
     repeat : int
         Timed calls per configuration.
     progress : callable, optional
@@ -250,7 +254,7 @@ def build_report(
             continue
         backend = get_backend(info.name)
         for name, record in (backend.algorithm_table() or {}).items():
-            if not record.tunables:
+            if not record.tunables or (algorithms is not None and name not in algorithms):
                 continue
             plans = seed_cases(device, record, backend)
             if not plans:
@@ -339,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--note", default="", help="with --summarise: a line under the title")
     parser.add_argument("--budget-s", type=float, default=120.0, help="seconds shared by all sweeps (default 120)")
     parser.add_argument("--backends", default=None, help="comma-separated (default: every available one)")
+    parser.add_argument("--algorithms", default=None, help="comma-separated (default: every tunable one)")
     parser.add_argument("--repeat", type=int, default=3, help="timed calls per configuration (default 3)")
     args = parser.parse_args(argv)
     if args.summarise:
@@ -349,11 +354,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.budget_s <= 0 or args.repeat < 1:
         parser.error(f"--budget-s must be > 0 and --repeat >= 1; got {args.budget_s}, {args.repeat}")
     names = None if args.backends is None else [n.strip() for n in args.backends.split(",") if n.strip()]
+    wanted = None if args.algorithms is None else [n.strip() for n in args.algorithms.split(",") if n.strip()]
     done = build_report(
         args.device,
         args.out,
         budget_s=args.budget_s,
         backends=names,
+        algorithms=wanted,
         repeat=args.repeat,
         progress=lambda message: print(message, file=sys.stderr),
     )
