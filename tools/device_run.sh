@@ -6,6 +6,7 @@
 #                                     graph), the GPU crossover map and the regret of auto on held-out cases
 #   bash tools/device_run.sh sweeps   the FA19 table (tiled_shared tile_w x tile_h) and tuned vs default
 #   bash tools/device_run.sh report   the seed report of every tunable algorithm (swept best vs default)
+#   bash tools/device_run.sh cache    a 20-configuration sweep twice, in two processes sharing CuPy's disk cache
 #   bash tools/device_run.sh ece408   the course's LeNet-5 inference at batch 10,000 (trained with cupy)
 #                                     vs cuDNN, and a profile of the per-call path of a tiny conv
 #   bash tools/device_run.sh multi    several GPUs: the multi-GPU tests and the scaling figures
@@ -29,7 +30,10 @@ run() {  # run NAME TIMEOUT COMMAND...: log to $LOGS/NAME.log, note the exit sta
   timeout "$limit" "$@" > "$LOGS/$name.log" 2>&1
   note "$name: rc=$? $(tail -1 "$LOGS/$name.log" | cut -c1-160)"
 }
-case "${1:-tests}" in
+# Several sections in one call: `bash tools/device_run.sh tests+cache` (arguments after the first go to each).
+IFS=+ read -r -a SECTIONS <<< "${1:-tests}"
+for SECTION in "${SECTIONS[@]}"; do
+case "$SECTION" in
 tests)
   run pytest-gpu 230 python3 -m pytest -q -p no:cacheprovider -n 4 -m gpu tests/
   grep -E "^(FAILED|ERROR)" "$LOGS/pytest-gpu.log" | head -20 | tee -a "$SUMMARY"
@@ -60,10 +64,33 @@ sweeps)
   tar -czf "$LOGS/sweep-fa19.tar.gz" -C "$LOGS" sweep-fa19 && rm -rf "$LOGS/sweep-fa19"
   ;;
 report)
-  # The seed report: every tunable algorithm swept on the seed workloads, swept best vs default per layer.
-  run sweep-report 400 python3 -m convsuite.bench.sweep_report --device gpu --budget-s 200 --out "$LOGS/sweep-gpu"
-  tail -3 "$LOGS/sweep-report.log" | tee -a "$SUMMARY"
+  # The seed report: tunable algorithms swept on the seed workloads, swept best vs default per layer.
+  #   bash tools/device_run.sh report [ALGORITHMS [BUDGET_S [LIMIT_S]]]   (a comma-separated subset: a report
+  #   split over several calls is joined with `python -m convsuite.bench.sweep_report --summarise DIR`)
+  algos=${2:-}; budget=${3:-200}; limit=${4:-400}
+  run sweep-report "$limit" python3 -m convsuite.bench.sweep_report --device gpu --budget-s "$budget" \
+    ${algos:+--algorithms "$algos"} --out "$LOGS/sweep-gpu"
+  cat "$LOGS/sweep-report.log" | tee -a "$SUMMARY"
   tar -czf "$LOGS/sweep-gpu.tar.gz" -C "$LOGS" sweep-gpu && rm -rf "$LOGS/sweep-gpu"
+  ;;
+cache)
+  # Issue 16's timing target: a 20-configuration sweep on one layer, run twice in two processes sharing a
+  # fresh CuPy disk cache (register_tiled mt x px: px is a -D constant, one module per value). The
+  # second process should load every module from the cache; module build time is reported apart.
+  rm -rf /tmp/cs-cupy-cache
+  for pass in cold warm; do
+    run "sweep-20-$pass" 200 env CUPY_CACHE_DIR=/tmp/cs-cupy-cache python3 -c '
+from convsuite.bench.sweep import run_sweep
+from convsuite.bench.sweep_output import format_table, summary_lines
+from convsuite.bench.workloads import get_workload
+cases = [c for c in get_workload("ece408-fa19", "gpu") if c.label.startswith("conv2")]
+r = run_sweep("cupy", "register_tiled", cases, grid={"mt": (4, 8, 12, 16, 24), "px": (1, 2, 4, 8), "block_w": (8,)})
+print(format_table(r))
+print("\n".join(summary_lines(r)))
+'
+    grep -E "sweep time|module builds" "$LOGS/sweep-20-$pass.log" | tee -a "$SUMMARY"
+  done
+  note "disk cache entries: $(find /tmp/cs-cupy-cache -type f | wc -l)"
   ;;
 ece408)
   run ece408 300 python3 -m convsuite.bench.ece408 --device gpu --out "$LOGS/ece408.json"
@@ -79,6 +106,8 @@ multi)
   run scaling 130 python3 -m convsuite.bench.scaling --only gpus --out "$LOGS"
   grep -iE "gpu|x one" "$LOGS/scaling.log" | tail -8 | tee -a "$SUMMARY"
   ;;
+*) note "unknown section: $SECTION" ;;
 esac
+done
 echo "=== summary"
 cat "$SUMMARY"

@@ -58,6 +58,48 @@ for dtype in (np.float32, np.float64):
                 if not all(np.allclose(g, r, rtol=1e-4, atol=1e-3) for g, r in zip(grads, ref_grads)):
                     wrong.append((name, "backward", x_shape))
                 ran.add((name, "backward"))
+# Every -D configuration a tunable can ask for (one module each: other code than the default's),
+# each value alone with the others at their defaults, on the first case each algorithm runs.
+from convsuite.backends._cuda_sources import OVERRIDABLE  # noqa: E402
+
+compiled = {
+    "register_tiled": ("px",),
+    "blocked": ("v",),
+    "depthwise": ("px", "py"),
+    "fused_gemm": ("bk",),
+}
+assert set(OVERRIDABLE) == {"CS_RT_PX", "CS_BLOCKED_V", "CS_DW_PX", "CS_DW_PY", "CS_GEMM_BK"}, "update `compiled`"
+for name, knobs in compiled.items():
+    if name not in table:
+        continue
+    record = table[name]
+    for x_shape, w_shape, kw in CASES:
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        w = rng.standard_normal(w_shape).astype(np.float32)
+        spec = cs.explain(x, w, **kw).spec
+        if backend.can_run(spec, name, "forward") is not True:
+            continue
+        fn, bwd = (cs.conv1d, cs.conv1d_backward) if x.ndim == 3 else (cs.conv2d, cs.conv2d_backward)
+        ref = fn(x, w, backend="numpy", **kw)
+        gy = rng.standard_normal(ref.shape).astype(np.float32)
+        ref_grads = bwd(gy, x, w, backend="numpy", **kw)
+        for knob in knobs:
+            for value in next(t for t in record.tunables if t.name == knob).values:
+                for direction in record.directions:
+                    if backend.can_run(spec, name, direction, {knob: value}) is not True:
+                        continue
+                    plan = cs.plan(
+                        x, w, backend="cupy", algorithm=name, direction=direction, params={knob: value}, **kw
+                    )
+                    if direction == "forward":
+                        ok = np.allclose(plan(x, w), ref, rtol=1e-4, atol=1e-4)
+                    else:
+                        got = plan(gy, x, w)
+                        ok = all(np.allclose(g, r, rtol=1e-4, atol=1e-3) for g, r in zip(got, ref_grads))
+                    if not ok:
+                        wrong.append((name, direction, f"{knob}={value}", x_shape))
+                    ran.add((name, f"{knob}={value}"))
+        break
 expected = {(name, d) for name, record in table.items() for d in record.directions}
 print("ran:", sorted(ran))
 missing = expected - ran
