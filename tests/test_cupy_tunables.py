@@ -288,3 +288,23 @@ def test_planning_math_imports_no_cupy():
         "assert 'cupy' not in sys.modules, 'cupy imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_pinned_parameter_moves_the_defaults_that_follow_it():
+    """tiled_shared's tile_h and register_tiled's block_w are hand rules of tile_w and px: pinning those gives
+    the rule's value for the pinned one (not for the default), declared order kept, defaults unchanged."""
+    spec = SPECS[0]
+    record = algs.RECORDS["tiled_shared"]
+    own = record.defaults(spec, "forward")
+    for tile_w in (4, 8, 32):
+        got = record.resolve(spec, "forward", {"tile_w": tile_w})
+        assert list(got) == ["tile_w", "tile_h"]
+        assert got == {"tile_w": tile_w, "tile_h": algs._block_height(spec.as_2d(), tile_w)}
+    assert record.resolve(spec, "forward", {"tile_h": 2}) == {"tile_w": own["tile_w"], "tile_h": 2}
+    assert record.resolve(spec, "forward", None) == own == algs._tiled_params(spec.as_2d(), "tiled_shared")
+    rt = algs.RECORDS["register_tiled"]
+    for px in (1, 2, 8):  # block_w is declared before px, and follows it
+        got = rt.resolve(spec, "forward", {"px": px})
+        assert list(got) == ["mt", "block_w", "px"]
+        assert got["block_w"] == algs._block_width(spec.as_2d(), px) and got["px"] == px
+    assert rt.resolve(spec, "forward", None) == algs._tiled_params(spec.as_2d(), "register_tiled")

@@ -397,8 +397,9 @@ TILED_SHARED_TUNABLES = (
     Tunable(
         "tile_h",
         BLOCK_EXTENTS,
-        _default_of("tiled_shared", "tile_h"),
+        lambda spec, direction, chosen: _block_height(spec.as_2d(), chosen["tile_w"]),
         "outputs (threads) per block along H; FA19's sweep: 1, 2, 4, 8, 12, 16, 24, 32",
+        follows=("tile_w",),
     ),
 )
 
@@ -407,8 +408,9 @@ REGISTER_TILED_TUNABLES = (
     Tunable(
         "block_w",
         BLOCK_EXTENTS,
-        _default_of("register_tiled", "block_w"),
+        lambda spec, direction, chosen: _block_width(spec.as_2d(), chosen["px"]),
         "threads per block along W (the height follows the hand rule: the rest of 256 threads)",
+        follows=("px",),
     ),
     Tunable("px", RT_PX_VALUES, REGISTER_PX, "adjacent outputs per thread along W (-D CS_RT_PX: one module each)"),
 )

@@ -74,16 +74,27 @@ class Tunable:
         row); that value is then accepted on that case too.
     doc : str
         What the parameter controls, one line (sweep tables and docs).
+    follows : tuple of str
+        Other tunables of the same algorithm the hand rule reads (e.g. a
+        block height that fills the rest of 256 threads reads the block
+        width). The default is then ``default(spec, direction, chosen)``
+        with ``chosen`` their values in this resolution, so pinning the width
+        gives the rule's height for that width, not for the default width.
     """
 
     name: str
     values: tuple
     default: Any
     doc: str = ""
+    follows: tuple = ()
 
-    def default_for(self, spec: ConvSpec, direction: str) -> Any:
-        """The hand-chosen value on this case."""
-        return self.default(spec, direction) if callable(self.default) else self.default
+    def default_for(self, spec: ConvSpec, direction: str, chosen: Mapping[str, Any] | None = None) -> Any:
+        """The hand-chosen value on this case (given ``chosen`` values of the tunables it follows)."""
+        if not callable(self.default):
+            return self.default
+        if self.follows:
+            return self.default(spec, direction, {name: (chosen or {})[name] for name in self.follows})
+        return self.default(spec, direction)
 
 
 @dataclass(frozen=True)
@@ -139,9 +150,18 @@ class Algorithm:
 
     # --- tunable parameters ---------------------------------------------
 
-    def defaults(self, spec: ConvSpec, direction: str) -> dict[str, Any]:
-        """The hand-chosen value of every tunable on this case."""
-        return {t.name: t.default_for(spec, direction) for t in self.tunables}
+    def defaults(self, spec: ConvSpec, direction: str, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The hand-chosen value of every tunable on this case (of those not ``given``: those follow the given).
+
+        Tunables that follow others are resolved after them, whatever the
+        declaration order; the result keeps the declaration order.
+        """
+        given = given or {}
+        chosen = {t.name: given.get(t.name, t.default_for(spec, direction)) for t in self.tunables if not t.follows}
+        for t in self.tunables:
+            if t.follows:
+                chosen[t.name] = given[t.name] if t.name in given else t.default_for(spec, direction, chosen)
+        return {t.name: (given[t.name] if t.name in given else chosen[t.name]) for t in self.tunables}
 
     def resolve(self, spec: ConvSpec, direction: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """``params`` completed with the defaults; unknown names and values outside a tunable's list raise.
@@ -161,18 +181,20 @@ class Algorithm:
                 f"`params`: {self.name!r} has no tunable parameter {', '.join(map(repr, unknown))} "
                 f"(its parameters: {accepted})"
             )
-        full = self.defaults(spec, direction)
         for name, value in given.items():
             if isinstance(value, np.integer):  # numpy's ints (from np.arange, a grid) mean the same values
-                value = given[name] = int(value)
+                given[name] = int(value)
+        own = self.defaults(spec, direction)  # the case's own defaults: accepted even where off the list
+        for name, value in given.items():
             allowed = known[name].values
-            if _same(value, full[name]):  # the case's own default, listed or not
-                continue
-            if not any(_same(value, v) for v in allowed):
+            if not _same(value, own[name]) and not any(_same(value, v) for v in allowed):
                 raise ValueError(
                     f"`params`: {self.name!r} parameter {name!r} accepts {', '.join(map(repr, allowed))}; got {value!r}"
                 )
-            full[name] = value
+        full = self.defaults(spec, direction, given)
+        for name, value in given.items():
+            if _same(value, own[name]):
+                full[name] = own[name]  # keep the default's own spelling (a plan key, a cache entry)
         return full
 
     def check_params(self, spec: ConvSpec, direction: str, params: Mapping[str, Any]) -> Verdict:
