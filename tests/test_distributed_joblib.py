@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 
 import convsuite as cs
+from convsuite._registry import get_backend
 from convsuite.testing import (
     assert_within,
     backward_tolerances,
@@ -23,8 +24,6 @@ from convsuite.testing import (
     reference_backward,
     reference_forward,
 )
-
-from convsuite._registry import get_backend
 
 from .cases import cases
 from .test_agreement import check_backward, check_forward

@@ -300,9 +300,7 @@ class JoblibBackend(Backend):
         # Non-finite operands give NaN and inf by IEEE rules, as the kernels do: no warnings.
         with np.errstate(invalid="ignore", over="ignore"), _one_blas_thread(algorithm):
             if plan.batch is not None:
-                results = parallel(
-                    _delayed(backward_piece)(t, grad_y[a:b], x[a:b], w) for (a, b), t in plan.batch
-                )
+                results = parallel(_delayed(backward_piece)(t, grad_y[a:b], x[a:b], w) for (a, b), t in plan.batch)
                 for ((a, b), _), (gx, gw, gb) in zip(plan.batch, results):
                     grad_x[a:b] = gx
                     grad_w += gw
