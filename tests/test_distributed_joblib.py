@@ -189,3 +189,17 @@ def test_threads_by_default_and_the_configured_backend_otherwise():
     with joblib.parallel_config(n_jobs=3):  # workers without a backend: still threads
         assert type(_parallel()._backend).__name__ == "ThreadingBackend"
         assert _parallel().n_jobs == 3
+
+
+@pytest.mark.parametrize("backend", ["threading", "loky"])
+def test_the_runner_uses_the_configured_backend_and_raises_a_pieces_error(backend, monkeypatch):
+    from convsuite.backends import joblib_backend
+
+    with joblib.parallel_config(backend=backend, n_jobs=2):
+        run = joblib_backend._Runner()
+        assert run.workers == 2
+        # joblib's threads run on a persistent pool; any other backend through joblib.Parallel.
+        assert run.threads == run.shares_memory == (backend == "threading")
+        assert run([joblib.delayed(pow)(i, 2) for i in range(5)]) == [0, 1, 4, 9, 16]
+        with pytest.raises(ZeroDivisionError):
+            run([joblib.delayed(divmod)(1, i) for i in (1, 0, 2)])
