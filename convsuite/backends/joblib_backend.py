@@ -11,11 +11,12 @@ The Cython kernels release the GIL, so plain threads run them in parallel.
 One call is cut into independent pieces of work: batch slices when the batch
 is large enough to keep every worker busy, else output rows (2-D) or output
 segments (1-D) of the images, each with the input rows it reads (its halo)
-and its own padding (:mod:`convsuite.distributed._tiling`). The pieces run
-under ``joblib.Parallel`` with no backend named here, so
-``joblib.parallel_config(backend=...)`` picks threads, processes (loky) or a
-Dask cluster; with no configuration active the default is threads, with
-:func:`convsuite.get_num_threads` workers. The ``gemm`` pieces call BLAS on
+and its own padding (:mod:`convsuite.distributed._tiling`). No joblib
+backend is named here, so ``joblib.parallel_config(backend=...)`` picks
+threads, processes (loky) or a Dask cluster; with no configuration active
+the default is threads, with :func:`convsuite.get_num_threads` workers.
+Threads run the pieces on a persistent pool of that size, every other
+backend under ``joblib.Parallel`` (:class:`_Runner` says why). The ``gemm`` pieces call BLAS on
 one thread each (the Cython launch limits it): the workers are the parallelism.
 
 A piece is sent to a worker as its algorithm name, its spec and its
@@ -192,7 +193,7 @@ def _one_blas_thread(algorithm: str):
 class _Cut:
     """One call cut for a number of workers: batch spans, or row pieces along one axis."""
 
-    batch: list  # [((a, b), task)] or None
+    batch: list | None  # [((a, b), task)], or None: row pieces
     axis: int
     rows: list  # [(piece, task or None)] (None: the piece reads only padding)
 
@@ -206,7 +207,7 @@ class JoblibBackend(Backend):
     # calls); ask for it by name, or let measured selection pick it.
     priority = 15
     algorithms = ("direct", "gemm")
-    description = "Cython kernels (GIL released) on batch or row pieces under joblib.Parallel (threads by default)"
+    description = "Cython kernels (GIL released) on batch or row pieces under the joblib backend configured (threads)"
 
     def available(self) -> Verdict:
         """True when joblib is installed and the Cython backend is available, else why not."""
@@ -241,7 +242,7 @@ class JoblibBackend(Backend):
 
         return Algorithm(
             name=cy.name,
-            summary=f"the Cython {cy.name!r} kernel on batch or row pieces under joblib.Parallel",
+            summary=f"the Cython {cy.name!r} kernel on batch or row pieces, run by the configured joblib backend",
             plan=plan,
             directions=cy.directions,
             ndims=cy.ndims,
