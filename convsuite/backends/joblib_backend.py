@@ -199,7 +199,7 @@ class _Cut:
 
 
 class JoblibBackend(Backend):
-    """The Cython kernels on independent pieces of the work under ``joblib.Parallel``."""
+    """The Cython algorithms on independent pieces of the work, under the joblib backend configured."""
 
     name = "joblib"
     device = "cpu"
