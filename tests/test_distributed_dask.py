@@ -256,14 +256,16 @@ def test_empty_batch_chunks_and_outputs_larger_than_this_host_stay_lazy():
 
 def _task_threads_in_worker(user_count):
     """Run on a worker: the thread count a chunk's task gets, with or without the process's own setting."""
+    from convsuite import _threads
     from convsuite.distributed import _blocks
 
+    before = _threads._requested
     cs.set_num_threads(user_count)
     try:
         with _blocks._task_threads():
             return cs.get_num_threads()
     finally:
-        cs.set_num_threads(None)
+        cs.set_num_threads(before)
 
 
 def test_a_task_on_a_worker_uses_one_thread_unless_the_worker_chose(client):
