@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import threading
+from contextlib import contextmanager
 
 from ._validation import positive_int
 
-__all__ = ["get_num_threads", "max_threads", "set_num_threads"]
+__all__ = ["get_num_threads", "max_threads", "set_num_threads", "task_threads", "user_set"]
 
 _requested: int | None = None
+#: A count for the calling thread only (a Dask task's share of its worker), over the process-wide one.
+_local = threading.local()
 
 
 def max_threads() -> int:
@@ -44,4 +48,23 @@ def set_num_threads(n: int | None) -> None:
 
 def get_num_threads() -> int:
     """The thread count the ``numba`` backend will use for the next call."""
+    local = getattr(_local, "n", None)
+    if local is not None:
+        return local
     return _requested if _requested is not None else max_threads()
+
+
+def user_set() -> bool:
+    """Whether this process chose its thread count (``set_num_threads`` or ``NUMBA_NUM_THREADS``)."""
+    return _requested is not None or os.environ.get("NUMBA_NUM_THREADS", "").strip() != ""
+
+
+@contextmanager
+def task_threads(n: int):
+    """Inside: :func:`get_num_threads` answers ``n`` (capped at :func:`max_threads`) in the calling thread only."""
+    previous = getattr(_local, "n", None)
+    _local.n = max(1, min(int(n), max_threads()))
+    try:
+        yield
+    finally:
+        _local.n = previous

@@ -217,8 +217,13 @@ def test_joblib_pieces_default_and_cut():
 
     b = get_backend("joblib")
     spec = _spec_of_shapes((6, 4, 10, 10), (8, 4, 3, 3))
-    assert b.algorithm_table()["direct"].defaults(spec, "forward") == {"pieces_per_worker": 2}
+    # Each algorithm is the Cython one per piece: its kernel's parameters, then the pieces.
+    assert b.algorithm_table()["direct"].defaults(spec, "forward") == {"tile_w": 256, "pieces_per_worker": 2}
+    assert b.algorithm_table()["gemm"].defaults(spec, "forward") == {"tile_kib": 256, "pieces_per_worker": 2}
     assert joblib_backend.PIECES_PER_WORKER == 2
+    # The Cython kernel's own constraint holds: its backward takes only the default tile_w.
+    verdict = b.can_run(spec, "direct", "backward", {"tile_w": 64})
+    assert isinstance(verdict, str) and "'tile_w'" in verdict and "got 64" in verdict
     # The parameter is how many batch slices (or row slabs) each worker gets.
     assert b._batch_bounds(spec, 2, 1) == [0, 3, 6]
     assert b._batch_bounds(spec, 2, 2) == [0, 1, 3, 4, 6]

@@ -252,3 +252,49 @@ def test_empty_batch_chunks_and_outputs_larger_than_this_host_stay_lazy():
     huge = da.zeros((10**6, 1, 10**5), chunks=(10**5, 1, 10**4), dtype=np.float32)
     y = cs.conv1d(huge, np.ones((8, 1, 3), dtype=np.float32), padding="same")
     assert y.shape == (10**6, 8, 10**5) and y.dtype == np.float32 and y.npartitions == 100
+
+
+def _task_threads_in_worker(user_count):
+    """Run on a worker: the thread count a chunk's task gets, with or without the process's own setting."""
+    from convsuite import _threads
+    from convsuite.distributed import _blocks
+
+    before = _threads._requested
+    cs.set_num_threads(user_count)
+    try:
+        with _blocks._task_threads():
+            return cs.get_num_threads()
+    finally:
+        cs.set_num_threads(before)
+
+
+def test_a_task_on_a_worker_uses_one_thread_unless_the_worker_chose(client):
+    # Dask's nanny starts workers with OMP_NUM_THREADS=1: one task per worker
+    # thread, each single-threaded; the numba and joblib rungs follow it.
+    assert client.submit(_task_threads_in_worker, None, pure=False).result() == 1
+    # A count the worker process set itself (e.g. client.run(cs.set_num_threads, 2)) wins.
+    assert client.submit(_task_threads_in_worker, 2, pure=False).result() == 2
+    # Outside a worker nothing changes.
+    assert _task_threads_in_worker(None) == cs.get_num_threads()
+
+
+def test_chunks_run_under_the_task_thread_count(monkeypatch):
+    from convsuite import _api
+    from convsuite.distributed import _blocks
+
+    seen = []
+
+    def conv1d(*args, **kwargs):
+        seen.append(cs.get_num_threads())
+        return np.zeros((1, 1, 4))
+
+    monkeypatch.setattr(_api, "conv1d", conv1d)
+    monkeypatch.setattr(_blocks, "_in_dask_worker", lambda: True)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    geometry = _blocks.BlockGeometry(ndim=1, padding=((0, 0),), out_size=(4,), keywords={})
+    operands = _blocks.Operands(w=np.ones((1, 1, 1)))
+    _blocks.forward_block([np.ones((1, 1, 4))], geometry, operands, 1)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # a cluster configured for two threads per task
+    _blocks.forward_block([np.ones((1, 1, 4))], geometry, operands, 1)
+    assert seen == [1, min(2, cs._threads.max_threads())]
+    assert cs.get_num_threads() == cs._threads.max_threads()  # only inside the task

@@ -6,8 +6,11 @@ Run ``python -m convsuite.bench.scaling [--quick] [--out DIR] [--only joblib,das
   against the single-core Cython rung and Numba's ``prange`` on the ECE408
   layers, with the same thread count.
 - **dask**: a 1-D signal (N=1e8, K=31, chunks of 1e7) on a LocalCluster of
-  one and of two single-threaded worker processes, against one in-memory
-  call on the same cores; and the overhead a chunk adds.
+  one and of two single-threaded worker processes (what ``LocalCluster()``
+  starts on a 2-core machine), each chunk computed with the user's default
+  settings (``backend="auto"``, one thread per task: see
+  :mod:`convsuite.distributed._blocks`), against one in-memory call on the
+  same cores; and the overhead a chunk adds.
 - **gpus**: the ECE408 batch split across 1 and 2 GPUs, inputs already on
   the devices (needs CuPy and GPUs; skipped with the reason otherwise).
 
@@ -131,15 +134,12 @@ def joblib_rows(batch: int, threads: int, repeat: int) -> list[dict]:
 # --- Dask ------------------------------------------------------------------------
 
 
-def _set_worker_threads(n: int) -> None:
-    """Inside a Dask worker: numba uses the worker's own cores only, not every core of the host."""
-    import convsuite
+def dask_rows(n: int, chunk: int, kernel: int, repeat: int, backend: str | None) -> list[dict]:
+    """1 vs 2 single-threaded workers, against in-memory calls on the same 2 cores; chunk overhead.
 
-    convsuite.set_num_threads(n)
-
-
-def dask_rows(n: int, chunk: int, kernel: int, repeat: int, backend: str) -> list[dict]:
-    """1 vs 2 single-threaded workers, against in-memory calls on the same 2 cores; chunk overhead."""
+    ``backend`` computes each chunk (None: the default, ``"auto"`` on the
+    worker); the workers keep the thread count a task gets by default.
+    """
     import dask.array as da
     import distributed
 
@@ -155,7 +155,6 @@ def dask_rows(n: int, chunk: int, kernel: int, repeat: int, backend: str) -> lis
                 n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
             )
             client = distributed.Client(cluster, set_as_default=False)
-            client.run(_set_worker_threads, 1)
             x = client.persist(da.from_array(signal, chunks=chunk))
             with client.as_current():
                 distributed.wait(distributed.futures_of(x))
@@ -200,7 +199,7 @@ def dask_rows(n: int, chunk: int, kernel: int, repeat: int, backend: str) -> lis
         finally:
             cs.set_num_threads(None)
         case = f"N={n:.0e} K={kernel} chunks {chunk:.0e}"
-        extra = dict(backend=backend)
+        extra = dict(backend=backend or "auto")
         rows.append(_row("dask", case, "dask, 2 workers", "dask, 1 worker", t, "dask 2 workers vs 1", extra))
         for baseline in ("in-memory numba (2 thr)", "in-memory joblib (2 thr)"):
             rows.append(_row("dask", case, "dask, 2 workers", baseline, t, "dask 2 workers vs in-memory", extra))
@@ -281,7 +280,7 @@ def gpu_rows(batch: int, repeat: int) -> list[dict]:
 
 
 def scaling_rows(
-    sections=("joblib", "dask", "gpus"), quick: bool = False, repeat: int = 7, backend: str = "cython"
+    sections=("joblib", "dask", "gpus"), quick: bool = False, repeat: int = 7, backend: str | None = None
 ) -> list[dict]:
     """Measure the scaling rows of the chosen sections (what ``convsuite compare`` can show).
 
@@ -293,10 +292,10 @@ def scaling_rows(
         Smaller problems and fewer repeats (a smoke run, not a figure to report).
     repeat : int
         Timed calls per contender.
-    backend : str
-        Backend that computes each Dask chunk (default: the single-core Cython
-        rung, one per single-threaded worker). The in-memory baselines are
-        numba and the joblib rung, both on 2 threads.
+    backend : str or None
+        Backend that computes each Dask chunk (default None: what a user gets
+        by default, ``"auto"`` chosen on the worker, on one thread per task).
+        The in-memory baselines are numba and the joblib rung, both on 2 threads.
     """
     repeat = 3 if quick else repeat
     rows = []
@@ -352,7 +351,9 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="small problems, few repeats (a smoke run)")
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--only", default="joblib,dask,gpus", help="comma-separated sections")
-    parser.add_argument("--backend", default="cython", help="backend that computes each Dask chunk")
+    parser.add_argument(
+        "--backend", default=None, help="backend that computes each Dask chunk (default: 'auto', as a user gets)"
+    )
     args = parser.parse_args(argv)
     from convsuite.cli import cpu_description
 

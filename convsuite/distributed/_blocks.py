@@ -4,19 +4,41 @@ These functions run on the workers. They receive NumPy or CuPy blocks (the
 array type of the Dask array's chunks) and call the public single-array API,
 so each chunk is computed by the backend the settings chose on the client
 (or, for ``"auto"``, by the best backend of the worker that runs it).
+
+Threads: a Dask worker runs one task per worker thread, and its nanny starts
+the worker process with ``OMP_NUM_THREADS=1`` (with MKL's and OpenBLAS's:
+Dask's ``distributed.nanny.pre-spawn-environ``) so that the tasks, not the
+libraries under them, are the parallelism. A chunk computed there follows
+the same rule: the multicore backends (numba, joblib) use
+``OMP_NUM_THREADS`` threads per task (1 when unset), instead of every core
+of the host for each of the worker's tasks at once, unless the worker
+process chose its own count (:func:`convsuite.set_num_threads`, e.g. through
+``client.run``, or ``NUMBA_NUM_THREADS``).
 """
 
 from __future__ import annotations
 
+import os
 import sys
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from .. import _threads
 from .._arrays import is_cupy_array
 
-__all__ = ["BlockGeometry", "Operands", "backward_block", "forward_block", "gradient_of_chunk", "slab_part", "take"]
+__all__ = [
+    "BlockGeometry",
+    "Operands",
+    "backward_block",
+    "forward_block",
+    "gradient_of_chunk",
+    "slab_part",
+    "take",
+    "task_thread_count",
+]
 
 
 @dataclass(frozen=True)
@@ -80,6 +102,33 @@ def _api(ndim: int, direction: str):
     return getattr(_api, name)
 
 
+def _in_dask_worker() -> bool:
+    """Whether this code runs inside a task of a ``distributed`` worker."""
+    if "distributed" not in sys.modules:  # no worker without it
+        return False
+    from distributed import get_worker
+
+    try:
+        get_worker()
+    except ValueError:
+        return False
+    return True
+
+
+def task_thread_count() -> int | None:
+    """Threads per task inside a Dask worker (see the module notes), or None to keep the process's count."""
+    if _threads.user_set() or not _in_dask_worker():
+        return None
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else 1
+
+
+def _task_threads():
+    """The thread count of one task: :func:`task_thread_count` when it applies."""
+    n = task_thread_count()
+    return nullcontext() if n is None else _threads.task_threads(n)
+
+
 def forward_block(inputs, geometry: BlockGeometry, operands: Operands, batch: int):
     """The output block ``(b, M, *out_size)`` of one Dask task."""
     w = operands.w
@@ -93,7 +142,8 @@ def forward_block(inputs, geometry: BlockGeometry, operands: Operands, batch: in
     x = _assemble(inputs, geometry.ndim)
     xp = _xp(x)
     conv = _api(geometry.ndim, "forward")
-    return conv(x, _on(xp, w), _on(xp, operands.bias), padding=geometry.padding, **geometry.keywords)
+    with _task_threads():
+        return conv(x, _on(xp, w), _on(xp, operands.bias), padding=geometry.padding, **geometry.keywords)
 
 
 def backward_block(grad_y, inputs, geometry: BlockGeometry, operands: Operands, x_shape):
@@ -106,7 +156,8 @@ def backward_block(grad_y, inputs, geometry: BlockGeometry, operands: Operands, 
         return xp.zeros(x_shape, dtype=w.dtype), xp.zeros_like(w), grad_b
     x = _assemble(inputs, geometry.ndim)
     backward = _api(geometry.ndim, "backward")
-    return backward(grad_y, x, w, padding=geometry.padding, **geometry.keywords)
+    with _task_threads():
+        return backward(grad_y, x, w, padding=geometry.padding, **geometry.keywords)
 
 
 def take(result, index: int, add_axis: bool = False):
