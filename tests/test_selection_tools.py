@@ -81,3 +81,28 @@ def test_overhead_contenders_run_and_agree():
     timings = overhead.measure_side_by_side(contenders, repeat=1, rounds=1, warmup=0)
     table = overhead._table(timings, 2, "torch F.conv2d")
     assert all(name in table for name in contenders)
+
+
+def test_the_rule_pick_on_a_device_is_made_among_that_devices_backends():
+    """On a GPU the regret's rule pick is what cs.conv2d would choose for arrays living there, never a CPU
+    backend (whose time the GPU measurement does not have: a NaN regret)."""
+    import convsuite as cs
+    from convsuite.backends.base import Algorithm, Backend
+
+    class Gpu(Backend):
+        name, device, algorithms = "fake_gpu_for_regret", "gpu", ("one", "two")
+
+        def algorithm_table(self):
+            plan = cs.get_backend("numpy").algorithm_table()["im2col"].plan
+            return {a: Algorithm(a, a, plan, directions=("forward", "backward")) for a in self.algorithms}
+
+        def choose_algorithm(self, spec, direction):
+            return "two", "the fake's hand rule"
+
+    cs.register_backend(Gpu())
+    try:
+        problem = Problem("tiny", (1, 2, 6, 6), (3, 2, 3, 3), padding=1)
+        assert regret._rule_pick(problem, "gpu")[0] == "fake_gpu_for_regret/two"
+        assert not regret._rule_pick(problem, "cpu")[0].startswith("fake_gpu")
+    finally:
+        cs.unregister_backend("fake_gpu_for_regret")

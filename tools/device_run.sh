@@ -73,6 +73,11 @@ report)
   cat "$LOGS/sweep-report.log" | tee -a "$SUMMARY"
   tar -czf "$LOGS/sweep-gpu.tar.gz" -C "$LOGS" sweep-gpu && rm -rf "$LOGS/sweep-gpu"
   ;;
+regret)
+  # Issue 10 on the GPU: auto's pick (the cupy hand rule) against the fastest algorithm, held-out problems.
+  run regret 480 python3 -m convsuite.bench.regret --device gpu --docs "$LOGS"
+  tail -6 "$LOGS/regret.log" | tee -a "$SUMMARY"
+  ;;
 cache)
   # Issue 16's timing target: a 20-configuration sweep on one layer, run twice in two processes sharing a
   # fresh CuPy disk cache (register_tiled mt x px: px is a -D constant, one module per value). The

@@ -71,9 +71,20 @@ def held_out(batch: int = 8) -> list[Problem]:
 def _rule_pick(problem: Problem, device: str) -> tuple[str, str]:
     """What auto picks by the rule, without measuring, and how it decided."""
     spec = spec_of(problem)
+    # The data's home decides the device auto chooses on: None (NumPy) is the CPU; on the GPU, the
+    # device backend that would own the user's arrays (as cs.conv2d on CuPy arrays).
+    home = None if device == "cpu" else _device_backend(device)
     with _tuning.use_autotune(False):
-        backend, algorithm, decision = _tuning.choose(spec, problem.direction, "auto", "regret", "auto", None)
+        backend, algorithm, decision = _tuning.choose(spec, problem.direction, "auto", "regret", "auto", home)
     return f"{backend.name}/{algorithm}", decision.decided_by
+
+
+def _device_backend(device: str):
+    """The highest-priority available backend of ``device`` (the owner of arrays there)."""
+    for info in _registry.list_backends():
+        if info.device == device and info.available:
+            return _registry.get_backend(info.name)
+    raise ValueError(f"no available backend on device {device!r}")
 
 
 def _priority_pick(problem: Problem, device: str) -> str:
