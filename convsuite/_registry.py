@@ -339,14 +339,23 @@ def home_backend(array: object) -> Backend | None:
     return None
 
 
+def selectable(backend: Backend, algorithm: str) -> bool:
+    """Whether ``algorithm="auto"`` may pick ``algorithm`` of ``backend``: not when its record says its
+    results are not bit-reproducible (``Algorithm.deterministic``); those run only when named.
+    """
+    table = backend.algorithm_table() or {}
+    record = table.get(algorithm)
+    return record is None or record.deterministic
+
+
 def candidates(
     spec: ConvSpec, algorithm: str, direction: str, device: str | None = None
 ) -> tuple[list[tuple[Backend, str]], list[tuple[str, str]]]:
     """Every (backend, algorithm) that can run the case, by priority, and the skipped with why.
 
-    ``algorithm="auto"`` lists each algorithm of each backend that can run;
-    a pinned name lists only that one. ``device`` keeps only backends of that
-    device (``"cpu"``, ``"gpu"``).
+    ``algorithm="auto"`` lists each :func:`selectable` algorithm of each
+    backend that can run; a pinned name lists only that one. ``device``
+    keeps only backends of that device (``"cpu"``, ``"gpu"``).
     """
     able: list[tuple[Backend, str]] = []
     considered: list[tuple[str, str]] = []
@@ -358,7 +367,7 @@ def candidates(
         if verdict is not True:
             considered.append((backend.name, f"unavailable: {verdict}"))
             continue
-        names = backend.algorithms if algorithm == "auto" else (algorithm,)
+        names = [a for a in backend.algorithms if selectable(backend, a)] if algorithm == "auto" else (algorithm,)
         if algorithm != "auto" and algorithm not in backend.algorithms:
             considered.append((backend.name, f"has no algorithm {algorithm!r}"))
             continue

@@ -646,7 +646,9 @@ def _pairs(
         verdict = backend.available()
         if verdict is not True:
             raise BackendUnavailableError(f"backend {name!r} is unavailable: {verdict}")
-        names = backend.algorithms if algorithm == "auto" else (algorithm,)
+        names = (
+            [a for a in backend.algorithms if _registry.selectable(backend, a)] if algorithm == "auto" else (algorithm,)
+        )
         pairs = [(backend, a) for a in names if backend.can_run(spec, a, direction) is True]
         return pairs, []
     pairs, considered = _registry.candidates(spec, algorithm, direction, device)

@@ -372,3 +372,53 @@ def test_leave_one_out_regret_of_the_rule():
     odd = case("e", [0.05, 0.0], {"fast/x": 2.0, "slow/y": 1.0})
     assert _rule.leave_one_out([*cases, odd], 1)[-1] == 2.0
     assert _rule.leave_one_out([*cases, odd], 3)[-1] == 2.0  # distance weights keep the far pair out
+
+
+def test_a_non_deterministic_algorithm_is_never_chosen_unless_named(cache_dir):
+    """An algorithm whose record says it is not bit-reproducible (atomics) is left out of auto's candidates,
+    measured selection included, even where it is the fastest; asked for by name it runs."""
+    import time as _time
+
+    from convsuite._registry import candidates, register_backend, unregister_backend
+    from convsuite.backends.base import Algorithm, Backend
+
+    im2col = cs.get_backend("numpy").algorithm_table()["im2col"]
+
+    def numpy_plan(spec, direction):
+        return im2col.build(spec, direction)  # its hand-chosen parameters
+
+    def slow_plan(spec, direction):
+        launch = numpy_plan(spec, direction)
+
+        def run(*operands):
+            _time.sleep(0.002)
+            launch(*operands)
+
+        return run
+
+    class Racy(Backend):
+        name, device, priority, algorithms = "racy_for_test", "cpu", 10_000, ("ordered", "atomic")
+
+        def algorithm_table(self):
+            return {
+                "ordered": Algorithm("ordered", "fixed-order sums", slow_plan, directions=("forward", "backward")),
+                "atomic": Algorithm(
+                    "atomic", "atomic sums", numpy_plan, directions=("forward", "backward"), deterministic=False
+                ),
+            }
+
+    register_backend(Racy())
+    try:
+        spec = cs.explain(X, W, padding=1).spec
+        pairs, _ = candidates(spec, "auto", "forward", "cpu")
+        assert ("racy_for_test", "ordered") in {(b.name, a) for b, a in pairs}
+        assert ("racy_for_test", "atomic") not in {(b.name, a) for b, a in pairs}
+        result = cs.tune(X, W, padding=1)  # every CPU candidate of auto, measured side by side
+        assert {row[:2] for row in result.table} >= {("racy_for_test", "ordered")}
+        assert ("racy_for_test", "atomic") not in {row[:2] for row in result.table}
+        with cs.use_autotune(True):
+            assert cs.explain(X, W, padding=1).algorithm != "atomic"
+        y = cs.conv2d(X, W, padding=1, backend="racy_for_test", algorithm="atomic")
+        np.testing.assert_allclose(y, cs.conv2d(X, W, padding=1, backend="numpy"), rtol=1e-6)
+    finally:
+        unregister_backend("racy_for_test")

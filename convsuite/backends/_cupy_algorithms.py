@@ -1030,6 +1030,7 @@ RECORDS: dict[str, Algorithm] = {
             directions=_BWD,
             ndims=(2,),
             check=_check_ladder("wgrad_atomic"),
+            deterministic=False,
         ),
         Algorithm(
             "wgrad_shuffle",
@@ -1038,6 +1039,7 @@ RECORDS: dict[str, Algorithm] = {
             directions=_BWD,
             ndims=(2,),
             check=_check_ladder("wgrad_shuffle"),
+            deterministic=False,
         ),
         Algorithm(
             "wgrad_registers",
@@ -1047,6 +1049,7 @@ RECORDS: dict[str, Algorithm] = {
             directions=_BWD,
             ndims=(2,),
             check=_check_ladder("wgrad_registers"),
+            deterministic=False,
         ),
         Algorithm(
             "wgrad_padded",
@@ -1056,6 +1059,7 @@ RECORDS: dict[str, Algorithm] = {
             directions=_BWD,
             ndims=(2,),
             check=_check_ladder("wgrad_padded"),
+            deterministic=False,
         ),
         Algorithm("naive", "1-D: one thread per output", _plan_per_output_1d("naive"), ndims=(1,)),
         Algorithm(

@@ -126,6 +126,11 @@ class Algorithm:
         ``constraint(spec, direction, params) -> Verdict``: parameter sets
         impossible together or on this case, with the reason (see
         :data:`Constraint`). :meth:`can_run` applies it to the defaults.
+    deterministic : bool
+        False when results depend on the order of atomic additions (not
+        bit-reproducible from run to run). Such an algorithm runs only when
+        asked for by name: ``algorithm="auto"``, its rule and measured
+        selection never pick it (:func:`convsuite._registry.selectable`).
     """
 
     name: str
@@ -136,6 +141,7 @@ class Algorithm:
     check: Callable[[ConvSpec, str], Verdict] | None = None
     tunables: tuple[Tunable, ...] = field(default=())
     constraint: Constraint | None = None
+    deterministic: bool = True
 
     def can_run(self, spec: ConvSpec, direction: str, params: Mapping[str, Any] | None = None) -> Verdict:
         """Whether this algorithm runs ``spec`` in ``direction`` (with ``params``, default the defaults), or why not."""

@@ -32,8 +32,9 @@ backward
 
 The weight-gradient ladder of the "Optimizing a CNN in CUDA" write-up
 (``wgrad_atomic``, ``wgrad_shuffle``, ``wgrad_registers``, ``wgrad_padded``)
-is pinnable only: it sums with atomics (not bit-reproducible), so auto never
-picks it. ``activation="relu"`` is fused into the epilogue of ``fused_gemm``
+is pinnable only: it sums with atomics (not bit-reproducible), so its
+records say ``deterministic=False`` and neither auto's rule nor measured
+selection (autotune, ``cs.tune``) ever picks it. ``activation="relu"`` is fused into the epilogue of ``fused_gemm``
 and ``igemm_big`` (:meth:`CupyBackend.fuses_activation`).
 """
 
