@@ -107,6 +107,19 @@ def test_thread_count_is_part_of_the_key():
         cs.set_num_threads(None)
 
 
+def test_a_tasks_own_thread_count_is_part_of_the_key():
+    """A Dask task's thread count (thread-local) keys its own plan: numba sizes its chunks by it."""
+    from convsuite import _threads
+
+    cs.conv2d(X, W, padding=1, backend="numba")
+    misses = _info()["misses"]
+    with _threads.task_threads(1):
+        cs.conv2d(X, W, padding=1, backend="numba")
+    assert _info()["misses"] == misses + 1
+    cs.conv2d(X, W, padding=1, backend="numba")  # outside again: the first plan
+    assert _info()["misses"] == misses + 1
+
+
 def test_set_backend_takes_effect_on_a_cached_problem():
     class Marker(Backend):
         name = "marker_backend"
