@@ -163,7 +163,11 @@ class Algorithm:
         declaration order; the result keeps the declaration order.
         """
         given = given or {}
-        chosen = {t.name: given.get(t.name, t.default_for(spec, direction)) for t in self.tunables if not t.follows}
+        chosen = {
+            t.name: given[t.name] if t.name in given else t.default_for(spec, direction)
+            for t in self.tunables
+            if not t.follows
+        }
         for t in self.tunables:
             if t.follows:
                 chosen[t.name] = given[t.name] if t.name in given else t.default_for(spec, direction, chosen)
