@@ -129,7 +129,13 @@ def _sample(rng: random.Random, axes: list[tuple], quota: dict[str, int], depthw
 
 
 def fit_grid(
-    seed: int = 0, forward: int = 72, backward: int = 20, depthwise_forward: int = 28, depthwise_backward: int = 8
+    seed: int = 0,
+    forward: int = 52,
+    backward: int = 12,
+    depthwise_forward: int = 22,
+    depthwise_backward: int = 6,
+    first_forward: int = 12,
+    first_backward: int = 4,
 ) -> list[Problem]:
     """The fitting grid: fixed random samples of the axes below, a deep-end block, and 1-D problems.
 
@@ -144,6 +150,9 @@ def fit_grid(
     - depthwise problems are sampled on their own (``depthwise_forward`` +
       ``depthwise_backward``), so they are not a thin share of the dense
       product: channels 8..1024, sizes 4..112, kernels 3/5, strides 1/2;
+    - first layers are sampled on their own too (``first_forward`` +
+      ``first_backward``): 1..16 input channels, 4..32 output channels, 32..96
+      pixels a side, kernels 3/5/7 (ECE408's layers and a network's stem);
     - a fixed block of 1x1 problems at batch 1 with 256..1024 channels on 1x1
       and 7x7 pixels (a classifier and the last stages), where BLAS call
       overhead, not arithmetic, decides the winner;
@@ -159,8 +168,8 @@ def fit_grid(
     dense = [
         (batch, channels, out_channels, size, kernel, stride)
         for batch in (1, 4, 16)
-        for channels in (1, 8, 32, 96, 256, 512, 1024)
-        for out_channels in (8, 32, 96, 256, 512, 1024)
+        for channels in (1, 8, 32, 96, 256, 1024)
+        for out_channels in (8, 32, 96, 256, 1024)
         for size in (1, 4, 7, 12, 28, 56)
         for kernel in (1, 3, 5)
         for stride in (1, 2)
@@ -175,6 +184,16 @@ def fit_grid(
         for stride in (1, 2)
     ]
     problems += _sample(rng, depthwise, {"forward": depthwise_forward, "backward": depthwise_backward}, True, seen)
+    first = [
+        (batch, channels, out_channels, size, kernel, stride)
+        for batch in (1, 4, 16)
+        for channels in (1, 4, 16)
+        for out_channels in (4, 8, 32)
+        for size in (32, 64, 96)
+        for kernel in (3, 5, 7)
+        for stride in (1, 2)
+    ]
+    problems += _sample(rng, first, {"forward": first_forward, "backward": first_backward}, False, seen)
     for size in (1, 7):
         for channels in (256, 512, 1024):
             for out_channels in (256, 512, 1024):
@@ -322,10 +341,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m convsuite.bench.crossover", description=__doc__.split("\n")[0])
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--skip", default=",".join(DEFAULT_SKIP), help="backends to leave out (comma-separated)")
-    parser.add_argument("--forward", type=int, default=72, help="dense forward 2-D problems in the grid")
-    parser.add_argument("--backward", type=int, default=20, help="dense backward 2-D problems in the grid")
-    parser.add_argument("--depthwise-forward", type=int, default=28, help="depthwise forward problems in the grid")
-    parser.add_argument("--depthwise-backward", type=int, default=8, help="depthwise backward problems in the grid")
+    parser.add_argument("--forward", type=int, default=52, help="dense forward 2-D problems in the grid")
+    parser.add_argument("--backward", type=int, default=12, help="dense backward 2-D problems in the grid")
+    parser.add_argument("--depthwise-forward", type=int, default=22, help="depthwise forward problems in the grid")
+    parser.add_argument("--depthwise-backward", type=int, default=6, help="depthwise backward problems in the grid")
+    parser.add_argument("--first-forward", type=int, default=12, help="first-layer forward problems in the grid")
+    parser.add_argument("--first-backward", type=int, default=4, help="first-layer backward problems in the grid")
     parser.add_argument("--docs", default="docs/measurements", help="where the table and the plot go")
     parser.add_argument("--data", default=None, help="where the rule's JSON goes (default: inside the package)")
     args = parser.parse_args(argv)
@@ -337,6 +358,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             backward=args.backward,
             depthwise_forward=args.depthwise_forward,
             depthwise_backward=args.depthwise_backward,
+            first_forward=args.first_forward,
+            first_backward=args.first_backward,
         ),
         skip,
     )
