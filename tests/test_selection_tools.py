@@ -33,6 +33,34 @@ def test_held_out_set_is_not_in_the_fitting_grid():
         assert (problem.x_shape, problem.w_shape, problem.stride, problem.groups, problem.direction) not in fitted
 
 
+def test_fit_grid_reaches_the_class_of_the_held_out_set():
+    grid = crossover.fit_grid()
+    keys = [(p.x_shape, p.w_shape, p.stride, p.groups, p.direction) for p in grid]
+    assert len(keys) == len(set(keys))  # no problem measured twice
+    specs = [(p, crossover.spec_of(p)) for p in grid]
+    # the deep end of a network: 1x1 convolutions on 1 and 7 pixels with 1024 channels
+    for pixels in (1, 49):
+        assert any(
+            s.kernel_size == (1, 1) and s.in_channels >= 1024 and s.out_channels >= 1024 and s.out_size[0] ** 2 == pixels
+            for p, s in specs
+        )
+    # depthwise with stride 2 in both directions, large kernels on few channels
+    for direction in ("forward", "backward"):
+        assert any(s.is_depthwise and p.stride == 2 and p.direction == direction for p, s in specs)
+    assert any(s.kernel_size == (7, 7) and s.in_channels <= 16 for p, s in specs)
+
+
+def test_deep_end_held_out_layers_have_a_near_fitted_neighbour():
+    # The classifier (1x1 C1280->1000 on 1 pixel) had no fitted problem within
+    # log2-distance 4.6 before the deep-end block; now its nearest is within 1.
+    fitted = [(_rule.features(crossover.spec_of(p)), p.direction) for p in crossover.fit_grid()]
+    for problem in regret.held_out():
+        if "classifier" in problem.name or "C576->160 7" in problem.name:
+            point = _rule.features(crossover.spec_of(problem))
+            nearest = min(_rule._distance(point, f) for f, d in fitted if d == problem.direction)
+            assert nearest < 1.0, problem.name
+
+
 def test_crossover_writes_the_rule_table_the_rule_reads(tmp_path, monkeypatch):
     tiny = [
         Problem("tiny fwd", (1, 2, 6, 6), (3, 2, 3, 3), padding=1),
@@ -61,7 +89,31 @@ def test_regret_rows_are_consistent():
     for pick in ("rule", "tuned", "priority"):
         if row[pick] == row["best"]:
             assert row[f"{pick}_regret"] == 1.0
-    assert "| tiny |" in regret._markdown("cpu", rows, "machine", "date")
+    text = regret._markdown("cpu", rows, "machine", "date")
+    assert "| tiny |" in text
+    assert row["rule_reason"]  # why the rule chose, for the misses section
+
+
+def test_regret_table_lists_the_misses_with_the_rule_reason():
+    row = {
+        "name": "miss",
+        "direction": "forward",
+        "best": "a/x",
+        "best_s": 1e-4,
+        "rule": "b/y",
+        "rule_regret": 2.0,
+        "rule_reason": "fitted rule: predicted x1.00 of the best on its 2 nearest measured problems (p, q)",
+        "tuned": "a/x",
+        "tuned_regret": 1.0,
+        "priority": "a/x",
+        "priority_regret": 1.0,
+    }
+    hit = dict(row, name="hit", rule="a/x", rule_regret=1.0)
+    text = regret._markdown("cpu", [row, hit], "machine", "date")
+    assert "Over target" in text
+    assert "- miss (forward): rule x2.00, autotune x1.00; fitted rule" in text
+    assert "- hit" not in text
+    assert "Over target" not in regret._markdown("cpu", [hit], "machine", "date")
 
 
 def test_mobilenet_v2_has_52_convolutions_of_the_right_shapes():
