@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
+
+import pytest
 
 from convsuite import _rule
 from convsuite.bench import crossover, overhead, regret
@@ -33,6 +36,26 @@ def test_held_out_set_is_not_in_the_fitting_grid():
         assert (problem.x_shape, problem.w_shape, problem.stride, problem.groups, problem.direction) not in fitted
 
 
+def test_features_include_the_work():
+    spec = crossover.spec_of(Problem("p", (2, 8, 10, 10), (16, 8, 3, 3), padding=1))
+    point = _rule.features(spec)
+    assert len(point) == len(_rule.FEATURE_NAMES) and _rule.FEATURE_NAMES[-1] == "macs"
+    assert point[-1] == math.log2(spec.macs) == math.log2(2 * 16 * 100 * 8 * 9)
+
+
+def test_a_table_fitted_on_other_features_is_not_used(tmp_path, monkeypatch):
+    path = tmp_path / "rule-cpu.json"
+    path.write_text(json.dumps({"features": list(_rule.FEATURE_NAMES[:-1]), "cases": []}))
+    monkeypatch.setattr(_rule, "table_path", lambda device: path)
+    monkeypatch.delitem(_rule._tables, "cpu", raising=False)
+    with pytest.warns(RuntimeWarning, match="fitted on features .* --refit"):
+        assert _rule.load_table("cpu") is None
+    path.write_text(json.dumps({"features": list(_rule.FEATURE_NAMES), "cases": []}))
+    monkeypatch.delitem(_rule._tables, "cpu")
+    assert _rule.load_table("cpu") == {"features": list(_rule.FEATURE_NAMES), "cases": []}
+    monkeypatch.delitem(_rule._tables, "cpu")  # the shipped table is loaded again by later tests
+
+
 def test_fit_grid_reaches_the_class_of_the_held_out_set():
     grid = crossover.fit_grid()
     keys = [(p.x_shape, p.w_shape, p.stride, p.groups, p.direction) for p in grid]
@@ -41,7 +64,10 @@ def test_fit_grid_reaches_the_class_of_the_held_out_set():
     # the deep end of a network: 1x1 convolutions on 1 and 7 pixels with 1024 channels
     for pixels in (1, 49):
         assert any(
-            s.kernel_size == (1, 1) and s.in_channels >= 1024 and s.out_channels >= 1024 and s.out_size[0] ** 2 == pixels
+            s.kernel_size == (1, 1)
+            and s.in_channels >= 1024
+            and s.out_channels >= 1024
+            and s.out_size[0] ** 2 == pixels
             for p, s in specs
         )
     # depthwise with stride 2 in both directions, large kernels on few channels
@@ -80,6 +106,42 @@ def test_crossover_writes_the_rule_table_the_rule_reads(tmp_path, monkeypatch):
     ranking = _rule.rank(spec, "forward", list(table["cases"][0]["times"]), "cpu")
     winner = min(table["cases"][0]["times"], key=table["cases"][0]["times"].get)
     assert ranking[0][0] == winner  # on a measured point the rule returns its measured winner
+    # --refit measures nothing: same times, features recomputed from the grid's problems
+    for case in table["cases"]:
+        case["features"] = [0.0] * len(case["features"])
+    data.write_text(json.dumps(table))
+    assert crossover.main(["--refit", "--data", str(data), "--docs", str(tmp_path)]) == 0
+    refitted = json.loads(data.read_text())
+    assert "refitted" in refitted
+    for before, after, problem in zip(table["cases"], refitted["cases"], tiny):
+        assert after["times"] == before["times"]
+        assert after["features"] == list(_rule.features(crossover.spec_of(problem)))
+
+
+def test_refit_rejects_a_case_the_grid_no_longer_has():
+    table = {"device": "cpu", "machine": "m", "date": "d", "cases": [{"name": "gone", "direction": "forward"}]}
+    with pytest.raises(ValueError, match="'gone' .* not in the fitting grid"):
+        crossover.refit(table, [Problem("tiny fwd", (1, 2, 6, 6), (3, 2, 3, 3), padding=1)])
+
+
+def test_fit_table_picks_the_neighbour_count_with_fewest_misses():
+    # Three near twins and one far odd problem whose loser has a x40 spike.
+    def case(name, point, times):
+        return {"name": name, "direction": "forward", "features": point, "times": times}
+
+    rows = [
+        case("a", [0.0, 0.0], {"p/x": 1.0, "q/y": 1.2}),
+        case("b", [0.1, 0.0], {"p/x": 1.0, "q/y": 1.3}),
+        case("c", [0.2, 0.0], {"p/x": 1.0, "q/y": 1.1}),
+        case("d", [5.0, 0.0], {"p/x": 40.0, "q/y": 1.0}),
+    ]
+    table = crossover.fit_table("cpu", rows, "m", "d", None)
+    stats = table["leave_one_out"]
+    chosen = stats[str(table["neighbours"])]
+    for other in stats.values():
+        assert (chosen["over_1.5"], chosen["geomean"]) <= (other["over_1.5"], other["geomean"])
+    assert set(stats) == {str(k) for k in crossover.NEIGHBOUR_CHOICES}
+    assert table["seconds"] is None and table["features"] == list(_rule.FEATURE_NAMES)
 
 
 def test_regret_rows_are_consistent():
