@@ -195,3 +195,10 @@ def test_overhead_contenders_run_and_agree():
     timings = overhead.measure_side_by_side(contenders, repeat=1, rounds=1, warmup=0)
     table = overhead._table(timings, 2, "torch F.conv2d")
     assert all(name in table for name in contenders)
+
+
+def test_machine_line_states_the_load_before_and_after():
+    line = crossover._machine("cpu", "0.10/0.20/0.30")
+    assert "threads" in line and "load average 0.10/0.20/0.30 before, " in line and line.endswith(" after")
+    assert "load average" not in crossover._machine("cpu")
+    assert len(crossover._load().split("/")) == 3

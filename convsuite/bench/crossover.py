@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import random
 import statistics
@@ -230,8 +231,18 @@ def measure_problem(problem: Problem, device: str, skip: Sequence[str] = DEFAULT
     return {f"{b}/{a}": median for b, a, median, _, status in rows if median is not None}
 
 
-def _machine(device: str) -> str:
-    return f"{_tuning.device_name(device)}; {platform.platform()}; threads {_tuning.get_num_threads()}"
+def _machine(device: str, load_before: str = "") -> str:
+    """The machine, threads, and the 1/5/15-minute load average before and after a run."""
+    load = f"; load average {load_before} before, {_load()} after" if load_before else ""
+    return f"{_tuning.device_name(device)}; {platform.platform()}; threads {_tuning.get_num_threads()}{load}"
+
+
+def _load() -> str:
+    """The load average as ``"1m/5m/15m"`` ("?" where the system has none)."""
+    try:
+        return "/".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "?"
 
 
 def _markdown(device: str, rows: list[dict], machine: str, date: str, seconds: float | None) -> str:
@@ -443,9 +454,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         plotted = _write(table, data_path, Path(args.docs))
         print(f"refitted {data_path} from its stored times" + (" and redrew the plot" if plotted else ""))
         return 0
+    load_before = _load()
     rows, seconds = run(args.device, grid, skip)
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    table = fit_table(args.device, rows, _machine(args.device), date, seconds)
+    table = fit_table(args.device, rows, _machine(args.device, load_before), date, seconds)
     plotted = _write(table, data_path, Path(args.docs))
     print(
         f"wrote {data_path}, {Path(args.docs) / f'crossover-{args.device}.md'}" + (" and the plot" if plotted else "")

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .. import _registry, _tuning
-from .crossover import DEFAULT_SKIP, Problem, _machine, measure_problem, spec_of
+from .crossover import DEFAULT_SKIP, Problem, _load, _machine, measure_problem, spec_of
 
 __all__ = ["RULE_TARGET", "TUNED_TARGET", "held_out", "main", "regrets"]
 
@@ -172,9 +172,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--docs", default="docs/measurements", help="where the table goes ('' for nowhere)")
     args = parser.parse_args(argv)
     skip = tuple(s for s in args.skip.split(",") if s)
+    load_before = _load()
     rows = regrets(held_out(args.batch), args.device, skip)
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    text = _markdown(args.device, rows, _machine(args.device), date)
+    text = _markdown(args.device, rows, _machine(args.device, load_before), date)
     print(text)
     if args.docs:
         Path(args.docs).mkdir(parents=True, exist_ok=True)
