@@ -5,7 +5,8 @@ times every backend and algorithm over a grid of problems (batch, channels,
 size, kernel, stride, groups; forward and backward) and writes the times to
 ``convsuite/data/rule-<device>.json``. For a new problem the rule takes the
 :data:`NEIGHBOURS` measured problems of the same direction nearest to it in
-log-feature space (features: :func:`features`), scores each candidate by the
+log-feature space (features: :func:`features`; the table records which, and a
+table fitted on other features is not used), scores each candidate by the
 distance-weighted geometric mean of its time over the best time of each
 neighbour, and ranks candidates by that score. Re-running the command after a
 new algorithm lands refits the rule; nothing here names a backend.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+import warnings
 from importlib import resources
 from typing import Any, Sequence
 
@@ -30,14 +32,32 @@ __all__ = ["NEIGHBOURS", "Ranking", "features", "load_table", "rank", "table_pat
 #: Measured problems that vote for a new one.
 NEIGHBOURS = 3
 
-FEATURE_NAMES = ("batch", "in_per_group", "out_per_group", "groups", "out_pixels", "kernel_taps", "stride", "ndim")
+FEATURE_NAMES = (
+    "batch",
+    "in_per_group",
+    "out_per_group",
+    "groups",
+    "out_pixels",
+    "kernel_taps",
+    "stride",
+    "ndim",
+    "macs",
+)
 
 _tables: dict[str, dict | None] = {}
 _lock = threading.Lock()
 
 
 def features(spec: ConvSpec) -> tuple[float, ...]:
-    """The problem as a point: log2 of each size that moves the crossover."""
+    """The problem as a point: log2 of each size that moves the crossover, and of its work.
+
+    The work (multiply-adds) is a sum of the other log-features, so adding it
+    weights the distance along the direction that decides whether a call is
+    dominated by fixed overhead or by arithmetic: two problems of equal shape
+    class but 100x different work are far apart. On the 137 problems of the
+    2026-11-22 CPU fit it cut the leave-one-out regrets over 1.5x from 16-19
+    to 10-15 for every neighbour count from 2 to 7 (docs/measurements/crossover-cpu.md).
+    """
     values = (
         spec.batch,
         spec.channels_per_group,
@@ -47,6 +67,7 @@ def features(spec: ConvSpec) -> tuple[float, ...]:
         math.prod(spec.kernel_size),
         math.prod(spec.stride),
         spec.ndim,
+        spec.macs,
     )
     return tuple(math.log2(v) for v in values)
 
@@ -62,10 +83,25 @@ def load_table(device: str) -> dict | None:
         if device not in _tables:
             path = table_path(device)
             try:
-                _tables[device] = json.loads(path.read_text())
+                _tables[device] = _checked(device, json.loads(path.read_text()))
             except (FileNotFoundError, OSError, ValueError):
                 _tables[device] = None
         return _tables[device]
+
+
+def _checked(device: str, table: dict) -> dict | None:
+    """``table``, or None (with a warning) when it was fitted on other features than :data:`FEATURE_NAMES`."""
+    fitted = table.get("features")
+    if fitted is not None and list(fitted) != list(FEATURE_NAMES):
+        warnings.warn(
+            f"the rule table of {device!r} was fitted on features {list(fitted)}, this version uses "
+            f"{list(FEATURE_NAMES)}: auto falls back to backend priority; refit it with "
+            f"`python -m convsuite.bench.crossover --device {device}` (add --refit when its grid is unchanged)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return None
+    return table
 
 
 def set_table(device: str, table: dict | None) -> None:

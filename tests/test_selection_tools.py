@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
+
+import pytest
 
 from convsuite import _rule
 from convsuite.bench import crossover, overhead, regret
@@ -33,6 +36,59 @@ def test_held_out_set_is_not_in_the_fitting_grid():
         assert (problem.x_shape, problem.w_shape, problem.stride, problem.groups, problem.direction) not in fitted
 
 
+def test_features_include_the_work():
+    spec = crossover.spec_of(Problem("p", (2, 8, 10, 10), (16, 8, 3, 3), padding=1))
+    point = _rule.features(spec)
+    assert len(point) == len(_rule.FEATURE_NAMES) and _rule.FEATURE_NAMES[-1] == "macs"
+    assert point[-1] == math.log2(spec.macs) == math.log2(2 * 16 * 100 * 8 * 9)
+
+
+def test_a_table_fitted_on_other_features_is_not_used(tmp_path, monkeypatch):
+    path = tmp_path / "rule-cpu.json"
+    path.write_text(json.dumps({"features": list(_rule.FEATURE_NAMES[:-1]), "cases": []}))
+    monkeypatch.setattr(_rule, "table_path", lambda device: path)
+    _rule._tables.pop("cpu", None)
+    try:
+        with pytest.warns(RuntimeWarning, match="fitted on features .* --refit"):
+            assert _rule.load_table("cpu") is None
+        path.write_text(json.dumps({"features": list(_rule.FEATURE_NAMES), "cases": []}))
+        _rule._tables.pop("cpu", None)
+        assert _rule.load_table("cpu") == {"features": list(_rule.FEATURE_NAMES), "cases": []}
+    finally:
+        _rule._tables.pop("cpu", None)  # later tests load the shipped table again
+
+
+def test_fit_grid_reaches_the_class_of_the_held_out_set():
+    grid = crossover.fit_grid()
+    keys = [(p.x_shape, p.w_shape, p.stride, p.groups, p.direction) for p in grid]
+    assert len(keys) == len(set(keys))  # no problem measured twice
+    specs = [(p, crossover.spec_of(p)) for p in grid]
+    # the deep end of a network: 1x1 convolutions on 1 and 7 pixels with 1024 channels
+    for pixels in (1, 49):
+        assert any(
+            s.kernel_size == (1, 1)
+            and s.in_channels >= 1024
+            and s.out_channels >= 1024
+            and s.out_size[0] ** 2 == pixels
+            for p, s in specs
+        )
+    # depthwise with stride 2 in both directions, large kernels on few channels
+    for direction in ("forward", "backward"):
+        assert any(s.is_depthwise and p.stride == 2 and p.direction == direction for p, s in specs)
+    assert any(s.kernel_size == (7, 7) and s.in_channels <= 16 for p, s in specs)
+
+
+def test_deep_end_held_out_layers_have_a_near_fitted_neighbour():
+    # The classifier (1x1 C1280->1000 on 1 pixel) had no fitted problem within
+    # log2-distance 4.6 before the deep-end block; now its nearest is within 1.
+    fitted = [(_rule.features(crossover.spec_of(p)), p.direction) for p in crossover.fit_grid()]
+    for problem in regret.held_out():
+        if "classifier" in problem.name or "C576->160 7" in problem.name:
+            point = _rule.features(crossover.spec_of(problem))
+            nearest = min(_rule._distance(point, f) for f, d in fitted if d == problem.direction)
+            assert nearest < 1.0, problem.name
+
+
 def test_crossover_writes_the_rule_table_the_rule_reads(tmp_path, monkeypatch):
     tiny = [
         Problem("tiny fwd", (1, 2, 6, 6), (3, 2, 3, 3), padding=1),
@@ -52,6 +108,42 @@ def test_crossover_writes_the_rule_table_the_rule_reads(tmp_path, monkeypatch):
     ranking = _rule.rank(spec, "forward", list(table["cases"][0]["times"]), "cpu")
     winner = min(table["cases"][0]["times"], key=table["cases"][0]["times"].get)
     assert ranking[0][0] == winner  # on a measured point the rule returns its measured winner
+    # --refit measures nothing: same times, features recomputed from the grid's problems
+    for case in table["cases"]:
+        case["features"] = [0.0] * len(case["features"])
+    data.write_text(json.dumps(table))
+    assert crossover.main(["--refit", "--data", str(data), "--docs", str(tmp_path)]) == 0
+    refitted = json.loads(data.read_text())
+    assert "refitted" in refitted
+    for before, after, problem in zip(table["cases"], refitted["cases"], tiny):
+        assert after["times"] == before["times"]
+        assert after["features"] == list(_rule.features(crossover.spec_of(problem)))
+
+
+def test_refit_rejects_a_case_the_grid_no_longer_has():
+    table = {"device": "cpu", "machine": "m", "date": "d", "cases": [{"name": "gone", "direction": "forward"}]}
+    with pytest.raises(ValueError, match="'gone' .* not in the fitting grid"):
+        crossover.refit(table, [Problem("tiny fwd", (1, 2, 6, 6), (3, 2, 3, 3), padding=1)])
+
+
+def test_fit_table_picks_the_neighbour_count_with_fewest_misses():
+    # Three near twins and one far odd problem whose loser has a x40 spike.
+    def case(name, point, times):
+        return {"name": name, "direction": "forward", "features": point, "times": times}
+
+    rows = [
+        case("a", [0.0, 0.0], {"p/x": 1.0, "q/y": 1.2}),
+        case("b", [0.1, 0.0], {"p/x": 1.0, "q/y": 1.3}),
+        case("c", [0.2, 0.0], {"p/x": 1.0, "q/y": 1.1}),
+        case("d", [5.0, 0.0], {"p/x": 40.0, "q/y": 1.0}),
+    ]
+    table = crossover.fit_table("cpu", rows, "m", "d", None)
+    stats = table["leave_one_out"]
+    chosen = stats[str(table["neighbours"])]
+    for other in stats.values():
+        assert (chosen["over_1.5"], chosen["geomean"]) <= (other["over_1.5"], other["geomean"])
+    assert set(stats) == {str(k) for k in crossover.NEIGHBOUR_CHOICES}
+    assert table["seconds"] is None and table["features"] == list(_rule.FEATURE_NAMES)
 
 
 def test_regret_rows_are_consistent():
@@ -61,7 +153,31 @@ def test_regret_rows_are_consistent():
     for pick in ("rule", "tuned", "priority"):
         if row[pick] == row["best"]:
             assert row[f"{pick}_regret"] == 1.0
-    assert "| tiny |" in regret._markdown("cpu", rows, "machine", "date")
+    text = regret._markdown("cpu", rows, "machine", "date")
+    assert "| tiny |" in text
+    assert row["rule_reason"]  # why the rule chose, for the misses section
+
+
+def test_regret_table_lists_the_misses_with_the_rule_reason():
+    row = {
+        "name": "miss",
+        "direction": "forward",
+        "best": "a/x",
+        "best_s": 1e-4,
+        "rule": "b/y",
+        "rule_regret": 2.0,
+        "rule_reason": "fitted rule: predicted x1.00 of the best on its 2 nearest measured problems (p, q)",
+        "tuned": "a/x",
+        "tuned_regret": 1.0,
+        "priority": "a/x",
+        "priority_regret": 1.0,
+    }
+    hit = dict(row, name="hit", rule="a/x", rule_regret=1.0)
+    text = regret._markdown("cpu", [row, hit], "machine", "date")
+    assert "Over target" in text
+    assert "- miss (forward): rule x2.00, autotune x1.00; fitted rule" in text
+    assert "- hit" not in text
+    assert "Over target" not in regret._markdown("cpu", [hit], "machine", "date")
 
 
 def test_mobilenet_v2_has_52_convolutions_of_the_right_shapes():
@@ -106,3 +222,10 @@ def test_the_rule_pick_on_a_device_is_made_among_that_devices_backends():
         assert not regret._rule_pick(problem, "cpu")[0].startswith("fake_gpu")
     finally:
         cs.unregister_backend("fake_gpu_for_regret")
+
+
+def test_machine_line_states_the_load_before_and_after():
+    line = crossover._machine("cpu", "0.10/0.20/0.30")
+    assert "threads" in line and "load average 0.10/0.20/0.30 before, " in line and line.endswith(" after")
+    assert "load average" not in crossover._machine("cpu")
+    assert len(crossover._load().split("/")) == 3

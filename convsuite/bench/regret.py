@@ -25,9 +25,13 @@ from pathlib import Path
 from typing import Sequence
 
 from .. import _registry, _tuning
-from .crossover import DEFAULT_SKIP, Problem, _machine, measure_problem, spec_of
+from .crossover import DEFAULT_SKIP, Problem, _load, _machine, measure_problem, spec_of
 
-__all__ = ["held_out", "main", "regrets"]
+__all__ = ["RULE_TARGET", "TUNED_TARGET", "held_out", "main", "regrets"]
+
+#: Worst-case regret targets of the default rule and of autotune (issue 10).
+RULE_TARGET = 1.5
+TUNED_TARGET = 1.15
 
 
 def held_out(batch: int = 8) -> list[Problem]:
@@ -68,15 +72,15 @@ def held_out(batch: int = 8) -> list[Problem]:
     return p
 
 
-def _rule_pick(problem: Problem, device: str) -> tuple[str, str]:
-    """What auto picks by the rule, without measuring, and how it decided."""
+def _rule_pick(problem: Problem, device: str) -> tuple[str, str, str]:
+    """What auto picks by the rule, without measuring: the label, how it decided, and why."""
     spec = spec_of(problem)
     # The data's home decides the device auto chooses on: None (NumPy) is the CPU; on the GPU, the
     # device backend that would own the user's arrays (as cs.conv2d on CuPy arrays).
     home = None if device == "cpu" else _device_backend(device)
     with _tuning.use_autotune(False):
         backend, algorithm, decision = _tuning.choose(spec, problem.direction, "auto", "regret", "auto", home)
-    return f"{backend.name}/{algorithm}", decision.decided_by
+    return f"{backend.name}/{algorithm}", decision.decided_by, decision.reason
 
 
 def _device_backend(device: str):
@@ -99,7 +103,7 @@ def regrets(problems: Sequence[Problem], device: str, skip: Sequence[str], progr
     """Rule, autotune and priority regret of each problem, from two side-by-side measurements."""
     rows = []
     for i, problem in enumerate(problems, 1):
-        rule, decided_by = _rule_pick(problem, device)
+        rule, decided_by, reason = _rule_pick(problem, device)
         priority = _priority_pick(problem, device)
         tuned_times = measure_problem(problem, device, skip)
         tuned = min(tuned_times, key=tuned_times.get)
@@ -113,6 +117,7 @@ def regrets(problems: Sequence[Problem], device: str, skip: Sequence[str], progr
             "rule": rule,
             "rule_regret": times.get(rule, float("nan")) / best,
             "decided_by": decided_by,
+            "rule_reason": reason,
             "tuned": tuned,
             "tuned_regret": times[tuned] / best,
             "priority": priority,
@@ -153,6 +158,19 @@ def _markdown(device: str, rows: list[dict], machine: str, date: str) -> str:
             f"- {label}: worst x{max(values):.2f}, median x{statistics.median(values):.2f}, "
             f"mean x{statistics.fmean(values):.2f}"
         )
+    misses = [r for r in rows if r["rule_regret"] > RULE_TARGET or r["tuned_regret"] > TUNED_TARGET]
+    if misses:
+        lines += [
+            "",
+            f"Over target (rule > {RULE_TARGET}x or autotune > {TUNED_TARGET}x), with the rule's reason "
+            "(the measured problems that voted):",
+            "",
+        ]
+        lines += [
+            f"- {r['name']} ({r['direction']}): rule x{r['rule_regret']:.2f}, autotune x{r['tuned_regret']:.2f}; "
+            f"{r.get('rule_reason', '')}"
+            for r in misses
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -165,9 +183,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--docs", default="docs/measurements", help="where the table goes ('' for nowhere)")
     args = parser.parse_args(argv)
     skip = tuple(s for s in args.skip.split(",") if s)
+    load_before = _load()
     rows = regrets(held_out(args.batch), args.device, skip)
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    text = _markdown(args.device, rows, _machine(args.device), date)
+    text = _markdown(args.device, rows, _machine(args.device, load_before), date)
     print(text)
     if args.docs:
         Path(args.docs).mkdir(parents=True, exist_ok=True)
