@@ -203,3 +203,13 @@ def test_the_runner_uses_the_configured_backend_and_raises_a_pieces_error(backen
         assert run([joblib.delayed(pow)(i, 2) for i in range(5)]) == [0, 1, 4, 9, 16]
         with pytest.raises(ZeroDivisionError):
             run([joblib.delayed(divmod)(1, i) for i in (1, 0, 2)])
+
+
+def test_thread_pools_are_shared_per_purpose_and_size():
+    """One long-lived pool per (purpose, worker count): the joblib rung and the GPU fan-out never share one."""
+    from convsuite._thread_pools import shared_pool
+
+    assert shared_pool("joblib", 2) is shared_pool("joblib", 2)
+    assert shared_pool("joblib", 2) is not shared_pool("joblib", 3)
+    assert shared_pool("joblib", 2) is not shared_pool("gpu", 2)
+    assert shared_pool("joblib", 3)._max_workers == 3

@@ -31,8 +31,7 @@ summed, and every piece's weight and bias gradients are summed.
 from __future__ import annotations
 
 import functools
-import threading
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import wait
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
@@ -40,6 +39,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .._spec import ConvSpec
+from .._thread_pools import shared_pool
 from .._threads import get_num_threads
 from ..distributed._tiling import even_bounds, pieces
 from .base import Algorithm, Backend, Launch, Tunable, Verdict
@@ -131,19 +131,6 @@ def _parallel():
     return joblib.Parallel(prefer="threads", n_jobs=n_jobs if n_jobs is not None else get_num_threads())
 
 
-_pools: dict[int, ThreadPoolExecutor] = {}
-_pools_lock = threading.Lock()
-
-
-def _thread_pool(workers: int) -> ThreadPoolExecutor:
-    """A persistent pool of ``workers`` threads (one per worker count, started on first use)."""
-    with _pools_lock:
-        pool = _pools.get(workers)
-        if pool is None:
-            pool = _pools[workers] = ThreadPoolExecutor(workers, thread_name_prefix=f"convsuite-joblib-{workers}")
-        return pool
-
-
 class _Runner:
     """Runs the pieces of one call the way the active ``parallel_config`` says.
 
@@ -170,7 +157,7 @@ class _Runner:
             return self.parallel(jobs)
         if self.workers == 1:
             return [function(*args, **kwargs) for function, args, kwargs in jobs]
-        pool = _thread_pool(self.workers)
+        pool = shared_pool("joblib", self.workers)
         futures = [pool.submit(function, *args, **kwargs) for function, args, kwargs in jobs]
         try:
             return [f.result() for f in futures]

@@ -23,15 +23,14 @@ For a Dask array of CuPy chunks, use a Dask cluster with one worker per GPU
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .._arrays import is_cupy_array
+from .._thread_pools import shared_pool
 from ._tiling import even_bounds
 
 __all__ = [
@@ -91,7 +90,7 @@ def _on_each(devices: Sequence[int], work) -> list:
             cupy.cuda.get_current_stream().synchronize()
             return result
 
-    return list(_pool(len(devices)).map(run, enumerate(devices)))
+    return list(shared_pool("gpu", len(devices)).map(run, enumerate(devices)))
 
 
 def _queue_on_each(devices: Sequence[int], work) -> list:
@@ -106,19 +105,6 @@ def _queue_on_each(devices: Sequence[int], work) -> list:
             # The caller's device reads these results next: finish them here.
             cupy.cuda.get_current_stream().synchronize()
     return results
-
-
-_pools: dict[int, ThreadPoolExecutor] = {}
-_pools_lock = threading.Lock()
-
-
-def _pool(workers: int) -> ThreadPoolExecutor:
-    """A long-lived pool of ``workers`` host threads (starting threads on every call costs ~0.1 ms each)."""
-    with _pools_lock:
-        pool = _pools.get(workers)
-        if pool is None:
-            pool = _pools[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="convsuite-gpu")
-        return pool
 
 
 def scatter(x, devices: Sequence[int] | None = None) -> list[Shard]:
