@@ -339,13 +339,12 @@ def home_backend(array: object) -> Backend | None:
     return None
 
 
-def selectable(backend: Backend, algorithm: str) -> bool:
-    """Whether ``algorithm="auto"`` may pick ``algorithm`` of ``backend``: not when its record says its
+def selectable(backend: Backend) -> list[str]:
+    """The algorithms of ``backend`` that ``algorithm="auto"`` may pick: all but those whose record says their
     results are not bit-reproducible (``Algorithm.deterministic``); those run only when named.
     """
     table = backend.algorithm_table() or {}
-    record = table.get(algorithm)
-    return record is None or record.deterministic
+    return [a for a in backend.algorithms if a not in table or table[a].deterministic]
 
 
 def candidates(
@@ -367,7 +366,7 @@ def candidates(
         if verdict is not True:
             considered.append((backend.name, f"unavailable: {verdict}"))
             continue
-        names = [a for a in backend.algorithms if selectable(backend, a)] if algorithm == "auto" else (algorithm,)
+        names = selectable(backend) if algorithm == "auto" else (algorithm,)
         if algorithm != "auto" and algorithm not in backend.algorithms:
             considered.append((backend.name, f"has no algorithm {algorithm!r}"))
             continue

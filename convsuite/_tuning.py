@@ -646,9 +646,7 @@ def _pairs(
         verdict = backend.available()
         if verdict is not True:
             raise BackendUnavailableError(f"backend {name!r} is unavailable: {verdict}")
-        names = (
-            [a for a in backend.algorithms if _registry.selectable(backend, a)] if algorithm == "auto" else (algorithm,)
-        )
+        names = _registry.selectable(backend) if algorithm == "auto" else (algorithm,)
         pairs = [(backend, a) for a in names if backend.can_run(spec, a, direction) is True]
         return pairs, []
     pairs, considered = _registry.candidates(spec, algorithm, direction, device)

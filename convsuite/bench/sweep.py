@@ -642,10 +642,11 @@ def run_sweep(
         seconds=time.perf_counter() - started,
     )
     built = {k: v for k, v in backend.compiled_modules().items() if k not in modules_before}
-    if built or backend.compile_cache() is not None:
+    cache = backend.compile_cache()
+    if built or cache is not None:
         # Module builds alone (NVRTC, or a load from the disk cache): the
         # compile time the issue asks to see apart from the run time.
-        meta.update(modules_built=len(built), module_build_s=sum(built.values()), compile_cache=backend.compile_cache())
+        meta.update(modules_built=len(built), module_build_s=sum(built.values()), compile_cache=cache)
     return SweepResult(
         backend=backend.name,
         algorithm=record.name,
