@@ -3,7 +3,8 @@
 #   bash tools/device_run.sh tests    GPU tests (every gpu-marked file, cupy rows of the cross-backend
 #                                     suites), compute-sanitizer memcheck and racecheck
 #   bash tools/device_run.sh bench    per-call overhead, MobileNetV2 (52 convs, whole network, CUDA
-#                                     graph), the GPU crossover map and the regret of auto on held-out cases
+#                                     graph) and the GPU crossover map
+#   bash tools/device_run.sh regret   the regret of auto on held-out cases
 #   bash tools/device_run.sh sweeps   the FA19 table (tiled_shared tile_w x tile_h) and tuned vs default
 #   bash tools/device_run.sh report   the seed report of every tunable algorithm (swept best vs default)
 #   bash tools/device_run.sh cache    a 20-configuration sweep twice, in two processes sharing CuPy's disk cache
@@ -50,7 +51,7 @@ bench)
   run networks 120 python3 -m convsuite.bench.networks --gpu --only mobilenet --backends numpy --out "$LOGS/networks.json"
   run crossover 170 python3 -m convsuite.bench.crossover --device gpu --data "$LOGS/rule-gpu.json" --docs "$LOGS"
   [ -f "$LOGS/rule-gpu.json" ] && cp "$LOGS/rule-gpu.json" convsuite/data/rule-gpu.json
-  run regret 120 python3 -m convsuite.bench.regret --device gpu --docs "$LOGS"
+  # The held-out regret needs ~5 minutes on its own: `bash tools/device_run.sh regret`.
   ;;
 sweeps)
   # Issue 16 on the GPU: the FA19 table (tiled_shared tile_w x tile_h on the ECE408 FA19 layers), the seed
