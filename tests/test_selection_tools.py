@@ -229,3 +229,10 @@ def test_machine_line_states_the_load_before_and_after():
     assert "threads" in line and "load average 0.10/0.20/0.30 before, " in line and line.endswith(" after")
     assert "load average" not in crossover._machine("cpu")
     assert len(crossover._load().split("/")) == 3
+
+
+def test_refit_without_a_readable_table_is_a_usage_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        crossover.main(["--refit", "--data", str(tmp_path / "missing.json"), "--docs", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "--refit needs a measured table at" in capsys.readouterr().err

@@ -370,19 +370,19 @@ def test_seed_report_on_the_fake_backend(fake_backend, tmp_path, monkeypatch):
     assert "x" in rebuilt.split("| toy forward |")[1]  # a speedup column per layer
     with pytest.raises(FileNotFoundError):
         sweep_report.summarise_folder(tmp_path / "empty")
-    # --algorithms restricts the report (a run split in parts), an unknown name sweeps nothing.
-    assert (
-        len(
-            sweep_report.build_report("cpu", tmp_path / "b", budget_s=1.0, backends=[FAKE], algorithms=["toy"])[
-                "sweeps"
-            ]
-        )
-        == 1
-    )
-    assert (
-        sweep_report.build_report("cpu", tmp_path / "c", budget_s=1.0, backends=[FAKE], algorithms=["nope"])["sweeps"]
-        == []
-    )
+    # --algorithms restricts the report (a run split in parts); a name that is no tunable algorithm is an error.
+    restricted = sweep_report.build_report("cpu", tmp_path / "b", budget_s=1.0, backends=[FAKE], algorithms=["toy"])
+    assert len(restricted["sweeps"]) == 1
+    with pytest.raises(ValueError, match=r"--algorithms: 'nope' is not a tunable algorithm .* \(those that are: toy\)"):
+        sweep_report.build_report("cpu", tmp_path / "c", budget_s=1.0, backends=[FAKE], algorithms=["nope"])
+    assert not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())
+
+
+def test_seed_report_cli_refuses_an_unknown_algorithm(fake_backend, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        sweep_report.main(["--device", "cpu", "--out", str(tmp_path), "--backends", FAKE, "--algorithms", "toy,nope"])
+    assert exit_info.value.code == 2
+    assert "--algorithms: 'nope' is not a tunable algorithm" in capsys.readouterr().err
 
 
 def test_a_pruned_sweep_measures_the_defaults_neighbours_first():

@@ -450,7 +450,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         first_backward=args.first_backward,
     )
     if args.refit:
-        table = refit(json.loads(data_path.read_text()), grid)
+        try:
+            stored = json.loads(data_path.read_text())
+        except (OSError, ValueError) as exc:
+            parser.error(f"--refit needs a measured table at {data_path} (--data); it could not be read: {exc}")
+        table = refit(stored, grid)
         plotted = _write(table, data_path, Path(args.docs))
         print(f"refitted {data_path} from its stored times" + (" and redrew the plot" if plotted else ""))
         return 0

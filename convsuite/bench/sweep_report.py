@@ -34,7 +34,7 @@ from .sweep_output import summary_lines, write_sweep
 from .timing import SETTLE_S
 from .workloads import Case, get_workload
 
-__all__ = ["build_report", "configurations_for_budget", "main", "seed_cases"]
+__all__ = ["build_report", "check_algorithms", "configurations_for_budget", "main", "seed_cases"]
 
 
 def seed_cases(device: str, record: Algorithm, backend: Backend) -> list[tuple[str, str, list[Case]]]:
@@ -260,6 +260,8 @@ def build_report(
             if not plans:
                 skipped.append(f"{info.name}/{name}: runs none of the seed workloads")
             todo += [(backend, record, workload, direction, cases) for workload, direction, cases in plans]
+    if algorithms is not None:
+        check_algorithms(device, backends, algorithms)
     sweeps = []
     for i, (backend, record, workload, direction, cases) in enumerate(todo):
         share = max(budget_s - (time.perf_counter() - started), 0.0) / (len(todo) - i)
@@ -277,6 +279,22 @@ def build_report(
     report = out / "README.md"
     report.write_text(_markdown(device, sweeps, skipped, budget_s, time.perf_counter() - started), encoding="utf-8")
     return dict(sweeps=sweeps, skipped=skipped, report=report)
+
+
+def check_algorithms(device: str, backends: list[str] | None, algorithms: list[str]) -> None:
+    """Raise ValueError naming any of ``algorithms`` that no available backend swept on ``device`` has as a
+    tunable algorithm (a report restricted to a misspelt name would sweep nothing, silently).
+    """
+    tunable = set()
+    for info in list_backends():
+        if info.device == device and info.available and (backends is None or info.name in backends):
+            tunable |= {n for n, r in (get_backend(info.name).algorithm_table() or {}).items() if r.tunables}
+    unknown = sorted(set(algorithms) - tunable)
+    if unknown:
+        raise ValueError(
+            f"--algorithms: {', '.join(map(repr, unknown))} is not a tunable algorithm of the backends swept "
+            f"on the {device} (those that are: {', '.join(sorted(tunable)) or 'none'})"
+        )
 
 
 def summarise_folder(out: str | Path, note: str = "") -> Path:
@@ -355,6 +373,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--budget-s must be > 0 and --repeat >= 1; got {args.budget_s}, {args.repeat}")
     names = None if args.backends is None else [n.strip() for n in args.backends.split(",") if n.strip()]
     wanted = None if args.algorithms is None else [n.strip() for n in args.algorithms.split(",") if n.strip()]
+    if wanted is not None:
+        try:
+            check_algorithms(args.device, names, wanted)
+        except ValueError as exc:
+            parser.error(str(exc))
     done = build_report(
         args.device,
         args.out,
