@@ -236,3 +236,11 @@ def test_refit_without_a_readable_table_is_a_usage_error(tmp_path, capsys):
         crossover.main(["--refit", "--data", str(tmp_path / "missing.json"), "--docs", str(tmp_path)])
     assert exit_info.value.code == 2
     assert "--refit needs a measured table at" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option", ["--forward", "--backward", "--depthwise-forward", "--first-backward"])
+def test_grid_counts_must_not_be_negative(option, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        crossover.main([option, "-1", "--data", str(tmp_path / "t.json"), "--docs", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert f"{option} must be a count >= 0; got -1" in capsys.readouterr().err

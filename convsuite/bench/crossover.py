@@ -439,6 +439,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="measure nothing: recompute the features and the neighbour count from the times already in the table",
     )
     args = parser.parse_args(argv)
+    counts = ("forward", "backward", "depthwise_forward", "depthwise_backward", "first_forward", "first_backward")
+    for name in counts:
+        if getattr(args, name) < 0:
+            parser.error(f"--{name.replace('_', '-')} must be a count >= 0; got {getattr(args, name)}")
     skip = tuple(s for s in args.skip.split(",") if s)
     data_path = Path(args.data) if args.data else Path(str(_rule.table_path(args.device)))
     grid = fit_grid(
