@@ -117,6 +117,7 @@ def test_the_expected_records_are_tunable():
         "register_tiled": ["mt", "block_w", "px"],
         "fused_gemm": ["bk"],
         "igemm_big": ["bm"],
+        "tf32x3": ["bm"],
         "pointwise": ["mt"],
         "depthwise": ["px", "py"],
         "blocked": ["v"],
@@ -236,6 +237,8 @@ def test_template_and_define_values_are_compiled():
     assert algs.RECORDS["pointwise"].tunables[0].values == POINTWISE_TILES
     big = [k for k in KERNELS["implicit_gemm_big.cu"] if k.startswith("conv2d_igemm_fwd@")]
     assert set(algs.RECORDS["igemm_big"].tunables[0].values) == {int(k.split("@")[1].split(",")[0]) for k in big}
+    tc = [k for k in KERNELS["implicit_gemm_tf32x3.cu"] if k.startswith("conv2d_tf32x3_fwd@")]
+    assert set(algs.RECORDS["tf32x3"].tunables[0].values) == {int(k.split("@")[1].split(",")[0]) for k in tc}
     assert algs.RECORDS["register_tiled"].tunables[2].values == OVERRIDABLE["CS_RT_PX"][1]
     assert algs.RECORDS["blocked"].tunables[0].values == OVERRIDABLE["CS_BLOCKED_V"][1]
     assert all(v % 2 == 1 for v in OVERRIDABLE["CS_BLOCKED_V"][1])

@@ -202,16 +202,76 @@ BIG_TILE_CASES = [
 ]
 
 
+@pytest.mark.parametrize("algorithm", ["igemm_big", "tf32x3"])
 @pytest.mark.parametrize("x_shape, w_shape, kw", BIG_TILE_CASES)
-def test_big_tile_gemm_forward_and_backward(x_shape, w_shape, kw):
+def test_big_tile_gemm_forward_and_backward(x_shape, w_shape, kw, algorithm):
     rng = np.random.default_rng(sum(x_shape))
     x, w = rng.standard_normal(x_shape).astype(np.float32), rng.standard_normal(w_shape).astype(np.float32)
     bias = rng.standard_normal(w_shape[0]).astype(np.float32)
     spec = cs.explain(x, w, bias, **kw).spec
     with cs.testing.poisoned_outputs():
-        y = cs.conv2d(x, w, bias, backend="cupy", algorithm="igemm_big", **kw)
-    assert_within(y, reference_forward(spec, x, w, bias), forward_tolerance(spec, x, w, bias), "igemm_big")
-    _check_backward(x, w, "igemm_big", kw)
+        y = cs.conv2d(x, w, bias, backend="cupy", algorithm=algorithm, **kw)
+        y_relu = cs.conv2d(x, w, bias, backend="cupy", algorithm=algorithm, activation="relu", **kw)
+    ref = reference_forward(spec, x, w, bias)
+    assert_within(y, ref, forward_tolerance(spec, x, w, bias), algorithm)
+    assert_within(y_relu, np.where(ref < 0, 0, ref), forward_tolerance(spec, x, w, bias), f"{algorithm}+relu")
+    _check_backward(x, w, algorithm, kw)
+
+
+# --- tf32x3: error-compensated TF32 on the tensor cores (issue 11) -------------------
+
+
+def test_tf32x3_keeps_float32_accuracy_over_a_wide_dynamic_range():
+    """Operands spanning 2^-12..2^12: the big/small split keeps every product to ~2^-21, inside the float32 bound.
+
+    A single TF32 product would be off by up to 2^-11 relative, about 100x the
+    tolerance of this 576-long reduction.
+    """
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((4, 64, 30, 30)) * 2.0 ** rng.integers(-12, 13, (4, 64, 30, 30))
+    w = rng.standard_normal((96, 64, 3, 3)) * 2.0 ** rng.integers(-12, 13, (96, 64, 3, 3))
+    x, w = x.astype(np.float32), w.astype(np.float32)
+    spec = cs.explain(x, w, padding=1).spec
+    with cs.testing.poisoned_outputs():
+        y = cs.conv2d(x, w, padding=1, backend="cupy", algorithm="tf32x3")
+    assert_within(y, reference_forward(spec, x, w), forward_tolerance(spec, x, w), "tf32x3")
+
+
+@pytest.mark.parametrize("where", ["x", "w"])
+def test_tf32x3_nonfinite_and_huge_operands_fall_back_to_float32(where):
+    """inf, NaN and |v| >= 2^126 cannot be split: their blocks are recomputed in float32, IEEE as elsewhere.
+
+    Specials in x flag only the blocks whose tiles read them (the others stay
+    on the tensor cores); an infinite weight flags every block of its row.
+    """
+    rng = np.random.default_rng(22)
+    x = rng.standard_normal((2, 40, 24, 24)).astype(np.float32)
+    w = rng.standard_normal((70, 40, 3, 3)).astype(np.float32)
+    if where == "x":
+        x[0, 3, 5, 7], x[1, 0, 0, 0], x[1, 39, 23, 23] = np.inf, np.nan, -np.inf
+        x[0, 10, 20, 2] = 3.0e38  # finite, but big*small may overflow where the exact product does not
+    else:
+        w[5, 1, 0, 0] = np.inf
+    spec = cs.explain(x, w, padding=1).spec
+    want = cs.conv2d(x, w, padding=1, backend="numpy")
+    with cs.testing.poisoned_outputs():
+        got = _cupy().asnumpy(cs.conv2d(x, w, padding=1, backend="cupy", algorithm="tf32x3"))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    assert (~np.isfinite(want)).any() and np.isfinite(want).mean() > 0.5
+    plain_x = np.where(np.isfinite(x) & (np.abs(x) < 1e38), x, 0).astype(np.float32)
+    plain_w = np.where(np.isfinite(w), w, 0).astype(np.float32)
+    ref, tol = reference_forward(spec, plain_x, plain_w), forward_tolerance(spec, plain_x, plain_w)
+    clean = np.isfinite(want) & (np.abs(want) < 1e30)  # windows without a special or the huge value
+    assert_within(np.where(clean, got, 0), np.where(clean, ref, 0), tol, f"tf32x3 next to specials in {where}")
+
+
+def test_tf32x3_declines_what_it_cannot_do_in_float32_accuracy():
+    short = cs.explain(np.ones((1, 3, 8, 8), np.float32), np.ones((4, 3, 3, 3), np.float32)).spec
+    why = _can_run(short, "tf32x3")
+    assert "reduction of 27 products" in why and "igemm_big" in why
+    double = cs.explain(np.ones((1, 8, 8, 8)), np.ones((4, 8, 3, 3))).spec
+    assert "float64" in _can_run(double, "tf32x3")
 
 
 @pytest.mark.parametrize("algorithm", ["fused_gemm", "igemm_big", "depthwise", "pointwise_gemm"])
@@ -541,7 +601,7 @@ def test_ladder_agrees_with_the_deterministic_default():
         (a, d)
         for a in FORWARD_ALGORITHMS
         for d in (np.float32, np.float64)
-        if not (a == "igemm_big" and d == np.float64)  # float32 only (its can_run says why)
+        if not (a in ("igemm_big", "tf32x3") and d == np.float64)  # float32 only (its can_run says why)
     ],
 )
 def test_forward_relu_every_algorithm(algorithm, dtype):
@@ -560,7 +620,7 @@ def test_forward_relu_every_algorithm(algorithm, dtype):
         spec = cs.explain(x, w, bias, **kw).spec
         if _can_run(spec, algorithm) is not True:
             continue
-        assert backend.fuses_activation(spec, algorithm, "relu") == (algorithm in ("fused_gemm", "igemm_big"))
+        assert backend.fuses_activation(spec, algorithm, "relu") == (algorithm in FUSED_RELU)
         fwd = cs.conv1d if x.ndim == 3 else cs.conv2d
         with cs.testing.poisoned_outputs():
             y = fwd(x, w, bias, backend="cupy", algorithm=algorithm, activation="relu", **kw)
@@ -613,6 +673,10 @@ TUNABLE_CASES = {
         ((1, 6, 13), (20, 3, 1), dict(groups=2)),
     ],
     "igemm_big": [
+        ((2, 8, 13, 12), (70, 8, 3, 3), dict(padding=1)),
+        ((2, 12, 11, 10), (40, 6, 3, 3), dict(stride=2, padding=1, groups=2)),
+    ],
+    "tf32x3": [
         ((2, 8, 13, 12), (70, 8, 3, 3), dict(padding=1)),
         ((2, 12, 11, 10), (40, 6, 3, 3), dict(stride=2, padding=1, groups=2)),
     ],
@@ -678,8 +742,8 @@ def test_tunable_configurations_match_reference(algorithm, dtype):
         x, w = rng.standard_normal(x_shape).astype(dtype), rng.standard_normal(w_shape).astype(dtype)
         bias = rng.standard_normal(w_shape[0]).astype(dtype)
         spec = cs.explain(x, w, bias, **kw).spec
-        if algorithm == "igemm_big" and dtype == np.float64:
-            assert "float32 only" in _can_run(spec, algorithm)
+        if algorithm in ("igemm_big", "tf32x3") and dtype == np.float64:
+            assert "float32 only" in _can_run(spec, algorithm) or "float64" in _can_run(spec, algorithm)
             return
         assert _can_run(spec, algorithm) is True, (algorithm, spec)
         ref, tol = reference_forward(spec, x, w, bias), forward_tolerance(spec, x, w, bias)

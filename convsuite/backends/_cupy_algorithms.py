@@ -568,14 +568,45 @@ IGEMM_BIG_TUNABLES = (
 )
 
 
+#: Shortest reduction (products per output) tf32x3 takes: its ~2^-21 relative
+#: error per product fits the float32 tolerance ``(n + 1) * eps`` only from here.
+TF32X3_MIN_REDUCTION = 32
+
+
+def _check_tf32x3(spec: ConvSpec, direction: str) -> Verdict:
+    s = spec.as_2d()
+    if s.dtype != "float32":
+        return "tf32x3 splits float32 operands into TF32 pairs; float64 needs fused_gemm"
+    if spec.reduction_length < TF32X3_MIN_REDUCTION:
+        return (
+            f"a reduction of {spec.reduction_length} products (< {TF32X3_MIN_REDUCTION}): tf32x3's ~2^-21 error "
+            "per product exceeds the float32 tolerance of so short a sum; use igemm_big"
+        )
+    return _check_big(spec, direction)
+
+
+def _plan_tf32x3(spec: ConvSpec, direction: str, params: dict) -> Launch:
+    """tf32x3 with its block-tile rows ``params["bm"]``."""
+    return _plan_implicit_gemm(spec, direction, True, bm=params["bm"], kind="tf32x3")
+
+
 def _plan_implicit_gemm(
-    spec: ConvSpec, direction: str, big: bool, relu: bool = False, bm: int | None = None, bk: int = GEMM_BK
+    spec: ConvSpec,
+    direction: str,
+    big: bool,
+    relu: bool = False,
+    bm: int | None = None,
+    bk: int = GEMM_BK,
+    kind: str = "simt",
 ) -> Launch:
     """fused_gemm (64x64 tiles, both dtypes) or igemm_big (float32, BM x 128 tiles, pipelined).
 
     ``relu`` (forward only) instantiates the kernel with ReLU fused into its
     epilogue; ``bm`` sets igemm_big's block-tile rows (default: the hand rule);
-    ``bk`` fused_gemm's reduction slice (the ``-D CS_GEMM_BK`` module).
+    ``bk`` fused_gemm's reduction slice (the ``-D CS_GEMM_BK`` module);
+    ``kind="tf32x3"`` runs the forward product (and the input gradient of a
+    stride-1 convolution, itself a forward problem) on the tensor cores with
+    error-compensated TF32, keeping igemm_big's float32 weight gradient.
     """
     slice_depth = (("CS_GEMM_BK", bk),)
     s = spec.as_2d()
@@ -591,14 +622,17 @@ def _plan_implicit_gemm(
         if bm is not None:
             koff = _filter_offsets(Cg, (H, W), (KH, KW), s.dilation)
             grid = (math.ceil(n / BIG_BN), math.ceil(Mg / bm), G)
-            fn = rt.kernel("implicit_gemm_big.cu", f"conv2d_igemm_fwd@{bm},{int(relu)}", s.dtype)
+            if kind == "tf32x3":
+                fn = rt.kernel("implicit_gemm_tf32x3.cu", f"conv2d_tf32x3_fwd@{bm},{int(relu)}", s.dtype)
+            else:
+                fn = rt.kernel("implicit_gemm_big.cu", f"conv2d_igemm_fwd@{bm},{int(relu)}", s.dtype)
             return _with_bias(s, lambda x, w, bias, out: fn(grid, (2 * bm,), (x, w, bias, out, koff, *p)))
         grid = (math.ceil(n / GEMM_BN), math.ceil(Mg / GEMM_BM), G)
         fn = rt.kernel("implicit_gemm.cu", f"conv2d_implicit_gemm@{int(relu)}", s.dtype, overrides=slice_depth)
         return _with_bias(s, lambda x, w, bias, out: fn(grid, (256,), (x, w, bias, out, *p)))
     cp = rt.cupy()
     kd = Cg * KH * KW
-    dgrad = _plan_input_gradient(s, big, slice_depth)
+    dgrad = _plan_input_gradient(s, big, slice_depth, tensor_cores=kind == "tf32x3")
     if bm is not None:
         koff = _filter_offsets(Cg, (H, W), (KH, KW), s.dilation)
         splits = _wgrad_splits(s, bm, BIG_BN, 256 // bm)
@@ -644,7 +678,7 @@ def _input_gradient_as_forward(s: ConvSpec) -> ConvSpec:
     )
 
 
-def _plan_input_gradient(s: ConvSpec, big: bool, overrides=()) -> Callable:
+def _plan_input_gradient(s: ConvSpec, big: bool, overrides=(), tensor_cores: bool = False) -> Callable:
     """``dgrad(grad_y, w, grad_x)`` for an implicit-GEMM backward pass.
 
     ``overrides`` (fused_gemm's ``-D CS_GEMM_BK``) select the gather kernel's
@@ -655,7 +689,8 @@ def _plan_input_gradient(s: ConvSpec, big: bool, overrides=()) -> Callable:
     (:func:`_input_gradient_as_forward`), run by the forward kernel that suits
     its shape: ``register_tiled`` when it has at most 24 output channels per
     group (the input channels of the layer: ECE408-style layers), else the
-    algorithm's own implicit GEMM. The filters are flipped and transposed per
+    algorithm's own implicit GEMM (``tensor_cores``: tf32x3 where it takes
+    the transposed problem, else igemm_big). The filters are flipped and transposed per
     call (a copy of the weights, small). Other strides use a dedicated gather
     kernel that skips the stride gaps.
     """
@@ -666,6 +701,8 @@ def _plan_input_gradient(s: ConvSpec, big: bool, overrides=()) -> Callable:
         t = _input_gradient_as_forward(s)
         if Cg <= REGISTER_TILES[-1] and _check_tiled(t, "register_tiled") is True:
             name = "register_tiled"
+        elif tensor_cores and _check_tf32x3(t, "forward") is True:
+            name = "tf32x3"
         else:
             name = "igemm_big" if big else "fused_gemm"
         conv = RECORDS[name].build(t, "forward")  # the hand-chosen parameters of the transposed problem
@@ -682,7 +719,7 @@ def _plan_input_gradient(s: ConvSpec, big: bool, overrides=()) -> Callable:
 
 
 #: Forward algorithms whose kernel can apply ReLU in its epilogue (``activation="relu"``).
-FUSED_RELU = ("fused_gemm", "igemm_big")
+FUSED_RELU = ("fused_gemm", "igemm_big", "tf32x3")
 
 
 def plan_forward_relu(spec: ConvSpec, algorithm: str, params: dict | None = None) -> Launch:
@@ -695,7 +732,13 @@ def plan_forward_relu(spec: ConvSpec, algorithm: str, params: dict | None = None
         raise ValueError(f"{algorithm!r} has no fused ReLU; those that do: {', '.join(FUSED_RELU)}")
     resolved = RECORDS[algorithm].resolve(spec, "forward", params)
     return _plan_implicit_gemm(
-        spec, "forward", algorithm == "igemm_big", relu=True, bm=resolved.get("bm"), bk=resolved.get("bk", GEMM_BK)
+        spec,
+        "forward",
+        algorithm != "fused_gemm",
+        relu=True,
+        bm=resolved.get("bm"),
+        bk=resolved.get("bk", GEMM_BK),
+        kind="tf32x3" if algorithm == "tf32x3" else "simt",
     )
 
 
@@ -988,6 +1031,17 @@ RECORDS: dict[str, Algorithm] = {
             _plan_igemm_big,
             directions=_BOTH,
             check=_check_big,
+            tunables=IGEMM_BIG_TUNABLES,
+            constraint=_constraint_big,
+        ),
+        Algorithm(
+            "tf32x3",
+            "float32 implicit GEMM on the tensor cores: each operand split into two TF32 parts, three MMAs per "
+            "product (float32 accuracy), 64x128 / 128x128 tiles of 32x64 warp tiles; backward: dX the same way "
+            "(stride 1), igemm_big's split-K dW",
+            _plan_tf32x3,
+            directions=_BOTH,
+            check=_check_tf32x3,
             tunables=IGEMM_BIG_TUNABLES,
             constraint=_constraint_big,
         ),

@@ -70,7 +70,7 @@ _CALLS_CUBLAS = frozenset({"pointwise_gemm", "im2col_gemm"})
 
 #: Forward kernels whose input tiles hold padding as zeros that are multiplied
 #: like any other input (load_patch, the implicit-GEMM gathers).
-_IEEE_FORWARD = frozenset({"tiled_shared", "register_tiled", "fused_gemm", "igemm_big"})
+_IEEE_FORWARD = frozenset({"tiled_shared", "register_tiled", "fused_gemm", "igemm_big", "tf32x3"})
 
 
 def _int32_geometry(spec: ConvSpec) -> int:

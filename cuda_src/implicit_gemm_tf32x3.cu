@@ -1,0 +1,230 @@
+// tf32x3: float32 implicit GEMM on the tensor cores, error-compensated.
+//
+// Each float32 operand v is split into two TF32 numbers, big = tf32(v) and
+// small = tf32(v - big) (v - big is exact in float32), and every product is
+// taken as big*big + big*small + small*big: three m16n8k8 TF32 MMAs with a
+// float32 accumulator (small*small, ~2^-22 of the product, is dropped). The
+// result carries ~2^-21 relative error per product instead of TF32's 2^-11,
+// so it meets the float32 tolerance of the conformance tests for reductions
+// of 32 products or more (the backend declines shorter ones), while the
+// tensor cores do the work: a TF32 MMA issues 8x the multiply-adds of FFMA
+// per SM, so three of them still beat the FP32 pipe ~2.7x at peak.
+//
+// Non-finite and huge operands cannot be split (inf - inf is NaN, and
+// big*small can be inf*0): a block that loads any |v| >= 2^126, inf or NaN
+// recomputes its whole tile with plain float32 FMAs (the IEEE result every
+// other algorithm gives). Finite data never takes that path.
+//
+// Tiling (conv2d_tf32x3_fwd<float, BM, ACT>): block tile BM (output channels,
+// 64 or 128) x 128 (output pixels), BK = 16 per shared-memory stage, two
+// stages with the next slice's global loads issued into registers before the
+// current one is multiplied (as igemm_big). 2*BM threads = BM/16 warps, each
+// owning a 32 x 64 warp tile: 2 x 8 MMA tiles of 16 x 8, 64 accumulators per
+// thread. The im2col gather uses the same filter-offset table as igemm_big,
+// koff[k] = (c*H*W + p*dh*W + q*dw, p*dh, q*dw, 0). Shared-memory rows are
+// padded by 8 floats so each fragment load (4 k-rows x 8 columns per warp)
+// hits 32 distinct banks.
+//
+// Y_g (Mg x N) = W_g (Mg x Kd) X_g (Kd x N), N = B*Ho*Wo; grid = (ceil(N/128),
+// ceil(Mg/BM), groups). ACT = 1 fuses ReLU into the epilogue. The double
+// instantiation exists only so every kernel template has one (the backend
+// never launches it): it traps.
+#include "common.cuh"
+
+#define TX_BN 128
+#define TX_BK 16
+#define TX_PAD 8
+
+// One TF32 value (as its 32-bit pattern) rounded to nearest, ties away from
+// zero, from a finite float below 2^126: what cvt.rna.tf32.f32 gives, in two
+// integer operations (sm_90 has no conversion instruction: the cvt is
+// emulated in ~6). Adding half of the dropped 13 bits' unit carries into the
+// kept mantissa (and exponent) exactly as rounding does.
+__device__ __forceinline__ unsigned tx_tf32(float v) { return (__float_as_uint(v) + 0x1000u) & 0xffffe000u; }
+
+// v = big + small (+ a residue below 2^-22 |v|), both TF32.
+__device__ __forceinline__ void tx_split(float v, unsigned& big, unsigned& small) {
+    big = tx_tf32(v);
+    small = tx_tf32(v - __uint_as_float(big));
+}
+
+// d += a * b for one 16x8x8 TF32 tile (PTX ISA fragment layouts: a row-major, b column-major).
+__device__ __forceinline__ void tx_mma(float d[4], const unsigned a[4], const unsigned b[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Whether a loaded operand cannot be split (inf, NaN, or so large that big*big may overflow differently).
+__device__ __forceinline__ bool tx_unsplittable(float v) { return !(fabsf(v) < 8.5070592e37f); }   // 2^126
+
+template <typename T, int BM, int ACT>
+__global__ void __launch_bounds__(2 * BM)
+    conv2d_tf32x3_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias, T* __restrict__ y,
+                      const int4* __restrict__ koff, CONV_PARAMS) {
+    if constexpr (sizeof(T) != 4) {
+        __trap();   // float32 only: the backend's check refuses float64 before a launch
+    } else {
+        constexpr int NT = 2 * BM;
+        constexpr int A_PER = BM * TX_BK / NT;       // 8
+        constexpr int B_PER = TX_BN * TX_BK / NT;    // 16 (BM = 64) or 8 (BM = 128)
+        constexpr int WARPS_M = BM / 32;             // warp tiles along the output channels
+        __shared__ __align__(16) float As[2][TX_BK][BM + TX_PAD];    // weights, As[k][m]
+        __shared__ __align__(16) float Bs[2][TX_BK][TX_BN + TX_PAD]; // unrolled input, Bs[k][n]
+        const int G = C / Cg, Mg = M / G, g = blockIdx.z;
+        const int Kd = Cg * KH * KW;
+        const i64 HoWo = (i64)Ho * Wo, N = (i64)B * HoWo;
+        const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+        const int gq = lane >> 2, tq = lane & 3;     // the MMA fragments' groupID and thread-in-group
+        const int wm0 = (warp % WARPS_M) * 32, wn0 = (warp / WARPS_M) * 64;
+        const int m0 = blockIdx.y * BM;
+        const i64 n0 = (i64)blockIdx.x * TX_BN;
+
+        // Weight loads: row am of the tile, A_PER consecutive k.
+        const int am = tid % BM, ak = (tid / BM) * A_PER;
+        const bool a_ok = m0 + am < Mg;
+        const float* wrow = w + ((i64)g * Mg + (a_ok ? m0 + am : 0)) * Kd;
+        // Input loads: output column bn of the tile (decoded once), B_PER consecutive k.
+        const int bn = tid % TX_BN, bk = (tid / TX_BN) * B_PER;
+        const i64 n_load = n0 + bn;
+        // A column past N (the last tile) gathers the windows of output 0 instead: valid
+        // addresses, no branch in the loads, and its outputs are never stored.
+        const bool n_ok = n_load < N;
+        const i64 b_load = n_ok ? n_load / HoWo : 0;
+        const int r_load = n_ok ? (int)(n_load % HoWo) : 0;
+        const int ih0 = (r_load / Wo) * sh - ph, iw0 = (r_load % Wo) * sw - pw;
+        const float* xb = x + (b_load * C + (i64)g * Cg) * H * W;
+        const i64 xb_off = (i64)ih0 * W + iw0;
+
+        float ra[A_PER], rb[B_PER];
+        bool unsplittable = false;
+        // Every load is unconditional, from a clamped (always valid) address,
+        // and masked afterwards: no branch around a load, so the compiler
+        // issues all of a stage's loads back to back and their latencies
+        // overlap (a branch per load serialised them: ~2x the time).
+        auto load = [&](int k0) {
+#pragma unroll
+            for (int r = 0; r < A_PER; ++r) {
+                const int k = k0 + ak + r;
+                const float v = wrow[min(k, Kd - 1)];
+                ra[r] = (a_ok && k < Kd) ? v : 0.0f;
+                unsplittable |= tx_unsplittable(ra[r]);
+            }
+            int4 o[B_PER];
+#pragma unroll
+            for (int r = 0; r < B_PER; ++r) o[r] = koff[min(k0 + bk + r, Kd - 1)];
+#pragma unroll
+            for (int r = 0; r < B_PER; ++r) {
+                const int ih = ih0 + o[r].y, iw = iw0 + o[r].z;
+                const bool ok = k0 + bk + r < Kd && (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W;
+                const float v = xb[ok ? xb_off + o[r].x : 0];
+                rb[r] = ok ? v : 0.0f;
+                unsplittable |= tx_unsplittable(rb[r]);
+            }
+        };
+        auto store = [&](int s) {
+#pragma unroll
+            for (int r = 0; r < A_PER; ++r) As[s][ak + r][am] = ra[r];
+#pragma unroll
+            for (int r = 0; r < B_PER; ++r) Bs[s][bk + r][bn] = rb[r];
+        };
+
+        float acc[2][8][4];
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+        load(0);
+        store(0);
+        __syncthreads();
+        int s = 0;
+        for (int k0 = 0; k0 < Kd; k0 += TX_BK) {
+            const bool more = k0 + TX_BK < Kd;
+            if (more) load(k0 + TX_BK);   // in flight while this slice is multiplied
+#pragma unroll
+            for (int kk = 0; kk < TX_BK; kk += 8) {
+                unsigned a_big[2][4], a_small[2][4];
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    const int row = wm0 + i * 16 + gq;
+                    tx_split(As[s][kk + tq][row], a_big[i][0], a_small[i][0]);
+                    tx_split(As[s][kk + tq][row + 8], a_big[i][1], a_small[i][1]);
+                    tx_split(As[s][kk + tq + 4][row], a_big[i][2], a_small[i][2]);
+                    tx_split(As[s][kk + tq + 4][row + 8], a_big[i][3], a_small[i][3]);
+                }
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    const int col = wn0 + j * 8 + gq;
+                    unsigned b_big[2], b_small[2];
+                    tx_split(Bs[s][kk + tq][col], b_big[0], b_small[0]);
+                    tx_split(Bs[s][kk + tq + 4][col], b_big[1], b_small[1]);
+#pragma unroll
+                    for (int i = 0; i < 2; ++i) {   // the small corrections first, the big product last
+                        tx_mma(acc[i][j], a_big[i], b_small);
+                        tx_mma(acc[i][j], a_small[i], b_big);
+                        tx_mma(acc[i][j], a_big[i], b_big);
+                    }
+                }
+            }
+            if (more) store(s ^ 1);   // stage s^1 was last read before the previous barrier
+            __syncthreads();
+            s ^= 1;
+        }
+
+        if (__syncthreads_or(unsplittable)) {
+            // inf, NaN or a huge operand in this block's tile: every output of the
+            // tile again with float32 FMAs, so IEEE specials come out as elsewhere.
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int m = m0 + wm0 + i * 16 + gq + (e >> 1) * 8;
+                        const i64 n = n0 + wn0 + j * 8 + 2 * tq + (e & 1);
+                        float sum = 0.0f;
+                        if (m < Mg && n < N) {
+                            const i64 b = n / HoWo;
+                            const int r = (int)(n % HoWo);
+                            const int oh0 = (r / Wo) * sh - ph, ow0 = (r % Wo) * sw - pw;
+                            const float* xs = x + (b * C + (i64)g * Cg) * H * W;
+                            const float* ws = w + ((i64)g * Mg + m) * Kd;
+                            for (int k = 0; k < Kd; ++k) {
+                                const int4 o = koff[k];
+                                const int ih = oh0 + o.y, iw = ow0 + o.z;
+                                const float v = ((unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W)
+                                                    ? xs[(i64)oh0 * W + ow0 + o.x]
+                                                    : 0.0f;
+                                sum = fmaf(ws[k], v, sum);
+                            }
+                        }
+                        acc[i][j][e] = sum;
+                    }
+        }
+
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const i64 n = n0 + wn0 + j * 8 + 2 * tq + c;
+                if (n >= N) continue;
+                const i64 b = n / HoWo, r = n % HoWo;
+#pragma unroll
+                for (int i = 0; i < 2; ++i)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int m = m0 + wm0 + i * 16 + gq + h * 8;
+                        if (m < Mg) {
+                            const int mo = g * Mg + m;
+                            const float v = acc[i][j][h * 2 + c] + bias[mo];
+                            y[(b * M + mo) * HoWo + r] = (ACT && v < 0.0f) ? 0.0f : v;
+                        }
+                    }
+            }
+    }
+}
