@@ -11,6 +11,7 @@
 #   bash tools/device_run.sh ece408   the course's LeNet-5 inference at batch 10,000 (trained with cupy)
 #                                     vs cuDNN, and a profile of the per-call path of a tiny conv
 #   bash tools/device_run.sh multi    several GPUs: the multi-GPU tests and the scaling figures
+#   bash tools/device_run.sh tc       tf32x3: its GPU tests, the probe against igemm_big and cuDNN, Nsight Compute on c1
 set -u
 LOGS=${OUT:-device-logs}
 mkdir -p "$LOGS"
@@ -111,6 +112,18 @@ multi)
   grep -A8 "GPU, device-resident" "$LOGS/networks.log" | tee -a "$SUMMARY"
   run scaling 130 python3 -m convsuite.bench.scaling --only gpus --out "$LOGS"
   grep -iE "gpu|x one" "$LOGS/scaling.log" | tail -8 | tee -a "$SUMMARY"
+  ;;
+tc)
+  # tf32x3 iteration: its GPU tests, then the probe (tf32x3 vs igemm_big vs cuDNN, fused ReLU).
+  run pytest-tc 200 python3 -m pytest -q -p no:cacheprovider -n 4 -m gpu tests/test_gpu.py -k "tf32x3 or big_tile or relu or nonfinite or tunable"
+  grep -E "^(FAILED|ERROR)|passed|failed" "$LOGS/pytest-tc.log" | head -20 | tee -a "$SUMMARY"
+  run probe 200 python3 tools/tf32x3_probe.py
+  cat "$LOGS/probe.log" | tee -a "$SUMMARY"
+  if command -v ncu > /dev/null; then
+    run ncu 150 ncu --kernel-name regex:"tf32x3|igemm_fwd" --launch-count 2 --section SpeedOfLight \
+      --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats python3 tools/ncu_implicit_gemm.py
+    grep -E "conv2d_|Duration|Throughput|Warp Cycles|Stall|Achieved Occupancy|Registers|Issue Slots|Eligible|No Eligible|One or More" "$LOGS/ncu.log" | head -80 | tee -a "$SUMMARY"
+  else note "ncu: not on this machine"; fi
   ;;
 *) note "unknown section: $SECTION" ;;
 esac

@@ -1,0 +1,97 @@
+"""tf32x3 vs igemm_big vs cuDNN-FP32 (TF32 off) on fat layers, and the fused-ReLU gain.
+
+Correctness on two images against the float64 reference first, then CUDA-event
+medians of interleaved rounds through the public API. Run on the GPU machine:
+``bash tools/device_run.sh tc``.
+"""
+
+import cupy as cp
+import numpy as np
+import torch
+
+import convsuite as cs
+from convsuite.testing import forward_tolerance, reference_forward
+
+torch.backends.cudnn.allow_tf32 = False
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.benchmark = True
+LAYERS = [  # name, B, C, M, H, K, stride, pad
+    ("cnn c1", 64, 32, 64, 64, 3, 1, 1),
+    ("cnn c2", 64, 64, 64, 56, 3, 1, 1),
+    ("3x3 C128 28", 64, 128, 128, 28, 3, 1, 1),
+    ("3x3 C256 14", 64, 256, 256, 14, 3, 1, 1),
+    ("fa19 conv2", 10000, 12, 24, 36, 5, 1, 0),
+    ("fa21 conv2", 10000, 4, 16, 40, 7, 1, 0),
+    ("5x5 s2 C16->32", 64, 16, 32, 64, 5, 2, 2),
+]
+ALGORITHMS = ("tf32x3", "igemm_big")
+
+
+def contenders(x, w, b, kw):
+    """name -> zero-argument call, every algorithm plain, fused with ReLU and followed by a ReLU pass."""
+
+    def conv(alg, **extra):
+        return lambda: cs.conv2d(x, w, b, backend="cupy", algorithm=alg, **kw, **extra)
+
+    calls = {}
+    for alg in ALGORITHMS:
+        calls[alg] = conv(alg)
+        calls[f"{alg}+relu"] = conv(alg, activation="relu")
+        plain = conv(alg)
+        calls[f"{alg} then relu"] = lambda plain=plain: cp.maximum(plain(), 0)
+    xt, wt, bt = (torch.as_tensor(a, device="cuda") for a in (x, w, b))
+    calls["cudnn"] = lambda: torch.nn.functional.conv2d(xt, wt, bt, **kw)
+    return calls
+
+
+def check(name, x, w, b, kw):
+    """Print each algorithm's largest error as a fraction of the float32 tolerance, on two images."""
+    xs, ws, bs = x[:2].get(), w.get(), b.get()
+    spec = cs.explain(xs, ws, bs, **kw).spec
+    ref, tol = reference_forward(spec, xs, ws, bs), forward_tolerance(spec, xs, ws, bs)
+    for alg in ALGORITHMS:
+        y = cs.conv2d(x[:2], w, b, backend="cupy", algorithm=alg, **kw).get()
+        ratio = float(np.max(np.abs(y - ref) / (tol + 1e-30)))
+        print(f"  {name} {alg}: {'OK' if ratio <= 1 else 'FAIL'} max err/tol {ratio:.3f}")
+
+
+def timed(calls, rounds=9):
+    """name -> list of CUDA-event milliseconds, the contenders interleaved round by round."""
+    for f in calls.values():
+        f()
+        f()
+    torch.cuda.synchronize()
+    times = {k: [] for k in calls}
+    for _ in range(rounds):
+        for k, f in calls.items():
+            start, stop = cp.cuda.Event(), cp.cuda.Event()
+            start.record()
+            f()
+            stop.record()
+            stop.synchronize()
+            times[k].append(cp.cuda.get_elapsed_time(start, stop))
+    return times
+
+
+def main():
+    rng = np.random.default_rng(0)
+    print(cp.cuda.runtime.getDeviceProperties(0)["name"].decode())
+    for name, B, C, M, H, K, s, p in LAYERS:
+        x = cp.asarray(rng.standard_normal((B, C, H, H), dtype=np.float32))
+        w = cp.asarray(rng.standard_normal((M, C, K, K), dtype=np.float32))
+        b = cp.asarray(rng.standard_normal(M, dtype=np.float32))
+        kw = dict(stride=s, padding=p)
+        check(name, x, w, b, kw)
+        times = timed(contenders(x, w, b, kw))
+        med = {k: float(np.median(v)) for k, v in times.items()}
+        flops = 2 * B * M * C * K * K * ((H + 2 * p - K) // s + 1) ** 2
+        print(f"{name:16s} " + "  ".join(f"{k} {v:.3f}ms" for k, v in med.items()))
+        rates = "; ".join(f"{k} {flops / med[k] / 1e9:.1f} TFLOP/s" for k in (*ALGORITHMS, "cudnn"))
+        versus = ", ".join(f"{a} vs cudnn {med['cudnn'] / med[a]:.2f}x" for a in ALGORITHMS)
+        relu = " ".join(f"{a} {med[f'{a} then relu'] / med[f'{a}+relu']:.2f}x" for a in ALGORITHMS)
+        spread = f"{min(times['tf32x3']):.3f}-{max(times['tf32x3']):.3f}"
+        print(f"    {rates}; {versus}; fused relu gain {relu}; tf32x3 spread {spread} ms")
+
+
+if __name__ == "__main__":
+    main()
