@@ -57,12 +57,15 @@ BIG_ENOUGH = 128
 
 #: Input channels per group up to which the ``pointwise`` kernel wins a 1x1
 #: layer. Each of its threads walks all C/g input channels in sequence, about
-#: 0.4 us per channel on the H100 when few blocks run (regret-gpu.md: 96
+#: 0.3-0.4 us per channel on the H100 when few blocks run (regret-gpu.md: 96
 #: channels 54 us, 384 -> 166 us, 576 -> 225 us with 3-5 blocks); a GEMM tile
 #: takes 16 channels per step. Won at 1 to 32 (crossover log: C1 M96, C32 M8,
 #: C8 M256, and 1x1 depthwise; regret-gpu.md 24->144 56x56; i11 24->144 B=64
-#: 0.186 ms vs igemm_big 0.231); lost from 96 (regret-gpu.md 96->24 56x56
-#: x1.69, 384->96 x3.61, 576->160 x4.51; crossover log: every C96 1x1).
+#: 0.186 ms vs igemm_big 0.231); the one small-C/g loss is the crossover log's
+#: C1 M8 28x28 (direct, margin unknown). Lost from 96 (regret-gpu.md 96->24
+#: 56x56 x1.69, 384->96 x3.61, 576->160 x4.51; crossover log: all three C96
+#: 1x1 problems). The held-out 32->192 28x28 went to fused_gemm with pointwise's
+#: time not recorded; the per-channel cost above puts it near x1.2.
 POINTWISE_MOST = 32
 
 #: Input channels per group from which a 1x1 layer too small for igemm_big runs
@@ -84,8 +87,11 @@ POINTWISE_GEMM_FROM = 256
 #: fused_gemm; fa19 conv2 B=8 8 blocks x2.16 and fa21 conv2 B=8 16 blocks x1.38
 #: to tiled_shared); with 128 it was 3.3x faster than tiled_shared
 #: (tuned-vs-default 16->8 5x5 B=64: 0.107 vs 0.351 ms) and at ECE408 batch
-#: 10,000 (thousands of blocks) the fastest of all (i11, sweep-h100). Nothing
-#: was measured between 16 and 128: 64 is about half the multiprocessors.
+#: 10,000 (thousands of blocks) the fastest of all (i11, sweep-h100). Between
+#: 16 and 128 blocks only one-input-channel layers were measured (fa21 conv1
+#: B=8, 56 blocks: x1.26 to depthwise, which the one-channel line takes), and
+#: 8->12 3x3 s2 B=64 (64 blocks, 0.070 ms, the others' times not recorded):
+#: 64 is about half the multiprocessors.
 REGISTER_TILED_BLOCKS = 64
 
 #: Output channels per group register_tiled covers with one register tile
@@ -159,8 +165,9 @@ def _forward_rules(spec: ConvSpec, s: ConvSpec, tiles: int) -> list[tuple[str, s
     if cg == 1:
         # A first layer (one input channel, several filters) is the depthwise kernel's case too: fastest at
         # batch 8 (regret-gpu.md fa19 conv1 27 us, fa21 conv1 20 us; register_tiled x1.26), on the crossover
-        # log's B4 C1 M32 28x28 k3 and B16 C1 M256 56x56 k3; where register_tiled fills the GPU it loses
-        # only x1.05-1.38 to it (sweep-h100, ECE408 conv1 at batch 10,000).
+        # log's B4 C1 M32 28x28 k3 and B16 C1 M256 56x56 k3 (not on its B1 C1 M256 k5: fused_gemm, margin
+        # unknown); where register_tiled fills the GPU it loses only x1.05-1.38 to it (sweep-h100, ECE408
+        # conv1 at batch 10,000).
         rules.append(("depthwise", "one input channel: bandwidth-bound kernel reading each input once"))
     if (
         s.stride == (1, 1)
