@@ -52,7 +52,7 @@ from ._param_search import search_parameters
 from ._plans import Decision
 from ._spec import ConvSpec
 from ._threads import get_num_threads
-from ._timing import Contender, measure_side_by_side
+from ._timing import Contender, confirm_close_call, measure_side_by_side
 from .backends.base import Backend
 
 __all__ = [
@@ -441,13 +441,17 @@ def measure_candidates(
     min_block_s: float = MIN_BLOCK_S,
     settle_s: float = SETTLE_S,
     params: dict[tuple[str, str], dict] | None = None,
+    confirm: bool = True,
 ) -> list[tuple[str, str, float | None, float | None, str]]:
     """Time each (backend, algorithm) on the spec; the table, fastest first.
 
     Operands are random, of the spec's shapes, on each backend's device; each
     call is bracketed by the backend's timer and followed by its sync.
     ``params`` gives some candidates tunable parameters (by (backend name,
-    algorithm)); the others run with their defaults.
+    algorithm)); the others run with their defaults. With ``confirm``, the
+    two fastest are timed once more when they are within the measurement's
+    noise of each other, and ranked on both measurements
+    (:func:`convsuite._timing.confirm_close_call`).
     """
     contenders: dict[str, Contender] = {}
     failed: list[tuple[str, str, None, None, str]] = []
@@ -473,15 +477,12 @@ def measure_candidates(
         labels[label] = (backend.name, algorithm)
     timings = {}
     if contenders:
-        timings = measure_side_by_side(
-            contenders,
-            repeat=repeat,
-            warmup=1,
-            rounds=rounds,
-            abandon_ratio=ABANDON_RATIO,
-            min_block_s=min_block_s,
-            settle_s=settle_s,
-        )
+        settings = dict(repeat=repeat, warmup=1, rounds=rounds, min_block_s=min_block_s, settle_s=settle_s)
+        timings = measure_side_by_side(contenders, abandon_ratio=ABANDON_RATIO, **settings)
+        if confirm:
+            timings = confirm_close_call(
+                timings, lambda names: measure_side_by_side({n: contenders[n] for n in names}, **settings)
+            )
     rows = [
         (*labels[label], t.median, t.iqr_rel, "abandoned" if t.abandoned else "ok")
         for label, t in sorted(timings.items(), key=lambda item: item[1].median)
