@@ -4,8 +4,8 @@ With autotune on (:func:`set_autotune`, :func:`use_autotune`,
 ``CONVSUITE_AUTOTUNE=1``) the first call of a new problem times every backend
 and algorithm that can run it on the data's device, with the measuring core
 (:mod:`convsuite._timing`: warm-up, interleaved repeats, early abandon of
-far slower candidates), keeps the fastest and remembers it in a persistent
-cache. :func:`tune` does the same explicitly and returns the table.
+far slower candidates, a close call between the two fastest re-timed),
+keeps the fastest and remembers it in a persistent cache. :func:`tune` does the same explicitly and returns the table.
 
 The cache is one JSON file in the user cache directory (``platformdirs``;
 ``CONVSUITE_CACHE_DIR`` overrides). Each entry's key carries the device name,
@@ -87,7 +87,8 @@ _FILE_NAME = "tuning.json"
 #: of small calls, few enough that the first call of a big layer stays short.
 REPEAT = 10
 ROUNDS = 5
-#: After the first round, a candidate whose fastest call is slower than this multiple of the fastest is dropped.
+#: A candidate whose fastest call is slower than this multiple of the fastest, in the first round and
+#: again in the second, is dropped.
 ABANDON_RATIO = 3.0
 #: Each block runs at least this long: short calls get many samples, so one
 #: preemption on a shared machine cannot move the median.
