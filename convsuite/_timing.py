@@ -12,14 +12,21 @@ helpers) goes through :func:`measure_side_by_side`:
 - each call is bracketed by the contender's own timer (a backend's
   :meth:`~convsuite.backends.base.Backend.timer`: ``perf_counter`` on the
   CPU, device events on a GPU), so device work is finished inside the window;
-- after the first round, a contender whose *fastest* call is more than
-  ``abandon_ratio`` times the fastest call of the best one is dropped (it
-  cannot win; timing it further only costs time); its figures so far are
-  kept and marked. Fastest calls, not medians, decide this because noise on
-  a shared machine only ever adds time: one preempted block must not drop a
-  contender that would have won;
+- a contender whose *fastest* call is more than ``abandon_ratio`` times the
+  fastest call of the best one, in the first round and again in the second,
+  is dropped (it cannot win; timing it further only costs time); its
+  figures so far are kept and marked. Fastest calls, not medians, decide
+  this because noise on a shared machine only ever adds time; and two
+  rounds, because a whole block can be slow (the other process on a 2-core
+  machine held a core for its duration: numba's time on one problem swung
+  from 0.17 to 8 ms between measurements, docs/measurements/regret-cpu.md),
+  and a contender dropped on one disturbed block keeps that block's time;
 - the result of each contender is the median of its timed calls with the
   spread (min, max, and the interquartile range relative to the median).
+
+:func:`confirm_close_call` re-times the two fastest when their medians are
+within the noise of the measurement, and decides on the samples of both
+measurements (used by measured selection, :func:`convsuite._tuning.measure_candidates`).
 
 Library functions return :class:`Timing` records; printing is the caller's.
 """
@@ -31,7 +38,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-__all__ = ["Contender", "Timing", "measure_side_by_side", "wall_timer"]
+__all__ = [
+    "NOISE_FLOOR",
+    "Contender",
+    "Timing",
+    "confirm_close_call",
+    "measure_side_by_side",
+    "wall_timer",
+    "within_noise",
+]
+
+#: The smallest relative difference of two medians taken as real: side-by-side
+#: medians of identical code differ by about 3% (convsuite/bench/tuned_vs_default.py,
+#: docs/benchmarking.md); 5% leaves a margin over that.
+NOISE_FLOOR = 0.05
 
 
 class _WallTimer:
@@ -86,6 +106,9 @@ class Timing:
         True when the contender was dropped early for being far slower.
     samples : tuple of float
         Every timed call, in order.
+    retimed : bool
+        True when the figures pool a second measurement
+        (:func:`confirm_close_call`).
     """
 
     first_call: float
@@ -96,9 +119,10 @@ class Timing:
     repeats: int
     abandoned: bool = False
     samples: tuple[float, ...] = field(default=(), repr=False)
+    retimed: bool = False
 
 
-def _summarise(first: float, samples: list[float], abandoned: bool) -> Timing:
+def _summarise(first: float, samples: list[float], abandoned: bool, retimed: bool = False) -> Timing:
     """A Timing from raw samples."""
     median = statistics.median(samples)
     if len(samples) >= 4:
@@ -106,7 +130,7 @@ def _summarise(first: float, samples: list[float], abandoned: bool) -> Timing:
         iqr = (q3 - q1) / median if median > 0 else 0.0
     else:
         iqr = (max(samples) - min(samples)) / median if median > 0 else 0.0
-    return Timing(first, median, min(samples), max(samples), iqr, len(samples), abandoned, tuple(samples))
+    return Timing(first, median, min(samples), max(samples), iqr, len(samples), abandoned, tuple(samples), retimed)
 
 
 def _as_contender(value: Contender | Callable[[], Any]) -> Contender:
@@ -141,8 +165,9 @@ def measure_side_by_side(
         Pause before each block, so the previous contender's spinning
         thread pools (OpenBLAS, OpenMP) go quiet before the next one runs.
     abandon_ratio : float, optional
-        After the first round, drop contenders whose fastest call exceeds
-        this multiple of the fastest call of any contender (None: never drop).
+        Drop contenders whose fastest call exceeds this multiple of the
+        fastest call of any contender in the first round and again in the
+        second (with one round: after it). None: never drop.
     min_block_s : float
         Keep calling within a block until at least this long has passed
         (more samples for very short calls); 0 runs exactly the share of
@@ -167,8 +192,10 @@ def measure_side_by_side(
     samples: dict[str, list[float]] = {name: [] for name in entries}
     live = list(entries)
     dropped: set[str] = set()
+    suspects: set[str] = set()  # over the ratio in the first round: re-timed in the second before dropping
     for r in range(rounds):
         calls = repeat // rounds + (1 if r < repeat % rounds else 0)
+        block_low: dict[str, float] = {}
         for name in live:
             contender = entries[name]
             if settle_s:
@@ -177,15 +204,79 @@ def measure_side_by_side(
                 contender.run()
             block_start = time.perf_counter()
             done = 0
+            block: list[float] = []
             while done < calls or (min_block_s and time.perf_counter() - block_start < min_block_s):
                 timer = contender.timer()
                 timer.start()
                 contender.run()
-                samples[name].append(timer.stop())
+                block.append(timer.stop())
                 done += 1
-        if abandon_ratio is not None and r == 0 and len(live) > 1:
-            best = min(min(samples[n]) for n in live)
-            keep = [n for n in live if min(samples[n]) <= abandon_ratio * best]
-            dropped.update(set(live) - set(keep))
-            live = keep
+            samples[name] += block
+            block_low[name] = min(block)
+        if abandon_ratio is None or len(live) < 2 or r > 1:
+            continue
+        best = min(block_low.values())
+        over = {n for n in live if block_low[n] > abandon_ratio * best}
+        if r == 0 and rounds > 1:
+            suspects = over
+            continue
+        gone = over & suspects if r == 1 else over
+        dropped |= gone
+        live = [n for n in live if n not in gone]
     return {name: _summarise(first[name], samples[name], name in dropped) for name in entries}
+
+
+def within_noise(a: Timing, b: Timing, floor: float = NOISE_FLOOR) -> bool:
+    """Whether the medians of ``a`` and ``b`` differ by less than their spread (at least ``floor``).
+
+    The margin is the larger relative interquartile range of the two: on a
+    quiet machine a few percent, on a loaded one tens of percent, which is
+    exactly when one measurement's order cannot be trusted.
+    """
+    margin = max(floor, a.iqr_rel, b.iqr_rel)
+    low, high = sorted((a.median, b.median))
+    return high <= low * (1.0 + margin)
+
+
+def confirm_close_call(
+    timings: Mapping[str, Timing],
+    retime: Callable[[list[str]], Mapping[str, Timing]],
+    floor: float = NOISE_FLOOR,
+) -> dict[str, Timing]:
+    """``timings`` with the two fastest re-timed and pooled when they are within noise of each other.
+
+    Measured selection keeps the fastest contender. When the two fastest
+    differ by less than the measurement's spread, their order is a coin
+    toss that a later measurement may reverse (on the 2-core CPU the tuned
+    pick and the evaluation a minute later disagreed, regret-cpu.md). So
+    the two are timed again, side by side on their own (``retime(names)``,
+    a second, independent window of time), and each keeps the median of
+    both measurements' calls: a disturbance that hit one window counts half
+    as much, and the order rests on twice the samples. Contenders further
+    apart, abandoned ones and a lone one are returned as they were.
+
+    Parameters
+    ----------
+    timings : mapping of str to Timing
+        One side-by-side measurement (:func:`measure_side_by_side`).
+    retime : callable
+        ``retime(names) -> {name: Timing}``: a new side-by-side measurement
+        of just those contenders.
+    floor : float
+        The smallest margin taken as noise (see :func:`within_noise`).
+
+    Returns
+    -------
+    dict of str to Timing
+        The same keys; the two re-timed ones have ``retimed=True``.
+    """
+    out = dict(timings)
+    ranked = sorted((name for name, t in timings.items() if not t.abandoned), key=lambda n: timings[n].median)
+    if len(ranked) < 2 or not within_noise(timings[ranked[0]], timings[ranked[1]], floor):
+        return out
+    pair = ranked[:2]
+    again = retime(pair)
+    for name in pair:
+        first = timings[name]
+        out[name] = _summarise(first.first_call, [*first.samples, *again[name].samples], False, retimed=True)
+    return out

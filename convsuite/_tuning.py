@@ -4,8 +4,8 @@ With autotune on (:func:`set_autotune`, :func:`use_autotune`,
 ``CONVSUITE_AUTOTUNE=1``) the first call of a new problem times every backend
 and algorithm that can run it on the data's device, with the measuring core
 (:mod:`convsuite._timing`: warm-up, interleaved repeats, early abandon of
-far slower candidates), keeps the fastest and remembers it in a persistent
-cache. :func:`tune` does the same explicitly and returns the table.
+far slower candidates, a close call between the two fastest re-timed),
+keeps the fastest and remembers it in a persistent cache. :func:`tune` does the same explicitly and returns the table.
 
 The cache is one JSON file in the user cache directory (``platformdirs``;
 ``CONVSUITE_CACHE_DIR`` overrides). Each entry's key carries the device name,
@@ -52,7 +52,7 @@ from ._param_search import search_parameters
 from ._plans import Decision
 from ._spec import ConvSpec
 from ._threads import get_num_threads
-from ._timing import Contender, measure_side_by_side
+from ._timing import Contender, confirm_close_call, measure_side_by_side
 from .backends.base import Backend
 
 __all__ = [
@@ -87,7 +87,8 @@ _FILE_NAME = "tuning.json"
 #: of small calls, few enough that the first call of a big layer stays short.
 REPEAT = 10
 ROUNDS = 5
-#: After the first round, a candidate whose fastest call is slower than this multiple of the fastest is dropped.
+#: A candidate whose fastest call is slower than this multiple of the fastest, in the first round and
+#: again in the second, is dropped.
 ABANDON_RATIO = 3.0
 #: Each block runs at least this long: short calls get many samples, so one
 #: preemption on a shared machine cannot move the median.
@@ -441,13 +442,17 @@ def measure_candidates(
     min_block_s: float = MIN_BLOCK_S,
     settle_s: float = SETTLE_S,
     params: dict[tuple[str, str], dict] | None = None,
+    confirm: bool = True,
 ) -> list[tuple[str, str, float | None, float | None, str]]:
     """Time each (backend, algorithm) on the spec; the table, fastest first.
 
     Operands are random, of the spec's shapes, on each backend's device; each
     call is bracketed by the backend's timer and followed by its sync.
     ``params`` gives some candidates tunable parameters (by (backend name,
-    algorithm)); the others run with their defaults.
+    algorithm)); the others run with their defaults. With ``confirm``, the
+    two fastest are timed once more when they are within the measurement's
+    noise of each other, and ranked on both measurements
+    (:func:`convsuite._timing.confirm_close_call`).
     """
     contenders: dict[str, Contender] = {}
     failed: list[tuple[str, str, None, None, str]] = []
@@ -473,15 +478,12 @@ def measure_candidates(
         labels[label] = (backend.name, algorithm)
     timings = {}
     if contenders:
-        timings = measure_side_by_side(
-            contenders,
-            repeat=repeat,
-            warmup=1,
-            rounds=rounds,
-            abandon_ratio=ABANDON_RATIO,
-            min_block_s=min_block_s,
-            settle_s=settle_s,
-        )
+        settings = dict(repeat=repeat, warmup=1, rounds=rounds, min_block_s=min_block_s, settle_s=settle_s)
+        timings = measure_side_by_side(contenders, abandon_ratio=ABANDON_RATIO, **settings)
+        if confirm:
+            timings = confirm_close_call(
+                timings, lambda names: measure_side_by_side({n: contenders[n] for n in names}, **settings)
+            )
     rows = [
         (*labels[label], t.median, t.iqr_rel, "abandoned" if t.abandoned else "ok")
         for label, t in sorted(timings.items(), key=lambda item: item[1].median)

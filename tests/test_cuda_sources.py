@@ -10,10 +10,8 @@ import sys
 import zipfile
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-import convsuite as cs
 from convsuite.backends._cuda_sources import (
     DEFINES,
     KERNELS,
@@ -183,39 +181,6 @@ def test_a_built_wheel_ships_every_source(tmp_path):
         "[s.source_text(f) for f in s.KERNELS]"
     )
     subprocess.run([sys.executable, "-c", code, str(target)], check=True, cwd=tmp_path, env={"PYTHONPATH": str(target)})
-
-
-def test_auto_rule_without_a_device():
-    """The cupy backend's rule (fitted on the H200 ablation) needs no GPU to evaluate."""
-    from convsuite.backends.cupy_backend import CupyBackend
-
-    backend = CupyBackend()
-    cases_ = [
-        ((np.ones(10_000, np.float32), np.ones(7, np.float32)), dict(padding="same"), "blocked"),
-        ((np.ones((2, 16, 20, 20), np.float32), np.ones((16, 1, 3, 3), np.float32)), dict(groups=16), "depthwise"),
-        ((np.ones((2, 1, 48, 48), np.float32), np.ones((12, 1, 5, 5), np.float32)), {}, "register_tiled"),
-        ((np.ones((2, 64, 20, 20), np.float32), np.ones((64, 64, 3, 3), np.float32)), dict(padding=1), "fused_gemm"),
-        ((np.ones((2, 4, 40, 40), np.float32), np.ones((16, 4, 7, 7), np.float32)), {}, "register_tiled"),
-        ((np.ones((2, 12, 22, 22), np.float32), np.ones((24, 12, 3, 3), np.float32)), {}, "register_tiled"),
-        ((np.ones((2, 12, 22, 22), np.float32), np.ones((32, 12, 3, 3), np.float32)), {}, "fused_gemm"),
-        ((np.ones((2, 96, 14, 14), np.float32), np.ones((24, 96, 1, 1), np.float32)), {}, "pointwise"),
-        ((np.ones((2, 24, 14, 14), np.float32), np.ones((144, 24, 1, 1), np.float32)), {}, "pointwise"),
-        ((np.ones((2, 24, 14, 14), np.float32), np.ones((256, 24, 1, 1), np.float32)), {}, "pointwise_gemm"),
-        ((np.ones((64, 64, 56, 56), np.float32), np.ones((64, 64, 3, 3), np.float32)), dict(padding=1), "igemm_big"),
-        ((np.ones((64, 64, 56, 56)), np.ones((64, 64, 3, 3))), dict(padding=1), "fused_gemm"),
-    ]
-    for args, kw, expected in cases_:
-        spec = cs.explain(*args, backend="numpy", **kw).spec
-        name, why = backend.choose_algorithm(spec, "forward")
-        assert name == expected and why, (name, expected, spec)
-    for x_shape, w_shape, kw, expected in [
-        ((2, 64, 20, 20), (64, 64, 3, 3), dict(padding=1), "fused_gemm"),
-        ((64, 64, 56, 56), (64, 64, 3, 3), dict(padding=1), "igemm_big"),
-        ((2, 16, 20, 20), (16, 1, 3, 3), dict(groups=16, stride=2), "depthwise"),
-        ((2, 64, 20, 20), (128, 64, 1, 1), {}, "pointwise_gemm"),
-    ]:
-        spec = cs.explain(np.ones(x_shape, np.float32), np.ones(w_shape, np.float32), **kw).spec
-        assert backend.choose_algorithm(spec, "backward")[0] == expected
 
 
 def test_compile_source_names_each_included_header_by_its_hash(tmp_path, monkeypatch):

@@ -351,7 +351,7 @@ def test_core_keeps_the_first_call_apart_and_abandons_the_slow():
     timings = measure_side_by_side({"fast": fast, "slow": Contender(slow)}, repeat=6, rounds=3, abandon_ratio=2.0)
     assert timings["fast"].first_call >= 0.02 > timings["fast"].median
     assert timings["slow"].abandoned and not timings["fast"].abandoned
-    assert timings["fast"].repeats == 6 and timings["slow"].repeats == 2
+    assert timings["fast"].repeats == 6 and timings["slow"].repeats == 4  # re-timed in round 2, then dropped
     assert timings["slow"].low >= 0.01 and timings["slow"].median >= 0.01
     with pytest.raises(ValueError):
         measure_side_by_side({"fast": fast}, repeat=0)

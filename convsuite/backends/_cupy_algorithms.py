@@ -48,6 +48,7 @@ __all__ = [
     "FUSED_RELU",
     "plan_forward_relu",
     "ladder_weight_gradient",
+    "register_tiled_blocks",
 ]
 
 THREADS = rt.THREADS
@@ -370,12 +371,24 @@ def _plan_tiled_2d(algorithm: str):
             grid, name = (s.batch * s.out_channels, tiles), "conv2d_tiled_shared"
         else:
             mt = params["mt"]
-            grid = (s.batch * s.groups, tiles, math.ceil(s.out_channels_per_group / mt))
+            grid = _register_tiled_grid(s, mt, tiles)
             name, overrides = f"conv2d_register_tiled@{mt}", (("CS_RT_PX", params["px"]),)
         fn = rt.kernel("conv2d.cu", name, s.dtype, overrides=overrides)
         return _with_bias(s, lambda x, w, bias, out: fn(grid, block, (x, w, bias, out, *p), shared_mem=smem))
 
     return plan
+
+
+def _register_tiled_grid(s: ConvSpec, mt: int, tiles: int) -> tuple[int, int, int]:
+    """register_tiled's grid: (image, group) x output tiles x blocks of ``mt`` output channels."""
+    return (s.batch * s.groups, tiles, math.ceil(s.out_channels_per_group / mt))
+
+
+def register_tiled_blocks(spec: ConvSpec) -> int:
+    """Thread blocks of register_tiled's hand-chosen launch on ``spec`` (what auto's rule weighs)."""
+    s = spec.as_2d()
+    params = _tiled_params(s, "register_tiled")
+    return math.prod(_register_tiled_grid(s, params["mt"], _tile_geometry(s, "register_tiled", params)["tiles"]))
 
 
 def _constraint_tiled_2d(algorithm: str):

@@ -7,28 +7,32 @@ CUDA plumbing (NVRTC modules built once per device with the shared ``-D``
 constants, kernel handles, timing) in :mod:`._cupy_runtime`. cupy is imported
 only when the backend is first used.
 
-``algorithm="auto"`` picks one kernel per layer shape (the FA19 report's
-"one kernel per layer" idea), first match wins (:meth:`CupyBackend.choose_algorithm`):
+``algorithm="auto"`` picks one kernel per class of layer (the FA19 report's
+"one kernel per layer" idea), first match wins; the rule and the measurement
+behind each threshold are in :mod:`._cupy_rule` (:meth:`CupyBackend.choose_algorithm`):
 
 forward
     1. 1-D with stride 1: ``blocked`` (register-blocked, bound by bandwidth).
-    2. 1x1, stride 1, no padding: ``pointwise`` (one pass over x per 32 output
-       channels) up to 160 output channels per group, else ``pointwise_gemm``
-       (cuBLAS). Measured on an H200 (docs/measurements/gpu-targets-i11-2026-11-21.md):
-       ``pointwise`` 2.5x faster than cuBLAS at 24->144 and 2.1x at 96->24.
+    2. 1x1, stride 1, no padding: ``pointwise`` up to 32 input channels per
+       group (a short per-thread reduction); else ``igemm_big`` with at least
+       128 big block tiles of work, ``pointwise_gemm`` (cuBLAS) from 256 input
+       channels per group, ``fused_gemm`` between.
     3. depthwise (one input channel per group, groups > 1): ``depthwise``.
-    4. at most 24 output channels per group (ECE408 conv1 and conv2): ``register_tiled``.
-    5. float32 with at least 128 big block tiles of work: ``igemm_big`` (pipelined
+    4. at most 24 output channels per group, a kernel larger than 1x1, and at
+       least 64 thread blocks of ``register_tiled``: ``register_tiled``.
+    5. one input channel (a first layer): ``depthwise``.
+    6. small stride-1 layers (at most 32 channels per group in and out, under
+       128 big tiles): ``tiled_shared``.
+    7. float32 with at least 128 big block tiles of work: ``igemm_big`` (pipelined
        128x128 / 64x128 implicit GEMM).
-    6. otherwise: ``fused_gemm`` (64x64 implicit GEMM, any dtype).
+    8. otherwise: ``fused_gemm`` (64x64 implicit GEMM, any dtype).
 
 backward
-    1. 1x1, stride 1, no padding: ``pointwise_gemm``.
-    2. depthwise with kernels up to 7x7: ``depthwise``.
-    3. float32 with at least 128 big block tiles of work: ``igemm_big``.
-    4. otherwise: ``fused_gemm`` (implicit-GEMM input gradient, split-K
-       weight gradient; no im2col buffer). ``im2col_gemm`` stays pinnable for
-       the ablation.
+    1. depthwise with kernels up to 7x7: ``depthwise``.
+    2. float32 with at least 128 big block tiles of work: ``igemm_big``.
+    3. otherwise: ``fused_gemm`` (implicit-GEMM input gradient, split-K
+       weight gradient; no im2col buffer). ``im2col_gemm`` and
+       ``pointwise_gemm`` stay pinnable.
 
 The weight-gradient ladder of the "Optimizing a CNN in CUDA" write-up
 (``wgrad_atomic``, ``wgrad_shuffle``, ``wgrad_registers``, ``wgrad_padded``)
@@ -56,13 +60,12 @@ from ._cupy_algorithms import (
     _depthwise_fixed,
     plan_forward_relu,
 )
+from ._cupy_rule import choose
 from .base import Backend, Launch, Verdict
 
 __all__ = ["CupyBackend", "ALGORITHMS", "ONE_D_ALGORITHMS", "TWO_D_ALGORITHMS"]
 
 _PLAN_CACHE_SIZE = 256
-_POINTWISE_MOST = 160  # output channels per group up to which the pointwise kernel beat cuBLAS (5 passes over x)
-_BIG_ENOUGH = 128  # big block tiles (about one per multiprocessor) before igemm_big beats the 64x64 kernel
 
 
 #: Algorithms that multiply through cuBLAS (declined while a CUDA graph is captured).
@@ -79,13 +82,6 @@ def _int32_geometry(spec: ConvSpec) -> int:
     for n, k, d, (before, after) in zip(spec.in_size, spec.kernel_size, spec.dilation, spec.padding):
         values += [before, after, n + before + after, d * (k - 1) + 1]
     return max(values)
-
-
-def _big_tiles(s: ConvSpec) -> int:
-    """Block tiles of igemm_big over the forward output (B*Ho*Wo columns, M/g rows per group)."""
-    rows = 64 if s.out_channels_per_group <= 64 else 128
-    n = s.batch * s.out_size[0] * s.out_size[1]
-    return -(-n // 128) * -(-s.out_channels_per_group // rows) * s.groups
 
 
 class CupyBackend(Backend):
@@ -206,29 +202,8 @@ class CupyBackend(Backend):
         return algorithm in _IEEE_FORWARD
 
     def choose_algorithm(self, spec: ConvSpec, direction: str) -> tuple[str, str]:
-        """The first rule of the module docstring that applies and can run, with its reason."""
-        s = spec.as_2d()
-        rules = []
-        if direction == "forward" and spec.ndim == 1 and spec.stride == (1,):
-            rules.append(("blocked", "1-D, stride 1: register-blocked kernel, bound by memory bandwidth"))
-        if direction == "forward" and s.out_channels_per_group <= _POINTWISE_MOST:
-            rules.append(("pointwise", "1x1, stride 1: a bandwidth-bound pass over x per 32 output channels"))
-        rules.append(("pointwise_gemm", "1x1, stride 1, no padding: one batched cuBLAS GEMM, no im2col"))
-        if spec.is_depthwise:
-            rules.append(("depthwise", "one input channel per group: bandwidth-bound kernel reading each input once"))
-        if direction == "forward" and s.out_channels_per_group <= 24:
-            rules.append(
-                ("register_tiled", f"{s.out_channels_per_group} output channels per group fit one register tile")
-            )
-        tiles = _big_tiles(s)
-        if tiles >= _BIG_ENOUGH:
-            rules.append(("igemm_big", f"{tiles} big block tiles of work: the pipelined 8x8-per-thread implicit GEMM"))
-        rules.append(("fused_gemm", f"implicit GEMM over a reduction of {spec.reduction_length}, no im2col buffer"))
-        rules.append(("im2col_gemm", "fallback: im2col + cuBLAS"))
-        for name, why in rules:
-            if self.can_run(spec, name, direction) is True:
-                return name, why
-        return "direct", "fallback: one thread per output"
+        """The algorithm of the first class rule that applies and can run (:func:`._cupy_rule.choose`), with why."""
+        return choose(spec, direction, self.can_run)
 
     # --- running ---------------------------------------------------------
 

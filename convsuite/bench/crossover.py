@@ -254,7 +254,7 @@ def _markdown(device: str, rows: list[dict], machine: str, date: str, seconds: f
         f"Measured {date} on {machine}, float32, " + (f"in {seconds:.0f} s " if seconds else "") + "by "
         f"`python -m convsuite.bench.crossover --device {device}`. Each cell is the candidate's median time "
         "over the fastest one's on that problem (1.00 = the winner), all candidates of a problem timed side "
-        "by side (warm-up, interleaved blocks, medians; far slower ones abandoned after the first round). "
+        "by side (warm-up, interleaved blocks, medians; far slower ones abandoned after two rounds). "
         "The same times are the default rule's data (`convsuite/data/rule-"
         f"{device}.json`). The machine is shared, so single figures are noisy; ratios are what to read.",
         "",

@@ -77,7 +77,7 @@ class Cell:
     max_rel_error : float
         Largest error relative to the reference's largest magnitude.
     abandoned : bool
-        Dropped after the first round for being far slower than the best.
+        Dropped early (after two rounds) for being far slower than the best.
     """
 
     status: str
@@ -556,7 +556,7 @@ def run_sweep(
         CPU, none on a GPU).
     abandon_ratio : float, optional
         Stop timing configurations slower than this multiple of the best
-        after the first round (kept and marked); None times all fully.
+        in two rounds (kept and marked); None times all fully.
     max_configs : int, optional
         Keep at most this many grid configurations: the neighbours of each
         layer's default first, then a deterministic sample (``seed``) of the

@@ -1,0 +1,230 @@
+"""The cupy backend's hand rule: which CUDA algorithm ``algorithm="auto"`` runs for a layer.
+
+The rule sorts a layer into a class by what decides the speed of the
+kernels on it -- kernel size, stride, channels per group (the length of each
+output's reduction over channels), output channels per group (how much of a
+GEMM tile is used) and how many thread blocks a kernel's launch has (whether
+the GPU is filled) -- and names, per class, the algorithm the measurements
+show fastest. It reads only the spec, so it is evaluated and tested without
+a GPU. Each threshold below cites the measurements it comes from:
+
+``regret-gpu.md``
+    docs/measurements/regret-gpu.md: H100, the held-out problems (ECE408
+    layers at batch 8, MobileNetV2-1.0 layers at batch 1, strided, 1-D,
+    backward), every candidate timed side by side; the fastest and the old
+    rule's pick with its ratio.
+``i11``
+    docs/measurements/gpu-targets-i11-2026-11-21.md: H200, the ablation of
+    every algorithm at batch 64 (10,000 for ECE408), kernel times.
+``crossover log``
+    docs/measurements/device-2026-11-22/bench-crossover-timeout.log: H200,
+    the fastest algorithm on the first 32 problems of the crossover grid (the
+    run was cut off; winners only, no ratios). It ran before commit b0625c5
+    removed ~8 us of per-call zero-bias lookup from every custom kernel's
+    launch (not from the cuBLAS paths), so its cuBLAS wins on tiny problems
+    are weak evidence; its wins among custom kernels stand.
+``tuned-vs-default``
+    docs/measurements/tuned-vs-default-gpu-2026-11-22.json: H200, batch 64,
+    kernel times per algorithm at its default parameters.
+``sweep-h100``
+    docs/measurements/sweep-gpu-h100-2026-11-22/README.md: H100, ECE408 at
+    batch 10,000, each algorithm's default time.
+``targets-1121``
+    docs/measurements/gpu-targets-2026-11-21.md: H200, MobileNetV2 layers at
+    batch 1 (kernels of that day: fused_gemm and im2col + cuBLAS only).
+
+The thresholds count thread blocks against the 132 multiprocessors of the
+H100 and H200 the data come from; a much smaller GPU fills with fewer.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from .._spec import ConvSpec
+from ._cupy_algorithms import register_tiled_blocks
+from .base import Verdict
+
+__all__ = ["choose", "big_tiles"]
+
+#: Block tiles of igemm_big (about one per multiprocessor) from which it beats
+#: the 64x64 fused_gemm: i11, 3x3 C=M=64 B=64 0.785 vs 1.006 ms, 1x1 96->24
+#: B=64 0.136 vs 0.212 ms, ECE408 fa19 conv2 B=10000 4.55 vs 8.05 ms; below
+#: it fused_gemm was the fastest of all (regret-gpu.md: the 3x3 s2 stem
+#: (98 tiles), 5x5 s2 C32->64 (10 tiles), backward 3x3 C32 (25 tiles)).
+BIG_ENOUGH = 128
+
+#: Input channels per group up to which the ``pointwise`` kernel wins a 1x1
+#: layer. Each of its threads walks all C/g input channels in sequence, about
+#: 0.3-0.4 us per channel on the H100 when few blocks run (regret-gpu.md: 96
+#: channels 54 us, 384 -> 166 us, 576 -> 225 us with 3-5 blocks); a GEMM tile
+#: takes 16 channels per step. Won at 1 to 32 (crossover log: C1 M96, C32 M8,
+#: C8 M256, and 1x1 depthwise; regret-gpu.md 24->144 56x56; i11 24->144 B=64
+#: 0.186 ms vs igemm_big 0.231); the one small-C/g loss is the crossover log's
+#: C1 M8 28x28 (direct, margin unknown). Lost from 96 (regret-gpu.md 96->24
+#: 56x56 x1.69, 384->96 x3.61, 576->160 x4.51; crossover log: all three C96
+#: 1x1 problems). The held-out 32->192 28x28 went to fused_gemm with pointwise's
+#: time not recorded; the per-channel cost above puts it near x1.2.
+POINTWISE_MOST = 32
+
+#: Input channels per group from which a 1x1 layer too small for igemm_big runs
+#: fastest on cuBLAS (``pointwise_gemm``, which splits a long reduction across
+#: blocks) rather than fused_gemm, whose time grows by a 16-channel slice per
+#: step over a cuBLAS call's floor of ~46 us: regret-gpu.md, cuBLAS fastest at
+#: 384->96 14x14 (46 us), 576->160 7x7 (50 us), 1280->1000 1x1 (46 us), and
+#: the crossover log's C256 M96 4x4; fused_gemm fastest at 96->24 56x56 and
+#: 32->192 28x28 (cuBLAS x1.64) and on two of the crossover log's three C96
+#: problems (the third, C96 M96 12x12, went to cuBLAS by an unknown margin).
+#: targets-1121 (batch 1) shows the same growth: fused_gemm 0.064 / 0.086 /
+#: 0.145 ms at 384 / 576 / 1280 channels.
+POINTWISE_GEMM_FROM = 256
+
+#: Thread blocks register_tiled's launch needs before it is the fastest on a
+#: layer with few output channels. It gives each thread MT channels x 4 pixels
+#: over the whole reduction, so a small grid leaves the GPU idle: with 2 to 16
+#: blocks it lost (regret-gpu.md: strided 3x3 s3 C16 2 blocks x4.33 to
+#: fused_gemm; fa19 conv2 B=8 8 blocks x2.16 and fa21 conv2 B=8 16 blocks x1.38
+#: to tiled_shared); with 128 it was 3.3x faster than tiled_shared
+#: (tuned-vs-default 16->8 5x5 B=64: 0.107 vs 0.351 ms) and at ECE408 batch
+#: 10,000 (thousands of blocks) the fastest of all (i11, sweep-h100). Between
+#: 16 and 128 blocks only one-input-channel layers were measured (fa21 conv1
+#: B=8, 56 blocks: x1.26 to depthwise, which the one-channel line takes), and
+#: 8->12 3x3 s2 B=64 (64 blocks, 0.070 ms, the others' times not recorded):
+#: 64 is about half the multiprocessors.
+REGISTER_TILED_BLOCKS = 64
+
+#: Output channels per group register_tiled covers with one register tile
+#: (its largest MT): beyond it the 64-row GEMM tiles are well used.
+REGISTER_TILED_MOST = 24
+
+#: Channels per group (input and output) up to which ``tiled_shared`` wins a
+#: small stride-1 layer: one thread per output, a barrier per input channel,
+#: KH*KW multiply-adds per barrier, and B*M*tiles blocks, so it fills the GPU
+#: where register_tiled's grid is too small and the GEMM tiles would be mostly
+#: empty. Won: regret-gpu.md fa19 conv2 (12->24 5x5) and fa21 conv2 (4->16 7x7)
+#: at batch 8; crossover log B16 C32 M32 12x12 k5. It is confined to problems
+#: under BIG_ENOUGH tiles: on large ones it is 3-10x slower than the GEMMs
+#: (i11 3x3 C=M=64 B=64 7.8 vs 0.785 ms; tuned-vs-default 16->8 B=64 0.351 vs
+#: register_tiled 0.107 ms). A stride spreads its input patch (the crossover
+#: log's strided problems went to fused_gemm, im2col or direct).
+TILED_SHARED_MOST = 32
+
+
+def big_tiles(s: ConvSpec) -> int:
+    """Block tiles of igemm_big over the forward output (B*Ho*Wo columns, M/g rows per group)."""
+    rows = 64 if s.out_channels_per_group <= 64 else 128
+    n = s.batch * s.out_size[0] * s.out_size[1]
+    return -(-n // 128) * -(-s.out_channels_per_group // rows) * s.groups
+
+
+def _is_pointwise(spec: ConvSpec) -> bool:
+    """1x1 kernel, stride 1, no padding: the layer is a GEMM of x (the pointwise kernels' class)."""
+    return (
+        all(k == 1 for k in spec.kernel_size)
+        and all(st == 1 for st in spec.stride)
+        and not any(lo or hi for lo, hi in spec.padding)
+    )
+
+
+def _pointwise_class(s: ConvSpec, tiles: int) -> list[tuple[str, str]]:
+    """Forward 1x1 stride-1 layers: by the reduction length C/g, then the work."""
+    cg = s.channels_per_group
+    if cg <= POINTWISE_MOST:
+        channels = f"{cg} input channel{'s' if cg > 1 else ''} per group"
+        return [("pointwise", f"1x1, {channels}: a short per-thread reduction, one pass over x")]
+    rules = []
+    if tiles >= BIG_ENOUGH:
+        rules.append(("igemm_big", f"1x1 with {tiles} big block tiles of work: the pipelined implicit GEMM"))
+    if cg >= POINTWISE_GEMM_FROM:
+        rules.append(
+            ("pointwise_gemm", f"1x1, {cg} input channels per group on {tiles} tiles: cuBLAS splits the long reduction")
+        )
+    rules.append(("fused_gemm", f"1x1, {cg} input channels per group: 64x64 implicit GEMM, 16 channels a step"))
+    return rules
+
+
+def _forward_rules(spec: ConvSpec, s: ConvSpec, tiles: int) -> list[tuple[str, str]]:
+    """The forward classes, first match first (a 1-D case blocked declines falls through to the 2-D ones)."""
+    rules = []
+    if spec.ndim == 1 and spec.stride == (1,):
+        # i11 and targets-1121: blocked 4-9x the other 1-D kernels on 10^7-10^9 samples;
+        # within x1.24 of the fastest on regret-gpu.md's 21 us signals.
+        rules.append(("blocked", "1-D, stride 1: register-blocked kernel, bound by memory bandwidth"))
+    if _is_pointwise(s):
+        return rules + _pointwise_class(s, tiles)
+    cg, mg = s.channels_per_group, s.out_channels_per_group
+    if spec.is_depthwise:
+        # i11: depthwise 0.076 ms vs 0.158 for the next (3x3 s2 C144 B=64), 0.035 vs 0.089 (C384 14x14);
+        # regret-gpu.md: fastest or within x1.30 at batch 1 (launch-bound, 20-30 us).
+        rules.append(("depthwise", "one input channel per group: bandwidth-bound kernel reading each input once"))
+    if mg <= REGISTER_TILED_MOST and math.prod(s.kernel_size) > 1:
+        blocks = register_tiled_blocks(s)
+        if blocks >= REGISTER_TILED_BLOCKS:
+            rules.append(("register_tiled", f"{mg} output channels per group fit one register tile; {blocks} blocks"))
+    if cg == 1:
+        # A first layer (one input channel, several filters) is the depthwise kernel's case too: fastest at
+        # batch 8 (regret-gpu.md fa19 conv1 27 us, fa21 conv1 20 us; register_tiled x1.26), on the crossover
+        # log's B4 C1 M32 28x28 k3 and B16 C1 M256 56x56 k3 (not on its B1 C1 M256 k5: fused_gemm, margin
+        # unknown); where register_tiled fills the GPU it loses only x1.05-1.38 to it (sweep-h100, ECE408
+        # conv1 at batch 10,000).
+        rules.append(("depthwise", "one input channel: bandwidth-bound kernel reading each input once"))
+    if (
+        s.stride == (1, 1)
+        and cg <= TILED_SHARED_MOST
+        and mg <= TILED_SHARED_MOST
+        and tiles < BIG_ENOUGH
+        and math.prod(s.kernel_size) > 1
+    ):
+        rules.append(("tiled_shared", f"small stride-1 layer ({cg}->{mg} channels per group): one thread per output"))
+    if tiles >= BIG_ENOUGH:
+        rules.append(("igemm_big", f"{tiles} big block tiles of work: the pipelined 8x8-per-thread implicit GEMM"))
+    rules.append(("fused_gemm", f"implicit GEMM over a reduction of {spec.reduction_length}, no im2col buffer"))
+    return rules
+
+
+def _backward_rules(spec: ConvSpec, tiles: int) -> list[tuple[str, str]]:
+    """The backward classes, first match first.
+
+    No 1x1 line: cuBLAS (``pointwise_gemm``: two GEMMs, a batched product
+    and a sum) lost x2.26 to fused_gemm on 1x1 C64->128 14x14 B=4
+    (regret-gpu.md) and tied igemm_big on 128->256 28x28 B=64 (i11: 0.491 vs
+    0.497 ms), which the big-tile line already picks.
+    """
+    rules = []
+    if spec.is_depthwise:
+        # i11: depthwise backward 0.526 ms vs fused_gemm 10.8 (3x3 s2 C144 B=64); regret-gpu.md x1.01 at B=4.
+        rules.append(("depthwise", "one input channel per group: gather dX, per-channel dW"))
+    if tiles >= BIG_ENOUGH:
+        # i11: igemm_big fastest on backward 3x3 C=64 B=64 and ECE408 fa21 conv2 B=1000.
+        rules.append(("igemm_big", f"{tiles} big block tiles of work: the pipelined 8x8-per-thread implicit GEMM"))
+    rules.append(("fused_gemm", f"implicit GEMM over a reduction of {spec.reduction_length}, no im2col buffer"))
+    return rules
+
+
+def choose(spec: ConvSpec, direction: str, can_run: Callable[[ConvSpec, str, str], Verdict]) -> tuple[str, str]:
+    """The algorithm of the first class rule that applies and ``can_run``, with its reason.
+
+    Parameters
+    ----------
+    spec : ConvSpec
+        The validated problem.
+    direction : {"forward", "backward"}
+        Which pass.
+    can_run : callable
+        ``can_run(spec, algorithm, direction)``: the backend's verdict
+        (``True`` or why not); a rule whose algorithm declines is skipped.
+
+    Returns
+    -------
+    name, reason : str
+        The algorithm and a sentence saying which class decided.
+    """
+    s = spec.as_2d()
+    tiles = big_tiles(s)
+    rules = _forward_rules(spec, s, tiles) if direction == "forward" else _backward_rules(spec, tiles)
+    rules.append(("im2col_gemm", "fallback: im2col + cuBLAS"))
+    for name, why in rules:
+        if can_run(spec, name, direction) is True:
+            return name, why
+    return "direct", "fallback: one thread per output"
