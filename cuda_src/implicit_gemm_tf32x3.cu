@@ -16,14 +16,13 @@
 // other algorithm gives). Finite data never takes that path.
 //
 // Tiling (conv2d_tf32x3_fwd<float, BM, ACT>): block tile BM (output channels,
-// 64 or 128) x 128 (output pixels), BK = 16 per shared-memory stage, two
-// stages with the next slice's global loads issued into registers before the
-// current one is multiplied (as igemm_big). 2*BM threads = BM/16 warps, each
-// owning a 32 x 64 warp tile: 2 x 8 MMA tiles of 16 x 8, 64 accumulators per
-// thread. The im2col gather uses the same filter-offset table as igemm_big,
-// koff[k] = (c*H*W + p*dh*W + q*dw, p*dh, q*dw, 0). Shared-memory rows are
-// padded by 8 floats so each fragment load (4 k-rows x 8 columns per warp)
-// hits 32 distinct banks.
+// 64 or 128) x 128 (output pixels), BK = 8 per shared-memory stage (one MMA
+// k-step), two stages with the next slice's global loads issued into
+// registers before the current one is multiplied. 2*BM threads = BM/16
+// warps, each owning a 32 x 64 warp tile: 2 x 8 MMA tiles of 16 x 8, 64
+// accumulators per thread. The im2col gather steps the tap (c, p, q) along k
+// in registers; the filter-offset table koff (as igemm_big's) serves only the
+// float32 recomputation of blocks with special values.
 //
 // Y_g (Mg x N) = W_g (Mg x Kd) X_g (Kd x N), N = B*Ho*Wo; grid = (ceil(N/128),
 // ceil(Mg/BM), groups). ACT = 1 fuses ReLU into the epilogue. The double
@@ -32,8 +31,8 @@
 #include "common.cuh"
 
 #define TX_BN 128
-#define TX_BK 16
-#define TX_PAD 8
+#define TX_BK 8
+#define TX_PAD 8   // rows of BM+8 (or 136) words, 8 mod 32: a fragment load (4 k-rows x 8 columns) hits 32 banks
 
 // One TF32 value (as its 32-bit pattern) rounded to nearest, ties away from
 // zero, from a finite float below 2^126: what cvt.rna.tf32.f32 gives, in two
@@ -68,11 +67,15 @@ __global__ void __launch_bounds__(2 * BM)
         __trap();   // float32 only: the backend's check refuses float64 before a launch
     } else {
         constexpr int NT = 2 * BM;
-        constexpr int A_PER = BM * TX_BK / NT;       // 8
-        constexpr int B_PER = TX_BN * TX_BK / NT;    // 16 (BM = 64) or 8 (BM = 128)
+        constexpr int A_PER = BM * TX_BK / NT;       // 4
+        constexpr int B_PER = TX_BN * TX_BK / NT;    // 8 (BM = 64) or 4 (BM = 128)
         constexpr int WARPS_M = BM / 32;             // warp tiles along the output channels
-        __shared__ __align__(16) float As[2][TX_BK][BM + TX_PAD];    // weights, As[k][m]
-        __shared__ __align__(16) float Bs[2][TX_BK][TX_BN + TX_PAD]; // unrolled input, Bs[k][n]
+        // Each operand is split once, when a stage is stored, into its big and
+        // small TF32 bit patterns, kept in two arrays: each fragment element is
+        // one 32-bit shared load straight into the register the MMA reads
+        // (interleaved {big, small} pairs cost four register moves per MMA).
+        __shared__ __align__(16) unsigned Ab[2][TX_BK][BM + TX_PAD], As[2][TX_BK][BM + TX_PAD];    // weights [k][m]
+        __shared__ __align__(16) unsigned Bb[2][TX_BK][TX_BN + TX_PAD], Bs[2][TX_BK][TX_BN + TX_PAD]; // input [k][n]
         const int G = C / Cg, Mg = M / G, g = blockIdx.z;
         const int Kd = Cg * KH * KW;
         const i64 HoWo = (i64)Ho * Wo, N = (i64)B * HoWo;
@@ -82,10 +85,11 @@ __global__ void __launch_bounds__(2 * BM)
         const int m0 = blockIdx.y * BM;
         const i64 n0 = (i64)blockIdx.x * TX_BN;
 
-        // Weight loads: row am of the tile, A_PER consecutive k.
-        const int am = tid % BM, ak = (tid / BM) * A_PER;
-        const bool a_ok = m0 + am < Mg;
-        const float* wrow = w + ((i64)g * Mg + (a_ok ? m0 + am : 0)) * Kd;
+        // Weight loads, coalesced: thread t reads k = k0 + t % 8 of rows
+        // t / 8 + r * NT / 8 (r < A_PER), so a warp instruction covers four
+        // rows' 8 consecutive k instead of 32 rows' one k.
+        const int akq = tid % TX_BK, arow = tid / TX_BK;
+        const float* wg = w + (i64)g * Mg * Kd;
         // Input loads: output column bn of the tile (decoded once), B_PER consecutive k.
         const int bn = tid % TX_BN, bk = (tid / TX_BN) * B_PER;
         const i64 n_load = n0 + bn;
@@ -96,39 +100,63 @@ __global__ void __launch_bounds__(2 * BM)
         const int r_load = n_ok ? (int)(n_load % HoWo) : 0;
         const int ih0 = (r_load / Wo) * sh - ph, iw0 = (r_load % Wo) * sw - pw;
         const float* xb = x + (b_load * C + (i64)g * Cg) * H * W;
-        const i64 xb_off = (i64)ih0 * W + iw0;
+        const int HW = H * W;   // one group's input fits in an int (the backend's check)
+        // The gather's tap table, one stage ahead: entry r of tab[t] holds, for
+        // k = (first k of that stage) + r, the input offset c*H*W + p*dh*W + q*dw,
+        // the row and column steps p*dh and q*dw, and whether k < Kd. Eight
+        // threads decode it (two divisions each) for the whole block, so a
+        // gathered element costs one broadcast shared load and a bounds check
+        // instead of stepping (c, p, q) with carries in every thread.
+        __shared__ int4 tab[2][TX_BK];
+        auto decode = [&](int t, int k0) {
+            if (tid < TX_BK) {
+                const int k = k0 + tid, kk = min(k, Kd - 1), taps = KH * KW;
+                const int c = kk / taps, pq = kk - c * taps, p = pq / KW, q = pq - p * KW;
+                tab[t][tid] = make_int4(c * HW + p * dh * W + q * dw, p * dh, q * dw, k < Kd);
+            }
+        };
 
+        // A stage's loads land in ra/rb unmasked (from clamped, always valid
+        // addresses; no branch around a load) with a bit per element saying
+        // whether it is real; the mask, the split and the special-value check
+        // wait for store(), after the MMAs: nothing reads a loaded value
+        // while its load may still be in flight.
         float ra[A_PER], rb[B_PER];
+        unsigned a_real = 0, b_real = 0;
         bool unsplittable = false;
-        // Every load is unconditional, from a clamped (always valid) address,
-        // and masked afterwards: no branch around a load, so the compiler
-        // issues all of a stage's loads back to back and their latencies
-        // overlap (a branch per load serialised them: ~2x the time).
         auto load = [&](int k0) {
+            const int ka = k0 + akq;
+            a_real = 0;
 #pragma unroll
             for (int r = 0; r < A_PER; ++r) {
-                const int k = k0 + ak + r;
-                const float v = wrow[min(k, Kd - 1)];
-                ra[r] = (a_ok && k < Kd) ? v : 0.0f;
-                unsplittable |= tx_unsplittable(ra[r]);
+                const int m = m0 + arow + r * (NT / TX_BK);
+                ra[r] = wg[(i64)min(m, Mg - 1) * Kd + min(ka, Kd - 1)];
+                a_real |= (unsigned)(m < Mg && ka < Kd) << r;
             }
-            int4 o[B_PER];
-#pragma unroll
-            for (int r = 0; r < B_PER; ++r) o[r] = koff[min(k0 + bk + r, Kd - 1)];
+            const int4* t = tab[(k0 / TX_BK) & 1];
+            b_real = 0;
 #pragma unroll
             for (int r = 0; r < B_PER; ++r) {
-                const int ih = ih0 + o[r].y, iw = iw0 + o[r].z;
-                const bool ok = k0 + bk + r < Kd && (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W;
-                const float v = xb[ok ? xb_off + o[r].x : 0];
-                rb[r] = ok ? v : 0.0f;
-                unsplittable |= tx_unsplittable(rb[r]);
+                const int4 e = t[bk + r];
+                const int ih = ih0 + e.y, iw = iw0 + e.z;
+                const bool ok = e.w && (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W;
+                rb[r] = xb[ok ? ih0 * W + iw0 + e.x : 0];
+                b_real |= (unsigned)ok << r;
             }
+        };
+        auto split_into = [&](float v, bool real, unsigned& big, unsigned& small) {
+            v = real ? v : 0.0f;
+            unsplittable |= tx_unsplittable(v);
+            tx_split(v, big, small);
         };
         auto store = [&](int s) {
 #pragma unroll
-            for (int r = 0; r < A_PER; ++r) As[s][ak + r][am] = ra[r];
+            for (int r = 0; r < A_PER; ++r) {
+                const int m = arow + r * (NT / TX_BK);
+                split_into(ra[r], (a_real >> r) & 1u, Ab[s][akq][m], As[s][akq][m]);
+            }
 #pragma unroll
-            for (int r = 0; r < B_PER; ++r) Bs[s][bk + r][bn] = rb[r];
+            for (int r = 0; r < B_PER; ++r) split_into(rb[r], (b_real >> r) & 1u, Bb[s][bk + r][bn], Bs[s][bk + r][bn]);
         };
 
         float acc[2][8][4];
@@ -139,6 +167,9 @@ __global__ void __launch_bounds__(2 * BM)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
+        decode(0, 0);
+        decode(1, TX_BK);
+        __syncthreads();
         load(0);
         store(0);
         __syncthreads();
@@ -146,29 +177,28 @@ __global__ void __launch_bounds__(2 * BM)
         for (int k0 = 0; k0 < Kd; k0 += TX_BK) {
             const bool more = k0 + TX_BK < Kd;
             if (more) load(k0 + TX_BK);   // in flight while this slice is multiplied
+            // The table two stages on replaces the one the previous iteration's
+            // load read (before the barrier that ended it).
+            if (k0 + 2 * TX_BK < Kd) decode(s, k0 + 2 * TX_BK);
+            unsigned a_big[2][4], a_small[2][4];
 #pragma unroll
-            for (int kk = 0; kk < TX_BK; kk += 8) {
-                unsigned a_big[2][4], a_small[2][4];
+            for (int i = 0; i < 2; ++i) {
+                const int row = wm0 + i * 16 + gq;
+                a_big[i][0] = Ab[s][tq][row], a_big[i][1] = Ab[s][tq][row + 8];
+                a_big[i][2] = Ab[s][tq + 4][row], a_big[i][3] = Ab[s][tq + 4][row + 8];
+                a_small[i][0] = As[s][tq][row], a_small[i][1] = As[s][tq][row + 8];
+                a_small[i][2] = As[s][tq + 4][row], a_small[i][3] = As[s][tq + 4][row + 8];
+            }
 #pragma unroll
-                for (int i = 0; i < 2; ++i) {
-                    const int row = wm0 + i * 16 + gq;
-                    tx_split(As[s][kk + tq][row], a_big[i][0], a_small[i][0]);
-                    tx_split(As[s][kk + tq][row + 8], a_big[i][1], a_small[i][1]);
-                    tx_split(As[s][kk + tq + 4][row], a_big[i][2], a_small[i][2]);
-                    tx_split(As[s][kk + tq + 4][row + 8], a_big[i][3], a_small[i][3]);
-                }
+            for (int j = 0; j < 8; ++j) {
+                const int col = wn0 + j * 8 + gq;
+                const unsigned b_big[2] = {Bb[s][tq][col], Bb[s][tq + 4][col]};
+                const unsigned b_small[2] = {Bs[s][tq][col], Bs[s][tq + 4][col]};
 #pragma unroll
-                for (int j = 0; j < 8; ++j) {
-                    const int col = wn0 + j * 8 + gq;
-                    unsigned b_big[2], b_small[2];
-                    tx_split(Bs[s][kk + tq][col], b_big[0], b_small[0]);
-                    tx_split(Bs[s][kk + tq + 4][col], b_big[1], b_small[1]);
-#pragma unroll
-                    for (int i = 0; i < 2; ++i) {   // the small corrections first, the big product last
-                        tx_mma(acc[i][j], a_big[i], b_small);
-                        tx_mma(acc[i][j], a_small[i], b_big);
-                        tx_mma(acc[i][j], a_big[i], b_big);
-                    }
+                for (int i = 0; i < 2; ++i) {   // the small corrections first, the big product last
+                    tx_mma(acc[i][j], a_big[i], b_small);
+                    tx_mma(acc[i][j], a_small[i], b_big);
+                    tx_mma(acc[i][j], a_big[i], b_big);
                 }
             }
             if (more) store(s ^ 1);   // stage s^1 was last read before the previous barrier
