@@ -75,7 +75,9 @@ FORWARD_CLASSES = [
     ("3x3 C96->8 s2 12x12 B16", (16, 96, 12, 12), (8, 96, 3, 3), dict(stride=2, padding=1), "fused_gemm", ""),
     ("3x3 C64->64 20x20 B2", (2, 64, 20, 20), (64, 64, 3, 3), dict(padding=1), "fused_gemm", "reduction of 576"),
     # enough work for the big tiles
-    ("3x3 C64 56x56 B64", (64, 64, 56, 56), (64, 64, 3, 3), dict(padding=1), "igemm_big", "1568 big block tiles"),
+    ("3x3 C64 56x56 B64", (64, 64, 56, 56), (64, 64, 3, 3), dict(padding=1), "tf32x3", "1568 big block tiles"),
+    ("3x3 C256 14x14 B64", (64, 256, 14, 14), (256, 256, 3, 3), dict(padding=1), "tf32x3", "tensor cores"),
+    ("5x5 s2 C16->32 B64", (64, 16, 64, 64), (32, 16, 5, 5), dict(stride=2, padding=2), "igemm_big", "big block"),
     ("fa21 conv2 B16", (16, 4, 40, 40), (16, 4, 7, 7), {}, "igemm_big", "big block tiles"),
 ]
 
@@ -99,7 +101,7 @@ BACKWARD_CLASSES = [
     ("1x1 C1280->1000 1x1", (1, 1280, 1, 1), (1000, 1280, 1, 1), {}, "fused_gemm"),
     ("3x3 C32 28x28 B4", (4, 32, 28, 28), (32, 32, 3, 3), dict(padding=1), "fused_gemm"),
     ("ECE408 fa19 conv2 B4", (4, 12, 22, 22), (24, 12, 5, 5), {}, "fused_gemm"),
-    ("3x3 C64 56x56 B64", (64, 64, 56, 56), (64, 64, 3, 3), dict(padding=1), "igemm_big"),
+    ("3x3 C64 56x56 B64", (64, 64, 56, 56), (64, 64, 3, 3), dict(padding=1), "tf32x3"),
     ("ECE408 fa21 conv2 B1000", (1000, 4, 40, 40), (16, 4, 7, 7), {}, "igemm_big"),
 ]
 
@@ -121,6 +123,14 @@ def test_pointwise_reduction_thresholds():
     assert _pick((1, long_, 14, 14), (96, long_, 1, 1))[0] == "pointwise_gemm"
     # per group: 4 groups of 64 channels is a 64-channel reduction
     assert _pick((1, 256, 14, 14), (96, 64, 1, 1), groups=4)[0] == "fused_gemm"
+
+
+def test_tf32x3_line_needs_a_full_tile_float32_and_a_long_reduction():
+    """Fat float32 layers go to the tensor cores; float64, 32 output channels or < 32 products do not."""
+    assert _pick((64, 64, 56, 56), (64, 64, 3, 3), padding=1)[0] == "tf32x3"
+    assert _pick((64, 64, 56, 56), (64, 64, 3, 3), padding=1, dtype=np.float64)[0] == "fused_gemm"
+    assert _pick((64, 64, 56, 56), (63, 64, 3, 3), padding=1)[0] == "igemm_big"  # 63 < 64 rows
+    assert _pick((64, 3, 112, 112), (64, 3, 3, 3), padding=1)[0] == "igemm_big"  # 27 products: declines
 
 
 def test_pointwise_class_in_float64_never_takes_the_float32_kernel():

@@ -39,8 +39,31 @@ def contenders(x, w, b, kw):
         calls[f"{alg}+relu"] = conv(alg, activation="relu")
         plain = conv(alg)
         calls[f"{alg} then relu"] = lambda plain=plain: cp.maximum(plain(), 0)
+    if w.shape[0] > 64:  # the default block tile is 128 rows here: time 64 too
+        small = cs.plan(x, w, b, backend="cupy", algorithm="tf32x3", params={"bm": 64}, **kw)
+        calls["tf32x3 bm=64"] = lambda: small(x, w, b)
     xt, wt, bt = (torch.as_tensor(a, device="cuda") for a in (x, w, b))
     calls["cudnn"] = lambda: torch.nn.functional.conv2d(xt, wt, bt, **kw)
+    return calls
+
+
+def backward_contenders(x, w, kw):
+    """Backward (dX, dW, db) of tf32x3 and igemm_big against cuDNN through torch."""
+    gy = cp.ones(cs.conv2d(x[:1], w, **kw).shape[1:], dtype=cp.float32)
+    gy = cp.broadcast_to(gy, (x.shape[0], *gy.shape)).copy()
+    calls = {
+        f"bwd {alg}": (lambda alg=alg: cs.conv2d_backward(gy, x, w, backend="cupy", algorithm=alg, **kw))
+        for alg in ALGORITHMS
+    }
+    xt, wt, gyt = (torch.as_tensor(a, device="cuda") for a in (x, w, gy))
+    stride, padding = [kw["stride"]] * 2, [kw["padding"]] * 2
+
+    def cudnn():
+        return torch.ops.aten.convolution_backward(
+            gyt, xt, wt, [w.shape[0]], stride, padding, [1, 1], False, [0, 0], 1, [True, True, True]
+        )
+
+    calls["bwd cudnn"] = cudnn
     return calls
 
 
@@ -91,6 +114,11 @@ def main():
         relu = " ".join(f"{a} {med[f'{a} then relu'] / med[f'{a}+relu']:.2f}x" for a in ALGORITHMS)
         spread = f"{min(times['tf32x3']):.3f}-{max(times['tf32x3']):.3f}"
         print(f"    {rates}; {versus}; fused relu gain {relu}; tf32x3 spread {spread} ms")
+        if name.startswith(("cnn", "3x3")):
+            times = timed(backward_contenders(x, w, kw))
+            med = {k: float(np.median(v)) for k, v in times.items()}
+            ratios = ", ".join(f"{a} vs cudnn {med['bwd cudnn'] / med[f'bwd {a}']:.2f}x" for a in ALGORITHMS)
+            print("    backward " + "  ".join(f"{k} {v:.3f}ms" for k, v in med.items()) + f"; {ratios}")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,10 @@ a GPU. Each threshold below cites the measurements it comes from:
 ``targets-1121``
     docs/measurements/gpu-targets-2026-11-21.md: H200, MobileNetV2 layers at
     batch 1 (kernels of that day: fused_gemm and im2col + cuBLAS only).
+``tf32x3``
+    docs/measurements/tf32x3-2026-11-22.md: H100, tf32x3 against igemm_big
+    and cuDNN on 3x3 layers at batch 64 and the ECE408 conv2 layers at
+    batch 10,000, forward and backward, CUDA events through the public API.
 
 The thresholds count thread blocks against the 132 multiprocessors of the
 H100 and H200 the data come from; a much smaller GPU fills with fewer.
@@ -93,6 +97,16 @@ POINTWISE_GEMM_FROM = 256
 #: 8->12 3x3 s2 B=64 (64 blocks, 0.070 ms, the others' times not recorded):
 #: 64 is about half the multiprocessors.
 REGISTER_TILED_BLOCKS = 64
+
+#: Output channels per group from which tf32x3 (error-compensated TF32 on the
+#: tensor cores, float32 accuracy) replaces igemm_big on layers with
+#: BIG_ENOUGH tiles: its 64-row block tile is full. tf32x3: forward 1.52x
+#: igemm_big on 3x3 C32->64 64x64 B=64, 1.73x on C64->64 56x56, 1.98x on
+#: C128 28x28 and 1.95x on C256 14x14 (bm=64); backward (its dX, igemm_big's
+#: dW) 1.14-1.26x on the same layers. With 32 output channels (5x5 s2 C16->32)
+#: half its tile idles and it lost (0.87x); below 32 products per output it
+#: declines (its tolerance), and float64 goes on to igemm_big's line.
+TF32X3_FROM = 64
 
 #: Output channels per group register_tiled covers with one register tile
 #: (its largest MT): beyond it the 64-row GEMM tiles are well used.
@@ -177,6 +191,10 @@ def _forward_rules(spec: ConvSpec, s: ConvSpec, tiles: int) -> list[tuple[str, s
         and math.prod(s.kernel_size) > 1
     ):
         rules.append(("tiled_shared", f"small stride-1 layer ({cg}->{mg} channels per group): one thread per output"))
+    if tiles >= BIG_ENOUGH and mg >= TF32X3_FROM:
+        rules.append(
+            ("tf32x3", f"{tiles} big block tiles, {mg} output channels per group: tensor cores, float32 accuracy")
+        )
     if tiles >= BIG_ENOUGH:
         rules.append(("igemm_big", f"{tiles} big block tiles of work: the pipelined 8x8-per-thread implicit GEMM"))
     rules.append(("fused_gemm", f"implicit GEMM over a reduction of {spec.reduction_length}, no im2col buffer"))
@@ -195,6 +213,11 @@ def _backward_rules(spec: ConvSpec, tiles: int) -> list[tuple[str, str]]:
     if spec.is_depthwise:
         # i11: depthwise backward 0.526 ms vs fused_gemm 10.8 (3x3 s2 C144 B=64); regret-gpu.md x1.01 at B=4.
         rules.append(("depthwise", "one input channel per group: gather dX, per-channel dW"))
+    s = spec.as_2d()
+    mg = s.out_channels_per_group
+    # Measured on 3x3 layers only; 1x1 backward stays on igemm_big (i11's tie with cuBLAS).
+    if tiles >= BIG_ENOUGH and mg >= TF32X3_FROM and not _is_pointwise(s):
+        rules.append(("tf32x3", f"{tiles} big block tiles, {mg} output channels per group: dX on the tensor cores"))
     if tiles >= BIG_ENOUGH:
         # i11: igemm_big fastest on backward 3x3 C=64 B=64 and ECE408 fa21 conv2 B=1000.
         rules.append(("igemm_big", f"{tiles} big block tiles of work: the pipelined 8x8-per-thread implicit GEMM"))

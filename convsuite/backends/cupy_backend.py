@@ -23,14 +23,19 @@ forward
     5. one input channel (a first layer): ``depthwise``.
     6. small stride-1 layers (at most 32 channels per group in and out, under
        128 big tiles): ``tiled_shared``.
-    7. float32 with at least 128 big block tiles of work: ``igemm_big`` (pipelined
+    7. float32 with at least 128 big block tiles of work and 64 output
+       channels per group: ``tf32x3`` (error-compensated TF32 on the tensor
+       cores, float32 accuracy; it declines reductions under 32 products).
+    8. float32 with at least 128 big block tiles of work: ``igemm_big`` (pipelined
        128x128 / 64x128 implicit GEMM).
-    8. otherwise: ``fused_gemm`` (64x64 implicit GEMM, any dtype).
+    9. otherwise: ``fused_gemm`` (64x64 implicit GEMM, any dtype).
 
 backward
     1. depthwise with kernels up to 7x7: ``depthwise``.
-    2. float32 with at least 128 big block tiles of work: ``igemm_big``.
-    3. otherwise: ``fused_gemm`` (implicit-GEMM input gradient, split-K
+    2. float32, not 1x1, with at least 128 big block tiles and 64 output
+       channels per group: ``tf32x3`` (its dX; igemm_big's dW).
+    3. float32 with at least 128 big block tiles of work: ``igemm_big``.
+    4. otherwise: ``fused_gemm`` (implicit-GEMM input gradient, split-K
        weight gradient; no im2col buffer). ``im2col_gemm`` and
        ``pointwise_gemm`` stay pinnable.
 
@@ -38,8 +43,8 @@ The weight-gradient ladder of the "Optimizing a CNN in CUDA" write-up
 (``wgrad_atomic``, ``wgrad_shuffle``, ``wgrad_registers``, ``wgrad_padded``)
 is pinnable only: it sums with atomics (not bit-reproducible), so its
 records say ``deterministic=False`` and neither auto's rule nor measured
-selection (autotune, ``cs.tune``) ever picks it. ``activation="relu"`` is fused into the epilogue of ``fused_gemm``
-and ``igemm_big`` (:meth:`CupyBackend.fuses_activation`).
+selection (autotune, ``cs.tune``) ever picks it. ``activation="relu"`` is fused into the epilogue of ``fused_gemm``,
+``igemm_big`` and ``tf32x3`` (:meth:`CupyBackend.fuses_activation`).
 """
 
 from __future__ import annotations
