@@ -59,6 +59,36 @@ __device__ __forceinline__ void tx_mma(float d[4], const unsigned a[4], const un
 // Whether a loaded operand cannot be split (inf, NaN, or so large that big*big may overflow differently).
 __device__ __forceinline__ bool tx_unsplittable(float v) { return !(fabsf(v) < 8.5070592e37f); }   // 2^126
 
+// The MMAs of one shared-memory stage: warp tile 32 x 64 at (wm0, wn0) of the
+// block tile, 2 x 8 tiles of 16 x 8, three TF32 MMAs each (small corrections
+// first, the big product last). A is [k][m] (BM + pad rows), B is [k][n].
+template <int BM>
+__device__ __forceinline__ void tx_stage_mma(const unsigned (*Ab)[BM + TX_PAD], const unsigned (*As)[BM + TX_PAD],
+                                             const unsigned (*Bb)[TX_BN + TX_PAD], const unsigned (*Bs)[TX_BN + TX_PAD],
+                                             float acc[2][8][4], int wm0, int wn0, int gq, int tq) {
+    unsigned a_big[2][4], a_small[2][4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int row = wm0 + i * 16 + gq;
+        a_big[i][0] = Ab[tq][row], a_big[i][1] = Ab[tq][row + 8];
+        a_big[i][2] = Ab[tq + 4][row], a_big[i][3] = Ab[tq + 4][row + 8];
+        a_small[i][0] = As[tq][row], a_small[i][1] = As[tq][row + 8];
+        a_small[i][2] = As[tq + 4][row], a_small[i][3] = As[tq + 4][row + 8];
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int col = wn0 + j * 8 + gq;
+        const unsigned b_big[2] = {Bb[tq][col], Bb[tq + 4][col]};
+        const unsigned b_small[2] = {Bs[tq][col], Bs[tq + 4][col]};
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            tx_mma(acc[i][j], a_big[i], b_small);
+            tx_mma(acc[i][j], a_small[i], b_big);
+            tx_mma(acc[i][j], a_big[i], b_big);
+        }
+    }
+}
+
 template <typename T, int BM, int ACT>
 __global__ void __launch_bounds__(2 * BM)
     conv2d_tf32x3_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias, T* __restrict__ y,
@@ -180,27 +210,7 @@ __global__ void __launch_bounds__(2 * BM)
             // The table two stages on replaces the one the previous iteration's
             // load read (before the barrier that ended it).
             if (k0 + 2 * TX_BK < Kd) decode(s, k0 + 2 * TX_BK);
-            unsigned a_big[2][4], a_small[2][4];
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                const int row = wm0 + i * 16 + gq;
-                a_big[i][0] = Ab[s][tq][row], a_big[i][1] = Ab[s][tq][row + 8];
-                a_big[i][2] = Ab[s][tq + 4][row], a_big[i][3] = Ab[s][tq + 4][row + 8];
-                a_small[i][0] = As[s][tq][row], a_small[i][1] = As[s][tq][row + 8];
-                a_small[i][2] = As[s][tq + 4][row], a_small[i][3] = As[s][tq + 4][row + 8];
-            }
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const int col = wn0 + j * 8 + gq;
-                const unsigned b_big[2] = {Bb[s][tq][col], Bb[s][tq + 4][col]};
-                const unsigned b_small[2] = {Bs[s][tq][col], Bs[s][tq + 4][col]};
-#pragma unroll
-                for (int i = 0; i < 2; ++i) {   // the small corrections first, the big product last
-                    tx_mma(acc[i][j], a_big[i], b_small);
-                    tx_mma(acc[i][j], a_small[i], b_big);
-                    tx_mma(acc[i][j], a_big[i], b_big);
-                }
-            }
+            tx_stage_mma<BM>(Ab[s], As[s], Bb[s], Bs[s], acc, wm0, wn0, gq, tq);
             if (more) store(s ^ 1);   // stage s^1 was last read before the previous barrier
             __syncthreads();
             s ^= 1;
@@ -254,6 +264,176 @@ __global__ void __launch_bounds__(2 * BM)
                             const float v = acc[i][j][h * 2 + c] + bias[mo];
                             y[(b * M + mo) * HoWo + r] = (ACT && v < 0.0f) ? 0.0f : v;
                         }
+                    }
+            }
+    }
+}
+
+// conv2d_tf32x3_wgrad<float, BM>: the weight gradient on the tensor cores,
+// gW_g (Mg x Kd) = gY_g (Mg x N) X_g^T (N x Kd), split-K over N as igemm_big's:
+// blockIdx.z = split * groups + g writes partial[split, g*Mg + m, k] and the
+// splits are summed in a fixed order afterwards (deterministic, no atomics).
+// grid = (ceil(Kd/128), ceil(Mg/BM), splits * groups). The reduction runs
+// over pixels in slices of 8; per slice, eight threads decode each pixel n
+// into (image, pixel, first input row and column) for the whole block, one
+// slice ahead, and each thread keeps its own column's filter offset koff[k]
+// in registers. Specials (inf, NaN, |v| >= 2^126) send the block's tile to
+// a float32 recomputation, as in the forward kernel.
+template <typename T, int BM>
+__global__ void __launch_bounds__(2 * BM)
+    conv2d_tf32x3_wgrad(const T* __restrict__ gy, const T* __restrict__ x, T* __restrict__ partial,
+                        const int4* __restrict__ koff, int splits, CONV_PARAMS) {
+    if constexpr (sizeof(T) != 4) {
+        __trap();   // float32 only: the backend's check refuses float64 before a launch
+    } else {
+        constexpr int NT = 2 * BM;
+        constexpr int A_PER = BM * TX_BK / NT;       // 4
+        constexpr int B_PER = TX_BN * TX_BK / NT;    // 8 (BM = 64) or 4 (BM = 128)
+        constexpr int WARPS_M = BM / 32;
+        __shared__ __align__(16) unsigned Ab[2][TX_BK][BM + TX_PAD], As[2][TX_BK][BM + TX_PAD];    // gY [n][m]
+        __shared__ __align__(16) unsigned Bb[2][TX_BK][TX_BN + TX_PAD], Bs[2][TX_BK][TX_BN + TX_PAD]; // X^T [n][k]
+        __shared__ int4 tab[2][TX_BK];   // per pixel of a slice: (image or -1, pixel, first row, first column)
+        const int G = C / Cg, Mg = M / G;
+        const int g = blockIdx.z % G, split = blockIdx.z / G;
+        const int Kd = Cg * KH * KW;
+        const int HoWo = Ho * Wo;   // one image's output plane fits in an int (the backend's check)
+        const i64 N = (i64)B * HoWo;
+        const i64 steps = (N + TX_BK - 1) / TX_BK;
+        const i64 n_begin = steps * split / splits * TX_BK;
+        const i64 n_end = min(N, steps * (split + 1) / splits * TX_BK);
+        const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+        const int gq = lane >> 2, tq = lane & 3;
+        const int wm0 = (warp % WARPS_M) * 32, wn0 = (warp / WARPS_M) * 64;
+        const int m0 = blockIdx.y * BM;
+        const int kc0 = blockIdx.x * TX_BN;
+
+        // gY loads: pixel an of the slice (eight consecutive pixels per row) for rows arow + r * NT / 8.
+        const int an = tid % TX_BK, arow = tid / TX_BK;
+        // X loads: tap column bkc of the tile (its offsets read once), B_PER consecutive pixels.
+        const int bkc = tid % TX_BN, bn = (tid / TX_BN) * B_PER;
+        const bool k_ok = kc0 + bkc < Kd;
+        const int4 o = koff[min(kc0 + bkc, Kd - 1)];
+        const float* xg = x + (i64)g * Cg * H * W + o.x;
+
+        auto decode = [&](int t, i64 nb) {
+            if (tid < TX_BK) {
+                const i64 n = nb + tid;
+                int4 e = make_int4(-1, 0, 0, 0);
+                if (n < n_end) {
+                    const int b = (int)(n / HoWo), pix = (int)(n - (i64)b * HoWo);
+                    e = make_int4(b, pix, (pix / Wo) * sh - ph, (pix % Wo) * sw - pw);
+                }
+                tab[t][tid] = e;
+            }
+        };
+
+        float ra[A_PER], rb[B_PER];
+        unsigned a_real = 0, b_real = 0;
+        bool unsplittable = false;
+        auto load = [&](int t) {
+            const int4 ea = tab[t][an];
+            const int ba = max(ea.x, 0);
+            const float* gyp = gy + ((i64)ba * M + (i64)g * Mg) * HoWo + ea.y;
+            a_real = 0;
+#pragma unroll
+            for (int r = 0; r < A_PER; ++r) {
+                const int m = m0 + arow + r * (NT / TX_BK);
+                ra[r] = gyp[(i64)min(m, Mg - 1) * HoWo];
+                a_real |= (unsigned)(ea.x >= 0 && m < Mg) << r;
+            }
+            b_real = 0;
+#pragma unroll
+            for (int r = 0; r < B_PER; ++r) {
+                const int4 e = tab[t][bn + r];
+                const int ih = e.z + o.y, iw = e.w + o.z;
+                const bool ok = e.x >= 0 && k_ok && (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W;
+                rb[r] = xg[ok ? (i64)e.x * C * H * W + (i64)e.z * W + e.w : -(i64)o.x];
+                b_real |= (unsigned)ok << r;
+            }
+        };
+        auto split_into = [&](float v, bool real, unsigned& big, unsigned& small) {
+            v = real ? v : 0.0f;
+            unsplittable |= tx_unsplittable(v);
+            tx_split(v, big, small);
+        };
+        auto store = [&](int s) {
+#pragma unroll
+            for (int r = 0; r < A_PER; ++r) {
+                const int m = arow + r * (NT / TX_BK);
+                split_into(ra[r], (a_real >> r) & 1u, Ab[s][an][m], As[s][an][m]);
+            }
+#pragma unroll
+            for (int r = 0; r < B_PER; ++r) split_into(rb[r], (b_real >> r) & 1u, Bb[s][bn + r][bkc], Bs[s][bn + r][bkc]);
+        };
+
+        float acc[2][8][4];
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+        if (n_begin < n_end) {
+            decode(0, n_begin);
+            decode(1, n_begin + TX_BK);
+            __syncthreads();
+            load(0);
+            store(0);
+        }
+        __syncthreads();
+        int s = 0;
+        for (i64 nb = n_begin; nb < n_end; nb += TX_BK) {
+            const bool more = nb + TX_BK < n_end;
+            if (more) load(s ^ 1);   // the table of slice nb + 8 sits in tab[s ^ 1]
+            // The table two slices on replaces the one the previous iteration's load read.
+            if (nb + 2 * TX_BK < n_end) decode(s, nb + 2 * TX_BK);
+            tx_stage_mma<BM>(Ab[s], As[s], Bb[s], Bs[s], acc, wm0, wn0, gq, tq);
+            if (more) store(s ^ 1);
+            __syncthreads();
+            s ^= 1;
+        }
+
+        if (__syncthreads_or(unsplittable)) {
+            // inf, NaN or a huge operand in this block's slices: the tile again in float32.
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int m = m0 + wm0 + i * 16 + gq + (e >> 1) * 8;
+                        const int k = kc0 + wn0 + j * 8 + 2 * tq + (e & 1);
+                        float sum = 0.0f;
+                        if (m < Mg && k < Kd) {
+                            const int4 ok4 = koff[k];
+                            for (i64 n = n_begin; n < n_end; ++n) {
+                                const int b = (int)(n / HoWo), pix = (int)(n - (i64)b * HoWo);
+                                const int ih = (pix / Wo) * sh - ph + ok4.y, iw = (pix % Wo) * sw - pw + ok4.z;
+                                const float v = ((unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W)
+                                                    ? x[((i64)b * C + (i64)g * Cg) * H * W + ok4.x +
+                                                        (i64)((pix / Wo) * sh - ph) * W + ((pix % Wo) * sw - pw)]
+                                                    : 0.0f;
+                                sum = fmaf(gy[((i64)b * M + (i64)g * Mg + m) * HoWo + pix], v, sum);
+                            }
+                        }
+                        acc[i][j][e] = sum;
+                    }
+        }
+
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int m = m0 + wm0 + i * 16 + gq + h * 8;
+                if (m >= Mg) continue;
+                T* out = partial + ((i64)split * M + (i64)g * Mg + m) * Kd;
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) {
+                        const int k = kc0 + wn0 + j * 8 + 2 * tq + c;
+                        if (k < Kd) out[k] = acc[i][j][h * 2 + c];
                     }
             }
     }

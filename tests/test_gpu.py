@@ -266,6 +266,29 @@ def test_tf32x3_nonfinite_and_huge_operands_fall_back_to_float32(where):
     assert_within(np.where(clean, got, 0), np.where(clean, ref, 0), tol, f"tf32x3 next to specials in {where}")
 
 
+def test_tf32x3_weight_gradient_with_special_values_in_grad_y():
+    """inf/NaN in grad_y reach the split-K weight gradient through the float32 recomputation, as in numpy."""
+    rng = np.random.default_rng(23)
+    x = rng.standard_normal((3, 40, 20, 20)).astype(np.float32)
+    w = rng.standard_normal((70, 40, 3, 3)).astype(np.float32)
+    spec = cs.explain(x, w, padding=1).spec
+    gy = rng.standard_normal(spec.y_shape).astype(np.float32)
+    gy[0, 2, 5, 5], gy[2, 60, 19, 0] = np.inf, np.nan
+    want = cs.conv2d_backward(gy, x, w, padding=1, backend="numpy")
+    with cs.testing.poisoned_outputs():
+        got = cs.conv2d_backward(gy, x, w, padding=1, backend="cupy", algorithm="tf32x3")
+    for name, g, v in zip("xwb", got, want):
+        g = _cupy().asnumpy(g)
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(v), err_msg=f"grad_{name}")
+        np.testing.assert_array_equal(np.isinf(g), np.isinf(v), err_msg=f"grad_{name}")
+    clean = np.where(np.isfinite(gy), gy, 0).astype(np.float32)
+    ref, tol = reference_backward(spec, clean, x, w), backward_tolerances(spec, clean, x, w)
+    gw = _cupy().asnumpy(got[1])
+    rows = np.isfinite(want[1]).all(axis=(1, 2, 3))  # the output channels no special reached
+    assert rows.sum() >= 60
+    assert_within(gw[rows], ref[1][rows], tol[1][rows], "tf32x3 grad_w next to specials")
+
+
 def test_tf32x3_declines_what_it_cannot_do_in_float32_accuracy():
     short = cs.explain(np.ones((1, 3, 8, 8), np.float32), np.ones((4, 3, 3, 3), np.float32)).spec
     why = _can_run(short, "tf32x3")
@@ -274,7 +297,7 @@ def test_tf32x3_declines_what_it_cannot_do_in_float32_accuracy():
     assert "float64" in _can_run(double, "tf32x3")
 
 
-@pytest.mark.parametrize("algorithm", ["fused_gemm", "igemm_big", "depthwise", "pointwise_gemm"])
+@pytest.mark.parametrize("algorithm", ["fused_gemm", "igemm_big", "tf32x3", "depthwise", "pointwise_gemm"])
 def test_weight_gradients_are_reproducible(algorithm):
     """No atomics: the same inputs give bit-identical gradients (split-K and per-channel reductions)."""
     cp = _cupy()
@@ -282,6 +305,7 @@ def test_weight_gradients_are_reproducible(algorithm):
     shapes = {
         "fused_gemm": ((16, 32, 28, 28), (48, 32, 3, 3), dict(padding=1)),
         "igemm_big": ((16, 32, 28, 28), (48, 32, 3, 3), dict(padding=1)),
+        "tf32x3": ((16, 32, 28, 28), (48, 32, 3, 3), dict(padding=1)),
         "depthwise": ((16, 32, 28, 28), (32, 1, 3, 3), dict(padding=1, groups=32)),
         "pointwise_gemm": ((16, 32, 28, 28), (48, 32, 1, 1), {}),
     }

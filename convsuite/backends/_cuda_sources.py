@@ -128,7 +128,10 @@ KERNELS = {
         *[f"conv2d_igemm_fwd@{bm},{act}" for bm in (64, 128) for act in (0, 1)],
         *[f"conv2d_igemm_wgrad@{bm}" for bm in (64, 128)],
     ],
-    "implicit_gemm_tf32x3.cu": [f"conv2d_tf32x3_fwd@{bm},{act}" for bm in (64, 128) for act in (0, 1)],
+    "implicit_gemm_tf32x3.cu": [
+        *[f"conv2d_tf32x3_fwd@{bm},{act}" for bm in (64, 128) for act in (0, 1)],
+        *[f"conv2d_tf32x3_wgrad@{bm}" for bm in (64, 128)],
+    ],
     "wgrad_ladder.cu": [
         "wgrad_ladder_atomic",
         "wgrad_ladder_shuffle",

@@ -629,9 +629,9 @@ def _plan_implicit_gemm(
     ``relu`` (forward only) instantiates the kernel with ReLU fused into its
     epilogue; ``bm`` sets igemm_big's block-tile rows (default: the hand rule);
     ``bk`` fused_gemm's reduction slice (the ``-D CS_GEMM_BK`` module);
-    ``kind="tf32x3"`` runs the forward product (and the input gradient of a
-    stride-1 convolution, itself a forward problem) on the tensor cores with
-    error-compensated TF32, keeping igemm_big's float32 weight gradient.
+    ``kind="tf32x3"`` runs the forward product, the weight gradient and the
+    input gradient of a stride-1 convolution (itself a forward problem) on
+    the tensor cores with error-compensated TF32.
     """
     slice_depth = (("CS_GEMM_BK", bk),)
     s = spec.as_2d()
@@ -659,13 +659,15 @@ def _plan_implicit_gemm(
     kd = Cg * KH * KW
     dgrad = _plan_input_gradient(s, big, slice_depth, tensor_cores=kind == "tf32x3")
     if bm is not None:
-        # tf32x3's bm is its forward tile; its weight gradient is igemm_big's, at igemm_big's rows.
-        wbm = _big_rows(Mg) if kind == "tf32x3" else bm
         koff = _filter_offsets(Cg, (H, W), (KH, KW), s.dilation)
-        splits = _wgrad_splits(s, wbm, BIG_BN, 256 // wbm)
-        wgrad = rt.kernel("implicit_gemm_big.cu", f"conv2d_igemm_wgrad@{wbm}", s.dtype)
-        wblock = (2 * wbm,)
-        wgrid = (math.ceil(kd / BIG_BN), math.ceil(Mg / wbm), splits * G)
+        if kind == "tf32x3":  # three blocks of 64 rows (one of 128) fit a multiprocessor at 168 registers
+            splits = _wgrad_splits(s, bm, BIG_BN, 3 if bm == 64 else 1)
+            wgrad = rt.kernel("implicit_gemm_tf32x3.cu", f"conv2d_tf32x3_wgrad@{bm}", s.dtype)
+        else:
+            splits = _wgrad_splits(s, bm, BIG_BN, 256 // bm)
+            wgrad = rt.kernel("implicit_gemm_big.cu", f"conv2d_igemm_wgrad@{bm}", s.dtype)
+        wblock = (2 * bm,)
+        wgrid = (math.ceil(kd / BIG_BN), math.ceil(Mg / bm), splits * G)
         wargs = (koff, *rt.i32(splits), *p)
     else:
         splits = _wgrad_splits(s, GEMM_BM, GEMM_BN, 4)
@@ -1065,7 +1067,7 @@ RECORDS: dict[str, Algorithm] = {
             "tf32x3",
             "float32 implicit GEMM on the tensor cores: each operand split into two TF32 parts, three MMAs per "
             "product (float32 accuracy), 64x128 / 128x128 tiles of 32x64 warp tiles; backward: dX the same way "
-            "(stride 1), igemm_big's split-K dW",
+            "(stride 1; else fused_gemm's gather), split-K dW on the tensor cores",
             _plan_tf32x3,
             directions=_BOTH,
             check=_check_tf32x3,
