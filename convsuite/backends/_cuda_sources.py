@@ -111,6 +111,8 @@ KERNELS = {
         "conv2d_const_weights|I",
         "conv2d_tiled_shared",
         *[f"conv2d_register_tiled@{mt}" for mt in REGISTER_TILES],
+        # "_masked": x read through a ReLU mask (the input gradient with relu_output=)
+        *[f"conv2d_register_tiled_masked@{mt}" for mt in REGISTER_TILES],
     ],
     "depthwise.cu": [
         *[f"depthwise_forward@{k},{s}" for k, s in DEPTHWISE_FIXED],
@@ -123,10 +125,15 @@ KERNELS = {
         *[f"conv2d_implicit_gemm@{act}" for act in (0, 1)],  # 1: ReLU fused into the epilogue
         "conv2d_dgrad_implicit_gemm",
         "conv2d_wgrad_implicit_gemm",
+        # "_masked": grad_y (the stride-1 dX: the forward's x) read through the ReLU output
+        "conv2d_implicit_gemm_masked",
+        "conv2d_dgrad_implicit_gemm_masked",
+        "conv2d_wgrad_implicit_gemm_masked",
     ],
     "implicit_gemm_big.cu": [
         *[f"conv2d_igemm_fwd@{bm},{act}" for bm in (64, 128) for act in (0, 1)],
         *[f"conv2d_igemm_wgrad@{bm}" for bm in (64, 128)],
+        *[f"conv2d_igemm_{kind}_masked@{bm}" for kind in ("fwd", "wgrad") for bm in (64, 128)],
     ],
     "wgrad_ladder.cu": [
         "wgrad_ladder_atomic",
