@@ -118,6 +118,9 @@ KERNELS = {
         *[f"depthwise_forward@{k},{s}" for k, s in DEPTHWISE_FIXED],
         *[f"depthwise_grad_input@{k},{s}" for k, s in DEPTHWISE_FIXED],
         *[f"depthwise_grad_weight@{k}" for k in DEPTHWISE_WGRAD_KMAX],
+        # "_masked": grad_y read through the ReLU output (relu_output=)
+        *[f"depthwise_grad_input_masked@{k},{s}" for k, s in DEPTHWISE_FIXED],
+        *[f"depthwise_grad_weight_masked@{k}" for k in DEPTHWISE_WGRAD_KMAX],
     ],
     "im2col.cu": ["im2col|I", "col2im"],
     "pointwise.cu": [f"conv2d_pointwise@{mt}" for mt in POINTWISE_TILES],
@@ -139,6 +142,10 @@ KERNELS = {
         "wgrad_ladder_atomic",
         "wgrad_ladder_shuffle",
         *[f"wgrad_ladder_{step}@{k}" for step in ("registers", "padded") for k in LADDER_KERNELS],
+        # "_masked": grad_y read through the ReLU output (relu_output=)
+        "wgrad_ladder_atomic_masked",
+        "wgrad_ladder_shuffle_masked",
+        *[f"wgrad_ladder_{step}_masked@{k}" for step in ("registers", "padded") for k in LADDER_KERNELS],
     ],
 }
 
