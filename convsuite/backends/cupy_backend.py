@@ -311,9 +311,12 @@ class CupyBackend(Backend):
         are taken through that ReLU, the mask applied inside the kernels
         (:meth:`fuses_relu_mask`).
         """
-        cp = rt.cupy()
         if relu_output is not None and not self.fuses_relu_mask(spec, algorithm):
-            raise ValueError(f"{algorithm!r} does not fuse the ReLU mask; mask grad_y before the kernel")
+            raise ValueError(
+                f"`relu_output`: {algorithm!r} does not read grad_y through a ReLU mask (those that do: "
+                f"{', '.join(FUSED_RELU_MASK)}); mask grad_y before the kernel"
+            )
+        cp = rt.cupy()
         try:
             if relu_output is None:
                 self.plan(spec, algorithm, "backward")(grad_y, x, w, grad_x, grad_w, grad_b)
