@@ -79,6 +79,7 @@ MIX_KERNELS = (
     ("igemm_big + ReLU mask", "dW", "implicit_gemm_big.cu", "conv2d_igemm_wgrad_masked@64"),
     ("fused_gemm + ReLU mask", "dX", "implicit_gemm.cu", "conv2d_implicit_gemm_masked"),
     ("igemm_big + ReLU mask", "dX", "implicit_gemm_big.cu", "conv2d_igemm_fwd_masked@64"),
+    ("register_tiled + ReLU mask (ECE408 dX)", "dX", "conv2d.cu", "conv2d_register_tiled_masked@12"),
 )
 
 _LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
