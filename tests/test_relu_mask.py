@@ -20,7 +20,7 @@ import convsuite as cs
 from convsuite import _epilogue, _nonfinite
 from convsuite.backends import _cupy_algorithms as algs
 from convsuite.backends import _cupy_runtime as rt
-from convsuite.backends._cuda_sources import KERNELS
+from convsuite.backends._cuda_sources import KERNELS, normalize_overrides
 from convsuite.backends.base import Backend
 from convsuite.backends.cupy_backend import CupyBackend
 from convsuite.backends.numpy_backend import NumpyBackend
@@ -238,13 +238,19 @@ class _Recorder:
     def __init__(self):
         self.handles = []
         self.launches = []
+        self.geometry = []
         self.reductions = []
+
+    def clear(self):
+        for log in (self.handles, self.launches, self.geometry, self.reductions):
+            log.clear()
 
     def kernel(self, filename, name, dtype, total=None, overrides=()):
         self.handles.append((filename, name))
 
         def launch(grid, block, args, shared_mem=0):
             self.launches.append((filename, name, args))
+            self.geometry.append((dtype, total, normalize_overrides(filename, overrides), grid, block, shared_mem))
 
         return launch
 
@@ -278,14 +284,20 @@ ROUTES = [
 ]
 
 
-@pytest.mark.parametrize("algorithm", algs.FUSED_RELU_MASK)
-def test_cupy_masked_launches_pass_the_relu_output_to_every_kernel(algorithm, monkeypatch):
+def _recording_runtime(monkeypatch) -> _Recorder:
+    """Replace the CUDA runtime the cupy records use by a recorder (numpy for cupy's array calls)."""
     recorder = _Recorder()
     monkeypatch.setattr(rt, "kernel", recorder.kernel)
     monkeypatch.setattr(rt, "cupy", recorder.cupy)
     monkeypatch.setattr(rt, "sm_count", lambda: 132)
     monkeypatch.setattr(rt, "zeros", lambda n, dtype: np.zeros(n, dtype))
     monkeypatch.setattr(algs, "_MASKED_SUM", [])  # never keep the stand-in reduction for a real run
+    return recorder
+
+
+@pytest.mark.parametrize("algorithm", algs.FUSED_RELU_MASK)
+def test_cupy_masked_launches_pass_the_relu_output_to_every_kernel(algorithm, monkeypatch):
+    recorder = _recording_runtime(monkeypatch)
     backend = CupyBackend()
     ran = 0
     for x_shape, w_shape, kw in ROUTES:
@@ -293,7 +305,7 @@ def test_cupy_masked_launches_pass_the_relu_output_to_every_kernel(algorithm, mo
         spec = cs.explain(x, w, **kw).spec
         if backend.can_run(spec, algorithm, "backward") is not True:
             continue
-        recorder.handles.clear(), recorder.launches.clear(), recorder.reductions.clear()
+        recorder.clear()
         launch = algs.plan_backward_relu(spec, algorithm)
         gy, y = gy.reshape(spec.y_shape), y.reshape(spec.y_shape)
         grad_x, grad_w = np.zeros(spec.x_shape, x.dtype), np.zeros(spec.w_shape, x.dtype)
@@ -331,3 +343,60 @@ def test_the_device_run_prints_the_masked_backward_rows():
     table = format_masked([row]).splitlines()
     assert len(table) == 3 and table[0].count("|") == table[2].count("|") == 7
     assert "| igemm_big (auto's) | 1.250 (1.200-1.300) | 1.500 (1.450-1.600) | 1.20x | 3.0e-07 |" in table[2]
+
+
+def _masked_name(name: str) -> str:
+    """The ``_masked`` twin of a plain kernel: the forward kernels run as dX lose their ACT argument (0)."""
+    base, _, extra = name.partition("@")
+    if base in ("conv2d_implicit_gemm", "conv2d_igemm_fwd"):
+        extra = ",".join(extra.split(",")[:-1])
+    return f"{base}_masked" + (f"@{extra}" if extra else "")
+
+
+def _same_operand(a, b) -> bool:
+    """Equal launch arguments: arrays of one shape, dtype and value (NaN equal); scalars equal."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.shape == b.shape
+            and a.dtype == b.dtype
+            and np.array_equal(a, b, equal_nan=True)
+        )
+    return type(a) is type(b) and a == b
+
+
+@pytest.mark.parametrize("algorithm", algs.FUSED_RELU_MASK)
+def test_cupy_masked_launch_is_the_plain_launch_plus_the_mask(algorithm, monkeypatch):
+    """Kernel for kernel: the twin of each plain kernel, the same grid, block, shared memory, module and
+    operands, with the ReLU output inserted after grad_y."""
+    recorder = _recording_runtime(monkeypatch)
+    backend = CupyBackend()
+    ran = 0
+    for x_shape, w_shape, kw in ROUTES:
+        x, w, y, gy = _case(np.random.default_rng(6), x_shape, w_shape, kw)
+        spec = cs.explain(x, w, **kw).spec
+        if backend.can_run(spec, algorithm, "backward") is not True:
+            continue
+        gy, y = gy.reshape(spec.y_shape), y.reshape(spec.y_shape)
+        x, w = x.reshape(spec.x_shape), w.reshape(spec.w_shape)
+        logs = {}
+        for kind in ("plain", "masked"):
+            recorder.clear()
+            outs = (np.zeros(spec.x_shape, x.dtype), np.zeros(spec.w_shape, x.dtype), np.zeros(spec.out_channels))
+            if kind == "plain":
+                algs.RECORDS[algorithm].build(spec, "backward")(gy, x, w, *outs)
+            else:
+                algs.plan_backward_relu(spec, algorithm)(gy, x, w, *outs, y)
+            logs[kind] = (list(recorder.launches), list(recorder.geometry))
+        (plain, plain_geo), (masked, masked_geo) = logs["plain"], logs["masked"]
+        assert len(plain) == len(masked) == 2
+        assert plain_geo == masked_geo  # dtype, module (-D overrides), grid, block, shared memory
+        for (file_p, name_p, args_p), (file_m, name_m, args_m) in zip(plain, masked):
+            assert (file_m, name_m) == (file_p, _masked_name(name_p))
+            assert args_p[0] is gy and args_m[0] is gy and args_m[1] is y
+            assert len(args_m) == len(args_p) + 1
+            for position, (a, b) in enumerate(zip(args_p[1:], args_m[2:]), start=1):
+                assert _same_operand(a, b), f"{name_m}: operand {position} differs from {name_p}'s"
+        ran += 1
+    assert ran, f"no route ran {algorithm!r}"
