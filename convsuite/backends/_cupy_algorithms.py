@@ -623,13 +623,15 @@ def _plan_implicit_gemm(
     if bm is not None:
         koff = _filter_offsets(Cg, (H, W), (KH, KW), s.dilation)
         splits = _wgrad_splits(s, bm, BIG_BN, 256 // bm)
-        wgrad = rt.kernel("implicit_gemm_big.cu", f"conv2d_igemm_wgrad{masked}@{bm}", s.dtype)
+        wgrad = rt.kernel(f"implicit_gemm_big{masked}.cu", f"conv2d_igemm_wgrad{masked}@{bm}", s.dtype)
         wblock = (2 * bm,)
         wgrid = (math.ceil(kd / BIG_BN), math.ceil(Mg / bm), splits * G)
         wargs = (koff, *rt.i32(splits), *p)
     else:
         splits = _wgrad_splits(s, GEMM_BM, GEMM_BN, 4)
-        wgrad = rt.kernel("implicit_gemm.cu", f"conv2d_wgrad_implicit_gemm{masked}", s.dtype, overrides=slice_depth)
+        wgrad = rt.kernel(
+            f"implicit_gemm{masked}.cu", f"conv2d_wgrad_implicit_gemm{masked}", s.dtype, overrides=slice_depth
+        )
         wgrid = (math.ceil(kd / GEMM_BN), math.ceil(Mg / GEMM_BM), splits * G)
         wargs = (*rt.i32(splits), *p)
         wblock = (256,)
@@ -719,8 +721,8 @@ def _plan_input_gradient(s: ConvSpec, big: bool, overrides=(), masked: bool = Fa
             conv(grad_y, flipped(w).reshape(t.w_shape), None, grad_x)
 
         return dgrad_as_conv
-    name = "conv2d_dgrad_implicit_gemm_masked" if masked else "conv2d_dgrad_implicit_gemm"
-    fn = rt.kernel("implicit_gemm.cu", name, s.dtype, overrides=overrides)
+    suffix = "_masked" if masked else ""
+    fn = rt.kernel(f"implicit_gemm{suffix}.cu", f"conv2d_dgrad_implicit_gemm{suffix}", s.dtype, overrides=overrides)
     grid = (math.ceil(s.batch * math.prod(s.in_size) / GEMM_BN), math.ceil(Cg / GEMM_BM), G)
     p = _params(s)
     if masked:
@@ -743,7 +745,7 @@ def _plan_forward_masked(spec: ConvSpec, algorithm: str) -> Callable:
         geo, mt = _tile_geometry(s, algorithm, params), params["mt"]
         grid, block, smem = (s.batch * G, geo["tiles"], math.ceil(Mg / mt)), geo["block"], geo["smem"]
         overrides = (("CS_RT_PX", params["px"]),)
-        fn = rt.kernel("conv2d.cu", f"conv2d_register_tiled_masked@{mt}", s.dtype, overrides=overrides)
+        fn = rt.kernel("conv2d_masked.cu", f"conv2d_register_tiled_masked@{mt}", s.dtype, overrides=overrides)
 
         def launch(x, xmask, w, bias, out):
             fn(grid, block, (x, xmask, w, bias, out, *p), shared_mem=smem)
@@ -752,7 +754,7 @@ def _plan_forward_masked(spec: ConvSpec, algorithm: str) -> Callable:
         bm, n = _big_rows(Mg), s.batch * math.prod(s.out_size)
         koff = _filter_offsets(s.channels_per_group, s.in_size, s.kernel_size, s.dilation)
         grid = (math.ceil(n / BIG_BN), math.ceil(Mg / bm), G)
-        fn = rt.kernel("implicit_gemm_big.cu", f"conv2d_igemm_fwd_masked@{bm}", s.dtype)
+        fn = rt.kernel("implicit_gemm_big_masked.cu", f"conv2d_igemm_fwd_masked@{bm}", s.dtype)
 
         def launch(x, xmask, w, bias, out):
             fn(grid, (2 * bm,), (x, xmask, w, bias, out, koff, *p))
@@ -760,7 +762,7 @@ def _plan_forward_masked(spec: ConvSpec, algorithm: str) -> Callable:
     else:  # fused_gemm, default reduction slice
         n = s.batch * math.prod(s.out_size)
         grid = (math.ceil(n / GEMM_BN), math.ceil(Mg / GEMM_BM), G)
-        fn = rt.kernel("implicit_gemm.cu", "conv2d_implicit_gemm_masked", s.dtype)
+        fn = rt.kernel("implicit_gemm_masked.cu", "conv2d_implicit_gemm_masked", s.dtype)
 
         def launch(x, xmask, w, bias, out):
             fn(grid, (256,), (x, xmask, w, bias, out, *p))
@@ -883,7 +885,7 @@ def ladder_weight_gradient(spec: ConvSpec, step: str, masked: bool = False) -> C
     name, p = LADDER[step] + ("_masked" if masked else ""), _params(s)
     if step in ("wgrad_registers", "wgrad_padded"):
         name = f"{name}@{KH}"
-    fn = rt.kernel("wgrad_ladder.cu", name, s.dtype)
+    fn = rt.kernel("wgrad_ladder_masked.cu" if masked else "wgrad_ladder.cu", name, s.dtype)
     rows = s.out_channels * s.channels_per_group
     pad = None
     if step == "wgrad_padded":
@@ -1072,10 +1074,10 @@ def _plan_depthwise(spec: ConvSpec, direction: str, params: dict, masked: bool =
         return _with_bias(s, lambda x, w, bias, out: fn(blocks, (THREADS,), (x, w, bias, out, *p)))
     cp = rt.cupy()
     suffix = "_masked" if masked else ""
-    dgrad = rt.kernel("depthwise.cu", f"depthwise_grad_input{suffix}@{k},{st}", s.dtype)
+    dgrad = rt.kernel(f"depthwise{suffix}.cu", f"depthwise_grad_input{suffix}@{k},{st}", s.dtype)
     dblocks = (rt.grid_stride_blocks(s.batch * s.in_channels * H * W),)
     kmax = next(km for km in DEPTHWISE_WGRAD_KMAX if km >= max(s.kernel_size))
-    wgrad = rt.kernel("depthwise.cu", f"depthwise_grad_weight{suffix}@{kmax}", s.dtype)
+    wgrad = rt.kernel(f"depthwise{suffix}.cu", f"depthwise_grad_weight{suffix}@{kmax}", s.dtype)
     rows = s.batch * Ho
     # Enough (channel, chunk) blocks to fill the device, each summing >= 4096 outputs.
     chunks = max(1, min(math.ceil(8 * rt.sm_count() / s.out_channels), math.ceil(rows * Wo / 4096), rows, GRID_YZ_MAX))

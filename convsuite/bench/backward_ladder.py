@@ -75,11 +75,11 @@ MIX_KERNELS = (
     ("igemm_big + ReLU", "fwd", "implicit_gemm_big.cu", "conv2d_igemm_fwd@64,1"),
     ("fused_gemm + ReLU", "fwd", "implicit_gemm.cu", "conv2d_implicit_gemm@1"),
     # grad_y read through the ReLU output (relu_output=): the cost of the mask in the main loop
-    ("fused_gemm + ReLU mask", "dW", "implicit_gemm.cu", "conv2d_wgrad_implicit_gemm_masked"),
-    ("igemm_big + ReLU mask", "dW", "implicit_gemm_big.cu", "conv2d_igemm_wgrad_masked@64"),
-    ("fused_gemm + ReLU mask", "dX", "implicit_gemm.cu", "conv2d_implicit_gemm_masked"),
-    ("igemm_big + ReLU mask", "dX", "implicit_gemm_big.cu", "conv2d_igemm_fwd_masked@64"),
-    ("register_tiled + ReLU mask (ECE408 dX)", "dX", "conv2d.cu", "conv2d_register_tiled_masked@12"),
+    ("fused_gemm + ReLU mask", "dW", "implicit_gemm_masked.cu", "conv2d_wgrad_implicit_gemm_masked"),
+    ("igemm_big + ReLU mask", "dW", "implicit_gemm_big_masked.cu", "conv2d_igemm_wgrad_masked@64"),
+    ("fused_gemm + ReLU mask", "dX", "implicit_gemm_masked.cu", "conv2d_implicit_gemm_masked"),
+    ("igemm_big + ReLU mask", "dX", "implicit_gemm_big_masked.cu", "conv2d_igemm_fwd_masked@64"),
+    ("register_tiled + ReLU mask (ECE408 dX)", "dX", "conv2d_masked.cu", "conv2d_register_tiled_masked@12"),
 )
 
 _LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
