@@ -171,9 +171,14 @@ def _build(
         nbytes = sum(int(np.prod(s, dtype=object)) for s in shapes) * spec.itemsize
         check_memory(nbytes, f"outputs of shapes {shapes}", device=backend.device, limit=limit)
     # An activation epilogue runs inside the kernel where the backend fuses it,
-    # otherwise after it (Plan.run_forward).
-    fused = direction == "forward" and _epilogue.backend_fuses(backend, spec, algo, activation)
-    planned = f"forward+{activation}" if fused else direction
+    # otherwise after it (Plan.run_forward). Backward, activation="relu" is the
+    # gradient through that ReLU (relu_output=): its mask is applied inside the
+    # kernels where the backend fuses it, otherwise to grad_y first (Plan.run_backward).
+    if direction == "forward":
+        fused = _epilogue.backend_fuses(backend, spec, algo, activation)
+    else:
+        fused = activation == "relu" and _epilogue.backend_fuses_relu_mask(backend, spec, algo)
+    planned = f"{direction}+{activation}" if fused else direction
     # Only a parameter set is passed on: a backend of the older contract may take three arguments.
     launch = backend.plan(spec, algo, planned) if chosen is None else backend.plan(spec, algo, planned, chosen)
     # Where operands move and results go back: asked of the backends, never by library name.
@@ -190,7 +195,7 @@ def _build(
             return home.to_device(backend.to_host(array))
 
     return Plan(
-        activation=activation if direction == "forward" else None,
+        activation=activation,
         fused_activation=fused,
         op=op,
         direction=direction,
@@ -270,14 +275,17 @@ def _forward(ndim, x, w, bias, stride, padding, dilation, groups, backend, algor
 
 
 def _backward(ndim, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm, relu_output=None):
-    plan_ = _planned(ndim, "backward", grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
+    # The gradient through a ReLU is its own plan: the backend may read grad_y
+    # through relu_output inside its kernels (fuses_relu_mask), else the plan masks it first.
+    through = None if relu_output is None else "relu"
+    geometry = (stride, padding, dilation, groups, backend, algorithm)
+    plan_ = _planned(ndim, "backward", grad_y, x, w, *geometry, through)
     kind = plan_.in_type
     if type(grad_y) is not kind or type(x) is not kind or type(w) is not kind:
         grad_y, x, w = _as_plan_operands(plan_, ("grad_y", "x", "w"), (grad_y, x, w))
-    if relu_output is not None:  # the gradient through the ReLU, once, for dX, dW and db alike
+    if relu_output is not None:
         relu_output = check_relu_output(relu_output, plan_)
-        grad_y = _epilogue.mask_relu_gradient(grad_y, relu_output, plan_.xp_in)
-    return plan_.run_backward(grad_y, x, w)
+    return plan_.run_backward(grad_y, x, w, relu_output)
 
 
 _FORWARD_DOC = """{ndim}-D convolution (deep-learning cross-correlation, as in PyTorch).
@@ -407,9 +415,15 @@ _BACKWARD_DOC = """Gradients of a {ndim}-D convolution with respect to x, w and 
     those of :func:`conv{ndim}d`, with the same validation and dtype rules.
 
     ``relu_output``: for ``y = conv{ndim}d(..., activation='relu')``, pass that
-    ``y`` (shape of ``grad_y``, where ``x`` lives) and ``grad_y = dL/dy``; the
-    gradients are then taken through the ReLU: ``grad_y`` is zeroed where
-    ``y <= 0`` (as ``torch.threshold_backward``) before dX, dW and db.
+    ``y`` (shape of ``grad_y``, where ``x`` lives, any real dtype) and
+    ``grad_y = dL/dy``; the gradients are then taken through the ReLU:
+    ``grad_y`` counts as 0 where ``y <= 0`` (as ``torch.threshold_backward``;
+    a NaN in ``y`` passes its gradient) in dX, dW and db alike. Where the
+    backend can (``fuses_relu_mask``: the ``cupy`` backend's ``fused_gemm``,
+    ``igemm_big``, ``depthwise`` and the dW ladder), the mask is applied inside
+    the backward kernels as they load ``grad_y``, so no masked copy of
+    ``grad_y`` is made; everywhere else ``grad_y`` is masked once, before the
+    kernels. Both give the same gradients.
     """
 
 

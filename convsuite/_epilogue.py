@@ -7,6 +7,13 @@ gets the epilogue applied here, after its kernel, so every backend supports
 the option with the same semantics (those of ``torch.relu`` and its
 gradient): ``relu(v) = 0 if v < 0 else v`` keeps NaN, and the gradient is
 passed where the ReLU output is not ``<= 0`` (``torch.threshold_backward``).
+
+The gradient through the ReLU (``relu_output=`` of the backward functions)
+likewise: a backend whose backward kernels read grad_y through the ReLU
+output says so through ``fuses_relu_mask(spec, algorithm) -> bool`` and its
+``"backward+relu"`` launch takes ``relu_output`` as a seventh operand; for
+every other backend and algorithm the plan masks grad_y first
+(:func:`mask_relu_gradient`, one pass that writes a masked copy).
 """
 
 from __future__ import annotations
@@ -18,8 +25,10 @@ __all__ = [
     "apply_activation",
     "apply_activation_lazy",
     "backend_fuses",
+    "backend_fuses_relu_mask",
     "mask_relu_gradient",
     "mask_relu_gradient_lazy",
+    "relu_mask_operand",
 ]
 
 #: What ``activation=`` accepts.
@@ -32,6 +41,21 @@ def backend_fuses(backend: Any, spec, algorithm: str, activation: str | None) ->
         return False
     fuses = getattr(backend, "fuses_activation", None)
     return bool(fuses is not None and fuses(spec, algorithm, activation))
+
+
+def backend_fuses_relu_mask(backend: Any, spec, algorithm: str) -> bool:
+    """Whether ``backend``'s backward kernels of ``algorithm`` read grad_y through the ReLU output."""
+    fuses = getattr(backend, "fuses_relu_mask", None)
+    return bool(fuses is not None and fuses(spec, algorithm))
+
+
+def relu_mask_operand(relu_output, dtype, xp):
+    """``relu_output`` as the fused kernels read it: of ``dtype``, with the same ``<= 0`` answer everywhere."""
+    if relu_output.dtype == dtype:
+        return relu_output
+    # Not a cast: a float64 output too small for float32 would become 0 and
+    # mask its gradient. 1 (passes, NaN included) or 0 (masked) is exact.
+    return (~(relu_output <= 0)).astype(dtype)
 
 
 def apply_activation(activation: str | None, out, xp) -> None:

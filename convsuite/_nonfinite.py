@@ -82,7 +82,7 @@ def fix_forward(spec: ConvSpec, w, out, xp=np) -> None:
         plane[:, :, right[m] :] = nan
 
 
-def fix_backward(spec: ConvSpec, grad_y, grad_w, grad_b, xp=np) -> None:
+def fix_backward(spec: ConvSpec, grad_y, grad_w, grad_b, xp=np, relu_output=None) -> None:
     """Set to NaN the weight gradients of taps that met a non-finite ``grad_y`` in padding.
 
     ``grad_w[m, c, p, q]`` sums ``grad_y[b, m, o] * x_padded[...]`` over every
@@ -91,6 +91,10 @@ def fix_backward(spec: ConvSpec, grad_y, grad_w, grad_b, xp=np) -> None:
     computed, the sum of ``grad_y`` per channel) is non-finite exactly for the
     channels concerned, so finite inputs cost nothing here. ``grad_x`` needs
     no fix-up: padding positions have no input gradient.
+
+    ``relu_output``: the kernels read ``grad_y`` through that ReLU (the
+    fused mask), so an output where ``relu_output <= 0`` contributed 0
+    whatever its ``grad_y``: it is not counted as non-finite.
     """
     if not _has_padding(spec):
         return
@@ -104,6 +108,8 @@ def fix_backward(spec: ConvSpec, grad_y, grad_w, grad_b, xp=np) -> None:
     nan = float("nan")
     for m in channels:
         bad = ~xp.isfinite(gy4[:, m])  # (B, Ho, Wo)
+        if relu_output is not None:
+            bad &= ~(relu_output.reshape(s.y_shape)[:, m] <= 0)  # masked to 0 in the kernels
         rows = np.flatnonzero(_host(bad.any(axis=(0, 2))))
         cols = np.flatnonzero(_host(bad.any(axis=(0, 1))))
         if rows.size == 0:

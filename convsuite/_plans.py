@@ -264,7 +264,8 @@ class Plan:
         worst *= spec.itemsize
         worst += int(backend.workspace_bytes(spec, algorithm, direction)) if backend.device == "cpu" else 0
         self._large = worst > SMALL_CALL_BYTES
-        # The activation epilogue: inside the kernel (fused) or after it.
+        # The activation epilogue: inside the kernel (fused) or after it; backward,
+        # the ReLU mask of grad_y: read inside the kernels (fused) or a masked copy first.
         self._activation = None if fused_activation else activation
         self._fused_activation = fused_activation
 
@@ -327,11 +328,18 @@ class Plan:
             out = out.reshape(self._user_y_shape)
         return out if self._to_caller is None else self._to_caller(out)
 
-    def run_backward(self, grad_y, x, w):
-        """Run on operands whose shapes, dtypes and types match the plan (unchecked)."""
+    def run_backward(self, grad_y, x, w, relu_output=None):
+        """Run on operands whose shapes, dtypes and types match the plan (unchecked).
+
+        ``relu_output`` (checked by the caller): for a plan built for the
+        gradient through a ReLU, that ReLU's output; grad_y is masked
+        inside the kernels where the backend fuses it, else here, once.
+        """
         spec = self.spec
         if self._large:
             check_call_memory(self, "backward", (grad_y, x, w))
+        if self._activation is not None:  # the mask not fused: a masked copy, once, for dX, dW and db
+            grad_y = _epilogue.mask_relu_gradient(grad_y, relu_output, self._xp_in)
         grad_y = self._operand(grad_y)
         x = self._operand(x)
         w = self._operand(w)
@@ -340,9 +348,15 @@ class Plan:
             x = x.reshape(spec.x_shape)
             w = w.reshape(spec.w_shape)
         grad_x, grad_w, grad_b = self._outputs()
-        _instrument.run_kernel(self.backend, self._launch, grad_y, x, w, grad_x, grad_w, grad_b)
+        if self._fused_activation:  # the kernels read grad_y through the ReLU output
+            relu_output = self._operand(_epilogue.relu_mask_operand(relu_output, self.dtype, self._xp_in))
+            relu_output = relu_output.reshape(spec.y_shape)
+            _instrument.run_kernel(self.backend, self._launch, grad_y, x, w, grad_x, grad_w, grad_b, relu_output)
+        else:
+            relu_output = None
+            _instrument.run_kernel(self.backend, self._launch, grad_y, x, w, grad_x, grad_w, grad_b)
         if self._padded:
-            _nonfinite.fix_backward(spec, grad_y, grad_w, grad_b, self._xp_out)
+            _nonfinite.fix_backward(spec, grad_y, grad_w, grad_b, self._xp_out, relu_output)
         grads = (grad_x.reshape(self._x_shape), grad_w.reshape(self._grad_w_shape), grad_b)
         return grads if self._to_caller is None else tuple(self._to_caller(g) for g in grads)
 

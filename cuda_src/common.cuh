@@ -13,6 +13,19 @@
 
 typedef long long i64;
 
+// The CONV_PARAMS of a kernel, passed on to the device function that does its work.
+#define CONV_ARGS B, C, H, W, M, Cg, KH, KW, Ho, Wo, sh, sw, dh, dw, ph, pw
+
+// The gradient through a ReLU, read where it is loaded: gy[i], or 0 where the
+// ReLU output yr[i] is <= 0 (a NaN output passes the gradient, as
+// torch.threshold_backward). MASK = 0 compiles to the plain load and never
+// reads yr, so the backward kernels take the mask as a compile-time switch
+// (the "_masked" kernels) instead of a masked copy of grad_y made beforehand.
+template <int MASK, typename T>
+__device__ __forceinline__ T relu_masked(const T* __restrict__ gy, const T* __restrict__ yr, i64 i) {
+    return (MASK && yr[i] <= T(0)) ? T(0) : gy[i];
+}
+
 // Constants shared with the launch code arrive as -D options from one table
 // (convsuite/backends/_cuda_sources.py, DEFINES); never define them here.
 #if !defined(CS_THREADS) || !defined(CS_CONST_BYTES) || !defined(CS_BLOCKED_V) || !defined(CS_RT_PX) || \

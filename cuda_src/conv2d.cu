@@ -35,8 +35,6 @@ __device__ __forceinline__ void conv2d_per_output(const T* __restrict__ x, const
     }
 }
 
-#define CONV_ARGS B, C, H, W, M, Cg, KH, KW, Ho, Wo, sh, sw, dh, dw, ph, pw
-
 // direct: one thread per output, everything from global memory.
 template <typename T, typename I>
 __global__ void conv2d_direct(const T* __restrict__ x, const T* __restrict__ w,
@@ -60,6 +58,19 @@ __device__ __forceinline__ void load_patch(T* patch, const T* __restrict__ xc, i
         const int r = j / span_w, q = j % span_w;
         const int ih = ih0 + r, iw = iw0 + q;
         patch[j] = (ih >= 0 && ih < H && iw >= 0 && iw < W) ? xc[(i64)ih * W + iw] : T(0);
+    }
+}
+
+// load_patch of the gradient through a ReLU (the masked input gradient runs
+// register_tiled on grad_y): xc[i] where the ReLU output mc[i] is not <= 0.
+template <typename T>
+__device__ __forceinline__ void load_patch_masked(T* patch, const T* __restrict__ xc, const T* __restrict__ mc,
+                                                  int H, int W, int ih0, int iw0, int span_h, int span_w) {
+    const int n = span_h * span_w;
+    for (int j = threadIdx.y * blockDim.x + threadIdx.x; j < n; j += blockDim.x * blockDim.y) {
+        const int r = j / span_w, q = j % span_w;
+        const int ih = ih0 + r, iw = iw0 + q;
+        patch[j] = (ih >= 0 && ih < H && iw >= 0 && iw < W) ? relu_masked<1>(xc, mc, (i64)ih * W + iw) : T(0);
     }
 }
 
@@ -103,9 +114,12 @@ __global__ void conv2d_tiled_shared(const T* __restrict__ x, const T* __restrict
 // outputs, so every weight it loads (a broadcast) feeds PX FMAs and every
 // input value MT FMAs. The block is blockDim.x * PX outputs wide (chosen from
 // Wo in Python). grid.x = b * groups + g, grid.y = tile, grid.z = channel block.
-template <typename T, int MT>
-__global__ void conv2d_register_tiled(const T* __restrict__ x, const T* __restrict__ w,
-                                      const T* __restrict__ bias, T* __restrict__ y, CONV_PARAMS) {
+// MASK = 1 (conv2d_register_tiled_masked) reads x through the ReLU mask xmask
+// (same shape as x): the input gradient of a layer followed by a ReLU.
+template <typename T, int MT, int MASK>
+__device__ __forceinline__ void register_tiled_body(const T* __restrict__ x, const T* __restrict__ xmask,
+                                                    const T* __restrict__ w, const T* __restrict__ bias,
+                                                    T* __restrict__ y, CONV_PARAMS) {
     extern __shared__ unsigned char smem_raw[];
     const int G = C / Cg, Mg = M / G;
     const int tile_w = blockDim.x * CS_RT_PX;
@@ -133,7 +147,11 @@ __global__ void conv2d_register_tiled(const T* __restrict__ x, const T* __restri
             const int mj = j / KK;
             wsh[j] = (mj < nm) ? w[((i64)(m0 + mj) * Cg + c) * KK + j % KK] : T(0);
         }
-        load_patch(patch, x + (b * C + g * Cg + c) * (i64)H * W, H, W, oh0 * sh - ph, ow0 * sw - pw, span_h, span_w);
+        const i64 plane = (b * C + g * Cg + c) * (i64)H * W;
+        if (MASK)
+            load_patch_masked(patch, x + plane, xmask + plane, H, W, oh0 * sh - ph, ow0 * sw - pw, span_h, span_w);
+        else
+            load_patch(patch, x + plane, H, W, oh0 * sh - ph, ow0 * sw - pw, span_h, span_w);
         __syncthreads();
         const T* win = patch + (threadIdx.y * sh) * span_w + threadIdx.x * CS_RT_PX * sw;
         for (int p = 0; p < KH; ++p) {
@@ -162,4 +180,17 @@ __global__ void conv2d_register_tiled(const T* __restrict__ x, const T* __restri
         for (int u = 0; u < CS_RT_PX; ++u)
             if (owt + u < Wo) yrow[owt + u] = acc[j][u];
     }
+}
+
+template <typename T, int MT>
+__global__ void conv2d_register_tiled(const T* __restrict__ x, const T* __restrict__ w,
+                                      const T* __restrict__ bias, T* __restrict__ y, CONV_PARAMS) {
+    register_tiled_body<T, MT, 0>(x, nullptr, w, bias, y, CONV_ARGS);
+}
+
+template <typename T, int MT>
+__global__ void conv2d_register_tiled_masked(const T* __restrict__ x, const T* __restrict__ xmask,
+                                             const T* __restrict__ w, const T* __restrict__ bias,
+                                             T* __restrict__ y, CONV_PARAMS) {
+    register_tiled_body<T, MT, 1>(x, xmask, w, bias, y, CONV_ARGS);
 }

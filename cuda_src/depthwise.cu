@@ -98,10 +98,11 @@ __global__ void __launch_bounds__(CS_THREADS) depthwise_forward(const T* __restr
 // c sums gy[b, m, oh, ow] * w[m, p, q] over its Mg output channels and the
 // taps with ih = oh*sh + p*dh - ph (likewise for w). One thread per input
 // pixel; with K and S fixed at compile time the divisibility tests fold into
-// shifts and masks and the tap loops unroll.
-template <typename T, int K, int S>
-__global__ void __launch_bounds__(CS_THREADS) depthwise_grad_input(const T* __restrict__ gy, const T* __restrict__ w,
-                                                                  T* __restrict__ gx, CONV_PARAMS) {
+// shifts and masks and the tap loops unroll. MASK = 1 reads gy through the
+// ReLU output yr (depthwise_grad_input_masked).
+template <typename T, int K, int S, int MASK>
+__device__ __forceinline__ void depthwise_grad_input_body(const T* __restrict__ gy, const T* __restrict__ yr,
+                                                          const T* __restrict__ w, T* __restrict__ gx, CONV_PARAMS) {
     const int Mg = M / C;
     const int kh = K > 0 ? K : KH, kw = K > 0 ? K : KW;
     const int s_h = S > 0 ? S : sh, s_w = S > 0 ? S : sw;
@@ -117,7 +118,9 @@ __global__ void __launch_bounds__(CS_THREADS) depthwise_grad_input(const T* __re
         T acc = T(0);
         for (int j = 0; j < Mg; ++j) {
             const int m = c * Mg + j;
-            const T* gp = gy + (b * M + m) * (i64)Ho * Wo;
+            const i64 plane_off = (b * M + m) * (i64)Ho * Wo;
+            const T* gp = gy + plane_off;
+            const T* yp = MASK ? yr + plane_off : yr;   // unread without MASK
             const T* wm = w + (i64)m * kh * kw;
 #pragma unroll
             for (int p = 0; p < kh; ++p) {
@@ -130,12 +133,26 @@ __global__ void __launch_bounds__(CS_THREADS) depthwise_grad_input(const T* __re
                     const int ws = iw + pw - q * d_w;
                     if (ws < 0 || ws % s_w) continue;
                     const int ow = ws / s_w;
-                    if (ow < Wo) acc += gp[(i64)oh * Wo + ow] * wm[p * kw + q];
+                    if (ow < Wo) acc += relu_masked<MASK>(gp, yp, (i64)oh * Wo + ow) * wm[p * kw + q];
                 }
             }
         }
         gx[i] = acc;
     }
+}
+
+template <typename T, int K, int S>
+__global__ void __launch_bounds__(CS_THREADS) depthwise_grad_input(const T* __restrict__ gy, const T* __restrict__ w,
+                                                                  T* __restrict__ gx, CONV_PARAMS) {
+    depthwise_grad_input_body<T, K, S, 0>(gy, nullptr, w, gx, CONV_ARGS);
+}
+
+template <typename T, int K, int S>
+__global__ void __launch_bounds__(CS_THREADS) depthwise_grad_input_masked(const T* __restrict__ gy,
+                                                                         const T* __restrict__ yr,
+                                                                         const T* __restrict__ w,
+                                                                         T* __restrict__ gx, CONV_PARAMS) {
+    depthwise_grad_input_body<T, K, S, 1>(gy, yr, w, gx, CONV_ARGS);
 }
 
 // Weight gradient: gw[m, p, q] = sum over b, oh, ow of gy[b, m, oh, ow] *
@@ -145,9 +162,11 @@ __global__ void __launch_bounds__(CS_THREADS) depthwise_grad_input(const T* __re
 // reduces them in a fixed order (warp shuffles, then warps in index order)
 // and writes partial[chunk, m, :]. No atomics: the result is reproducible
 // bit for bit; the chunks are summed afterwards, also in a fixed order.
-template <typename T, int KMAX>
-__global__ void __launch_bounds__(CS_THREADS) depthwise_grad_weight(const T* __restrict__ gy, const T* __restrict__ x,
-                                                                   T* __restrict__ partial, int chunks, CONV_PARAMS) {
+// MASK = 1 reads gy through the ReLU output yr (depthwise_grad_weight_masked).
+template <typename T, int KMAX, int MASK>
+__device__ __forceinline__ void depthwise_grad_weight_body(const T* __restrict__ gy, const T* __restrict__ yr,
+                                                           const T* __restrict__ x, T* __restrict__ partial,
+                                                           int chunks, CONV_PARAMS) {
     __shared__ T red[CS_THREADS / 32][KMAX * KMAX];
     const int m = blockIdx.x, chunk = blockIdx.y;
     const int Mg = M / C, c = m / Mg;
@@ -164,7 +183,7 @@ __global__ void __launch_bounds__(CS_THREADS) depthwise_grad_weight(const T* __r
         const int ow = (int)(i % Wo);
         const i64 b = row / Ho;
         const int oh = (int)(row - b * Ho);
-        const T g = gy[((b * M + m) * Ho + oh) * (i64)Wo + ow];
+        const T g = relu_masked<MASK>(gy, yr, ((b * M + m) * Ho + oh) * (i64)Wo + ow);
         const T* xp = x + (b * C + c) * (i64)H * W;
 #pragma unroll
         for (int p = 0; p < KMAX; ++p) {
@@ -195,4 +214,19 @@ __global__ void __launch_bounds__(CS_THREADS) depthwise_grad_weight(const T* __r
         for (int j = 0; j < (int)(blockDim.x / 32); ++j) s += red[j][p * KMAX + q];
         partial[((i64)chunk * M + m) * taps + t] = s;
     }
+}
+
+template <typename T, int KMAX>
+__global__ void __launch_bounds__(CS_THREADS) depthwise_grad_weight(const T* __restrict__ gy, const T* __restrict__ x,
+                                                                   T* __restrict__ partial, int chunks, CONV_PARAMS) {
+    depthwise_grad_weight_body<T, KMAX, 0>(gy, nullptr, x, partial, chunks, CONV_ARGS);
+}
+
+template <typename T, int KMAX>
+__global__ void __launch_bounds__(CS_THREADS) depthwise_grad_weight_masked(const T* __restrict__ gy,
+                                                                          const T* __restrict__ yr,
+                                                                          const T* __restrict__ x,
+                                                                          T* __restrict__ partial, int chunks,
+                                                                          CONV_PARAMS) {
+    depthwise_grad_weight_body<T, KMAX, 1>(gy, yr, x, partial, chunks, CONV_ARGS);
 }

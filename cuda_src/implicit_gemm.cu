@@ -19,10 +19,13 @@
 #define GEMM_LOADS (GEMM_BK / 4)   // elements of each operand a thread loads per stage
 
 // ACT = 1 fuses ReLU into the epilogue (v < 0 ? 0 : v keeps NaN, as torch.relu does).
-template <typename T, int ACT>
-__global__ void __launch_bounds__(256) conv2d_implicit_gemm(const T* __restrict__ x, const T* __restrict__ w,
-                                                           const T* __restrict__ bias, T* __restrict__ y,
-                                                           CONV_PARAMS) {
+// MASK = 1 reads x through a ReLU mask xmask of x's shape (relu_masked): the
+// stride-1 input gradient of a layer followed by a ReLU runs this kernel on
+// grad_y with the layer's ReLU output as the mask (conv2d_implicit_gemm_masked).
+template <typename T, int ACT, int MASK>
+__device__ __forceinline__ void implicit_gemm_body(const T* __restrict__ x, const T* __restrict__ xmask,
+                                                   const T* __restrict__ w, const T* __restrict__ bias,
+                                                   T* __restrict__ y, CONV_PARAMS) {
     __shared__ T As[GEMM_BK][GEMM_BM];   // weights, transposed: As[k][m]
     __shared__ T Bs[GEMM_BK][GEMM_BN];   // unrolled input: Bs[k][n]
     const int G = C / Cg, Mg = M / G, g = blockIdx.z;
@@ -40,7 +43,9 @@ __global__ void __launch_bounds__(256) conv2d_implicit_gemm(const T* __restrict_
     const i64 b_load = n_ok ? n_load / HoWo : 0;
     const int r_load = n_ok ? (int)(n_load % HoWo) : 0;
     const int ih0 = (r_load / Wo) * sh - ph, iw0 = (r_load % Wo) * sw - pw;
-    const T* xb = x + (b_load * C + (i64)g * Cg) * H * W;
+    const i64 xoff = (b_load * C + (i64)g * Cg) * H * W;
+    const T* xb = x + xoff;
+    const T* mb = MASK ? xmask + xoff : xmask;   // the mask of the same image and group (unread without MASK)
 
     T acc[4][4];
 #pragma unroll
@@ -65,7 +70,7 @@ __global__ void __launch_bounds__(256) conv2d_implicit_gemm(const T* __restrict_
             if (n_ok && k < Kd) {
                 const int c = k / KK, pq = k % KK;
                 const int ih = ih0 + (pq / KW) * dh, iw = iw0 + (pq % KW) * dw;
-                if (ih >= 0 && ih < H && iw >= 0 && iw < W) v = xb[((i64)c * H + ih) * W + iw];
+                if (ih >= 0 && ih < H && iw >= 0 && iw < W) v = relu_masked<MASK>(xb, mb, ((i64)c * H + ih) * W + iw);
             }
             Bs[kk][ln] = v;
         }
@@ -101,15 +106,33 @@ __global__ void __launch_bounds__(256) conv2d_implicit_gemm(const T* __restrict_
     }
 }
 
+template <typename T, int ACT>
+__global__ void __launch_bounds__(256) conv2d_implicit_gemm(const T* __restrict__ x, const T* __restrict__ w,
+                                                           const T* __restrict__ bias, T* __restrict__ y,
+                                                           CONV_PARAMS) {
+    implicit_gemm_body<T, ACT, 0>(x, nullptr, w, bias, y, CONV_ARGS);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256) conv2d_implicit_gemm_masked(const T* __restrict__ x,
+                                                                  const T* __restrict__ xmask,
+                                                                  const T* __restrict__ w,
+                                                                  const T* __restrict__ bias, T* __restrict__ y,
+                                                                  CONV_PARAMS) {
+    implicit_gemm_body<T, 0, 1>(x, xmask, w, bias, y, CONV_ARGS);
+}
+
 // Input gradient as an implicit GEMM (a "transposed" convolution, no col2im
 // buffer). Per group g: gX_g (Cg x N') = W'_g (Cg x Kd') G_g (Kd' x N'), with
 // N' = B*H*W input pixels, Kd' = Mg*KH*KW, W'_g[c][(m,p,q)] = w[g*Mg+m, c, p, q]
 // and G_g[(m,p,q)][n'] = gy[b, g*Mg+m, oh, ow] for the output (oh, ow) whose
 // tap (p, q) read pixel n' (zero when no output did: stride gaps, borders).
 // Same tiling as the forward kernel. grid = (ceil(N'/BN), ceil(Cg/BM), groups).
-template <typename T>
-__global__ void __launch_bounds__(256) conv2d_dgrad_implicit_gemm(const T* __restrict__ gy, const T* __restrict__ w,
-                                                                 T* __restrict__ gx, CONV_PARAMS) {
+// MASK = 1 reads gy through the ReLU output yr (conv2d_dgrad_implicit_gemm_masked).
+template <typename T, int MASK>
+__device__ __forceinline__ void dgrad_implicit_gemm_body(const T* __restrict__ gy, const T* __restrict__ yr,
+                                                         const T* __restrict__ w, T* __restrict__ gx,
+                                                         CONV_PARAMS) {
     __shared__ T As[GEMM_BK][GEMM_BM];   // weights: As[k][c]
     __shared__ T Bs[GEMM_BK][GEMM_BN];   // gathered output gradient: Bs[k][n']
     const int G = C / Cg, Mg = M / G, g = blockIdx.z;
@@ -125,7 +148,9 @@ __global__ void __launch_bounds__(256) conv2d_dgrad_implicit_gemm(const T* __res
     const i64 b_load = n_ok ? n_load / HW : 0;
     const int r_load = n_ok ? (int)(n_load % HW) : 0;
     const int hs0 = r_load / W + ph, ws0 = r_load % W + pw;   // ih + ph, iw + pw
-    const T* gyb = gy + (b_load * M + (i64)g * Mg) * Ho * Wo;
+    const i64 gyoff = (b_load * M + (i64)g * Mg) * Ho * Wo;
+    const T* gyb = gy + gyoff;
+    const T* yrb = MASK ? yr + gyoff : yr;   // unread without MASK
 
     T acc[4][4];
 #pragma unroll
@@ -154,7 +179,7 @@ __global__ void __launch_bounds__(256) conv2d_dgrad_implicit_gemm(const T* __res
                 const int hs = hs0 - (pq / KW) * dh, ws = ws0 - (pq % KW) * dw;
                 if (hs >= 0 && ws >= 0 && hs % sh == 0 && ws % sw == 0) {
                     const int oh = hs / sh, ow = ws / sw;
-                    if (oh < Ho && ow < Wo) v = gyb[((i64)m * Ho + oh) * Wo + ow];
+                    if (oh < Ho && ow < Wo) v = relu_masked<MASK>(gyb, yrb, ((i64)m * Ho + oh) * Wo + ow);
                 }
             }
             Bs[kk][ln] = v;
@@ -187,6 +212,20 @@ __global__ void __launch_bounds__(256) conv2d_dgrad_implicit_gemm(const T* __res
     }
 }
 
+template <typename T>
+__global__ void __launch_bounds__(256) conv2d_dgrad_implicit_gemm(const T* __restrict__ gy, const T* __restrict__ w,
+                                                                 T* __restrict__ gx, CONV_PARAMS) {
+    dgrad_implicit_gemm_body<T, 0>(gy, nullptr, w, gx, CONV_ARGS);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256) conv2d_dgrad_implicit_gemm_masked(const T* __restrict__ gy,
+                                                                        const T* __restrict__ yr,
+                                                                        const T* __restrict__ w,
+                                                                        T* __restrict__ gx, CONV_PARAMS) {
+    dgrad_implicit_gemm_body<T, 1>(gy, yr, w, gx, CONV_ARGS);
+}
+
 // Weight gradient as an implicit GEMM with split-K. Per group g: gW_g (Mg x Kd)
 // = gY_g (Mg x N) X_g^T (N x Kd), N = B*Ho*Wo, Kd = Cg*KH*KW, X_g the
 // (never stored) unrolled input of the forward kernel. The reduction over N
@@ -194,9 +233,11 @@ __global__ void __launch_bounds__(256) conv2d_dgrad_implicit_gemm(const T* __res
 // sums the N range of its split and writes partial[split, g*Mg + m, k]; the
 // splits are then summed in a fixed order (deterministic, no atomics).
 // grid = (ceil(Kd/BN), ceil(Mg/BM), splits * groups).
-template <typename T>
-__global__ void __launch_bounds__(256) conv2d_wgrad_implicit_gemm(const T* __restrict__ gy, const T* __restrict__ x,
-                                                                 T* __restrict__ partial, int splits, CONV_PARAMS) {
+// MASK = 1 reads gy through the ReLU output yr (conv2d_wgrad_implicit_gemm_masked).
+template <typename T, int MASK>
+__device__ __forceinline__ void wgrad_implicit_gemm_body(const T* __restrict__ gy, const T* __restrict__ yr,
+                                                         const T* __restrict__ x, T* __restrict__ partial,
+                                                         int splits, CONV_PARAMS) {
     __shared__ T As[GEMM_BK][GEMM_BM + 4];   // output gradient: As[n][m] (padded: column stores)
     __shared__ T Bs[GEMM_BK][GEMM_BN];       // unrolled input: Bs[n][k]
     const int G = C / Cg, Mg = M / G;
@@ -232,11 +273,13 @@ __global__ void __launch_bounds__(256) conv2d_wgrad_implicit_gemm(const T* __res
             const bool ok = n < n_end;
             const i64 b = ok ? n / HoWo : 0;
             const i64 r = ok ? n % HoWo : 0;
-            const T* gyb = gy + (b * M + (i64)g * Mg) * HoWo + r;
+            const i64 gyoff = (b * M + (i64)g * Mg) * HoWo + r;
+            const T* gyb = gy + gyoff;
+            const T* yrb = MASK ? yr + gyoff : yr;   // unread without MASK
 #pragma unroll
             for (int t = 0; t < GEMM_LOADS; ++t) {
                 const int mm = am + (256 / GEMM_BK) * t, m = m0 + mm;
-                As[an][mm] = (ok && m < Mg) ? gyb[(i64)m * HoWo] : T(0);
+                As[an][mm] = (ok && m < Mg) ? relu_masked<MASK>(gyb, yrb, (i64)m * HoWo) : T(0);
             }
         }
 #pragma unroll
@@ -279,4 +322,19 @@ __global__ void __launch_bounds__(256) conv2d_wgrad_implicit_gemm(const T* __res
             if (k < Kd) out[k] = acc[i][j];
         }
     }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256) conv2d_wgrad_implicit_gemm(const T* __restrict__ gy, const T* __restrict__ x,
+                                                                 T* __restrict__ partial, int splits, CONV_PARAMS) {
+    wgrad_implicit_gemm_body<T, 0>(gy, nullptr, x, partial, splits, CONV_ARGS);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256) conv2d_wgrad_implicit_gemm_masked(const T* __restrict__ gy,
+                                                                        const T* __restrict__ yr,
+                                                                        const T* __restrict__ x,
+                                                                        T* __restrict__ partial, int splits,
+                                                                        CONV_PARAMS) {
+    wgrad_implicit_gemm_body<T, 1>(gy, yr, x, partial, splits, CONV_ARGS);
 }

@@ -54,10 +54,13 @@ __device__ __forceinline__ void big_tile_multiply(const T (*As)[BM + BIG_PAD], c
 __device__ __forceinline__ int big_lane(int t, int i, int half) { return t * 4 + (i & 3) + (i >> 2) * half; }
 
 // ACT = 1 fuses ReLU into the epilogue (v < 0 ? 0 : v keeps NaN, as torch.relu does).
-template <typename T, int BM, int ACT>
-__global__ void __launch_bounds__(2 * BM, sizeof(T) == 4 ? 256 / BM : 1)
-    conv2d_igemm_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias, T* __restrict__ y,
-                     const int4* __restrict__ koff, CONV_PARAMS) {
+// MASK = 1 reads x through a ReLU mask xmask of x's shape (relu_masked): the
+// stride-1 input gradient of a layer followed by a ReLU runs this kernel on
+// grad_y with the layer's ReLU output as the mask (conv2d_igemm_fwd_masked).
+template <typename T, int BM, int ACT, int MASK>
+__device__ __forceinline__ void igemm_fwd_body(const T* __restrict__ x, const T* __restrict__ xmask,
+                                               const T* __restrict__ w, const T* __restrict__ bias,
+                                               T* __restrict__ y, const int4* __restrict__ koff, CONV_PARAMS) {
     constexpr int NT = 2 * BM, A_PER = BM * BIG_BK / NT, B_PER = BIG_BN * BIG_BK / NT;   // 4 and 4 or 8
     __shared__ __align__(16) T As[2][BIG_BK][BM + BIG_PAD];   // weights, As[k][m]
     __shared__ __align__(16) T Bs[2][BIG_BK][BIG_BN];         // unrolled input, Bs[k][n]
@@ -79,7 +82,9 @@ __global__ void __launch_bounds__(2 * BM, sizeof(T) == 4 ? 256 / BM : 1)
     const i64 b_load = n_ok ? n_load / HoWo : 0;
     const int r_load = n_ok ? (int)(n_load % HoWo) : 0;
     const int ih0 = (r_load / Wo) * sh - ph, iw0 = (r_load % Wo) * sw - pw;
-    const T* xb = x + (b_load * C + (i64)g * Cg) * H * W;
+    const i64 xoff = (b_load * C + (i64)g * Cg) * H * W;
+    const T* xb = x + xoff;
+    const T* mb = MASK ? xmask + xoff : xmask;   // the mask of the same image and group (unread without MASK)
     const i64 xb_off = (i64)ih0 * W + iw0;
 
     T ra[A_PER], rb[B_PER];
@@ -96,7 +101,7 @@ __global__ void __launch_bounds__(2 * BM, sizeof(T) == 4 ? 256 / BM : 1)
             if (n_ok && k < Kd) {
                 const int4 o = koff[k];
                 const int ih = ih0 + o.y, iw = iw0 + o.z;
-                if ((unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W) v = xb[xb_off + o.x];
+                if ((unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W) v = relu_masked<MASK>(xb, mb, xb_off + o.x);
             }
             rb[r] = v;
         }
@@ -143,10 +148,26 @@ __global__ void __launch_bounds__(2 * BM, sizeof(T) == 4 ? 256 / BM : 1)
     }
 }
 
+template <typename T, int BM, int ACT>
+__global__ void __launch_bounds__(2 * BM, sizeof(T) == 4 ? 256 / BM : 1)
+    conv2d_igemm_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias, T* __restrict__ y,
+                     const int4* __restrict__ koff, CONV_PARAMS) {
+    igemm_fwd_body<T, BM, ACT, 0>(x, nullptr, w, bias, y, koff, CONV_ARGS);
+}
+
 template <typename T, int BM>
 __global__ void __launch_bounds__(2 * BM, sizeof(T) == 4 ? 256 / BM : 1)
-    conv2d_igemm_wgrad(const T* __restrict__ gy, const T* __restrict__ x, T* __restrict__ partial,
-                       const int4* __restrict__ koff, int splits, CONV_PARAMS) {
+    conv2d_igemm_fwd_masked(const T* __restrict__ x, const T* __restrict__ xmask, const T* __restrict__ w,
+                            const T* __restrict__ bias, T* __restrict__ y, const int4* __restrict__ koff,
+                            CONV_PARAMS) {
+    igemm_fwd_body<T, BM, 0, 1>(x, xmask, w, bias, y, koff, CONV_ARGS);
+}
+
+// MASK = 1 reads gy through the ReLU output yr (conv2d_igemm_wgrad_masked).
+template <typename T, int BM, int MASK>
+__device__ __forceinline__ void igemm_wgrad_body(const T* __restrict__ gy, const T* __restrict__ yr,
+                                                 const T* __restrict__ x, T* __restrict__ partial,
+                                                 const int4* __restrict__ koff, int splits, CONV_PARAMS) {
     constexpr int NT = 2 * BM, A_STEP = NT / BIG_BK, A_PER = BM / A_STEP, B_PER = BIG_BN * BIG_BK / NT;
     __shared__ __align__(16) T As[2][BIG_BK][BM + BIG_PAD];   // output gradient, As[n][m]
     __shared__ __align__(16) T Bs[2][BIG_BK][BIG_BN];         // unrolled input, Bs[n][k]
@@ -165,6 +186,7 @@ __global__ void __launch_bounds__(2 * BM, sizeof(T) == 4 ? 256 / BM : 1)
     // eight consecutive pixels), rows am + A_STEP * t of the tile.
     const int an = tid % BIG_BK, am = tid / BIG_BK;
     const T* gyg = gy + (i64)g * Mg * HoWo;
+    const T* yrg = MASK ? yr + (i64)g * Mg * HoWo : yr;   // unread without MASK
     // Input loads: tap column bk of the tile (its table entry read once), B_PER consecutive n.
     const int bk = tid % BIG_BN, bn = (tid / BIG_BN) * B_PER;
     const bool k_ok = kc0 + bk < Kd;
@@ -178,11 +200,13 @@ __global__ void __launch_bounds__(2 * BM, sizeof(T) == 4 ? 256 / BM : 1)
             const bool ok = n < n_end;
             const i64 b = ok ? n / HoWo : 0;
             const i64 r = ok ? n - b * HoWo : 0;
-            const T* p = gyg + b * M * HoWo + r;
+            const i64 off = b * M * HoWo + r;
+            const T* p = gyg + off;
+            const T* q = MASK ? yrg + off : yrg;
 #pragma unroll
             for (int t = 0; t < A_PER; ++t) {
                 const int m = m0 + am + A_STEP * t;
-                ra[t] = (ok && m < Mg) ? p[(i64)m * HoWo] : T(0);
+                ra[t] = (ok && m < Mg) ? relu_masked<MASK>(p, q, (i64)m * HoWo) : T(0);
             }
         }
         i64 n = nb + bn;
@@ -240,4 +264,18 @@ __global__ void __launch_bounds__(2 * BM, sizeof(T) == 4 ? 256 / BM : 1)
             if (k < Kd) out[k] = acc[i][j];
         }
     }
+}
+
+template <typename T, int BM>
+__global__ void __launch_bounds__(2 * BM, sizeof(T) == 4 ? 256 / BM : 1)
+    conv2d_igemm_wgrad(const T* __restrict__ gy, const T* __restrict__ x, T* __restrict__ partial,
+                       const int4* __restrict__ koff, int splits, CONV_PARAMS) {
+    igemm_wgrad_body<T, BM, 0>(gy, nullptr, x, partial, koff, splits, CONV_ARGS);
+}
+
+template <typename T, int BM>
+__global__ void __launch_bounds__(2 * BM, sizeof(T) == 4 ? 256 / BM : 1)
+    conv2d_igemm_wgrad_masked(const T* __restrict__ gy, const T* __restrict__ yr, const T* __restrict__ x,
+                              T* __restrict__ partial, const int4* __restrict__ koff, int splits, CONV_PARAMS) {
+    igemm_wgrad_body<T, BM, 1>(gy, yr, x, partial, koff, splits, CONV_ARGS);
 }

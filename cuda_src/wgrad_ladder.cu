@@ -40,9 +40,10 @@ __device__ __forceinline__ T ladder_warp_sum(T v) {
 }
 
 // The sum of one tap over the batch at output pixel `pix` (step 1 and 2's calculation).
-template <typename T>
-__device__ __forceinline__ T ladder_one_tap(const T* __restrict__ gy, const T* __restrict__ x, int m, int ci, i64 pix,
-                                            int p, int q, CONV_PARAMS) {
+// MASK = 1 reads gy through the ReLU output yr (the "_masked" kernels of every step).
+template <int MASK, typename T>
+__device__ __forceinline__ T ladder_one_tap(const T* __restrict__ gy, const T* __restrict__ yr, const T* __restrict__ x,
+                                            int m, int ci, i64 pix, int p, int q, CONV_PARAMS) {
     const i64 HoWo = (i64)Ho * Wo, HW = (i64)H * W;
     T acc = T(0);
     if (pix < HoWo) {
@@ -50,21 +51,21 @@ __device__ __forceinline__ T ladder_one_tap(const T* __restrict__ gy, const T* _
         const int ih = oh * sh + p * dh - ph, iw = ow * sw + q * dw - pw;
         if (ih >= 0 && ih < H && iw >= 0 && iw < W) {
             for (int b = 0; b < B; ++b)
-                acc += gy[((i64)b * M + m) * HoWo + pix] * x[((i64)b * C + ci) * HW + (i64)ih * W + iw];
+                acc += relu_masked<MASK>(gy, yr, ((i64)b * M + m) * HoWo + pix) * x[((i64)b * C + ci) * HW + (i64)ih * W + iw];
         }
     }
     return acc;
 }
 
 // Step 1. grid (pixel blocks, M * Cg, KH * KW), CS_THREADS threads.
-template <typename T>
-__global__ void __launch_bounds__(CS_THREADS) wgrad_ladder_atomic(const T* __restrict__ gy, const T* __restrict__ x,
-                                                                  T* __restrict__ dwt, CONV_PARAMS) {
+template <typename T, int MASK>
+__device__ __forceinline__ void ladder_atomic_body(const T* __restrict__ gy, const T* __restrict__ yr,
+                                                   const T* __restrict__ x, T* __restrict__ dwt, CONV_PARAMS) {
     __shared__ T red[CS_THREADS];
     LADDER_CHANNEL;
     const int tap = blockIdx.z, p = tap / KW, q = tap % KW;
     const i64 pix = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    red[threadIdx.x] = ladder_one_tap(gy, x, m, ci, pix, p, q, B, C, H, W, M, Cg, KH, KW, Ho, Wo, sh, sw, dh, dw, ph, pw);
+    red[threadIdx.x] = ladder_one_tap<MASK>(gy, yr, x, m, ci, pix, p, q, CONV_ARGS);
     __syncthreads();
     for (int s = blockDim.x / 2; s > 0; s /= 2) {
         if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
@@ -73,15 +74,29 @@ __global__ void __launch_bounds__(CS_THREADS) wgrad_ladder_atomic(const T* __res
     if (threadIdx.x == 0) atomicAdd(&dwt[(i64)mc * KH * KW + tap], red[0]);
 }
 
-// Step 2. As step 1; the tree stops at 64 values, which one warp sums with shuffles.
 template <typename T>
-__global__ void __launch_bounds__(CS_THREADS) wgrad_ladder_shuffle(const T* __restrict__ gy, const T* __restrict__ x,
-                                                                   T* __restrict__ dwt, CONV_PARAMS) {
+__global__ void __launch_bounds__(CS_THREADS) wgrad_ladder_atomic(const T* __restrict__ gy, const T* __restrict__ x,
+                                                                  T* __restrict__ dwt, CONV_PARAMS) {
+    ladder_atomic_body<T, 0>(gy, nullptr, x, dwt, CONV_ARGS);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(CS_THREADS) wgrad_ladder_atomic_masked(const T* __restrict__ gy,
+                                                                         const T* __restrict__ yr,
+                                                                         const T* __restrict__ x,
+                                                                         T* __restrict__ dwt, CONV_PARAMS) {
+    ladder_atomic_body<T, 1>(gy, yr, x, dwt, CONV_ARGS);
+}
+
+// Step 2. As step 1; the tree stops at 64 values, which one warp sums with shuffles.
+template <typename T, int MASK>
+__device__ __forceinline__ void ladder_shuffle_body(const T* __restrict__ gy, const T* __restrict__ yr,
+                                                    const T* __restrict__ x, T* __restrict__ dwt, CONV_PARAMS) {
     __shared__ T red[CS_THREADS];
     LADDER_CHANNEL;
     const int tap = blockIdx.z, p = tap / KW, q = tap % KW;
     const i64 pix = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    red[threadIdx.x] = ladder_one_tap(gy, x, m, ci, pix, p, q, B, C, H, W, M, Cg, KH, KW, Ho, Wo, sh, sw, dh, dw, ph, pw);
+    red[threadIdx.x] = ladder_one_tap<MASK>(gy, yr, x, m, ci, pix, p, q, CONV_ARGS);
     __syncthreads();
     for (int s = blockDim.x / 2; s > 32; s /= 2) {
         if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
@@ -91,6 +106,20 @@ __global__ void __launch_bounds__(CS_THREADS) wgrad_ladder_shuffle(const T* __re
         const T v = ladder_warp_sum(red[threadIdx.x] + red[threadIdx.x + 32]);
         if (threadIdx.x == 0) atomicAdd(&dwt[(i64)mc * KH * KW + tap], v);
     }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(CS_THREADS) wgrad_ladder_shuffle(const T* __restrict__ gy, const T* __restrict__ x,
+                                                                   T* __restrict__ dwt, CONV_PARAMS) {
+    ladder_shuffle_body<T, 0>(gy, nullptr, x, dwt, CONV_ARGS);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(CS_THREADS) wgrad_ladder_shuffle_masked(const T* __restrict__ gy,
+                                                                          const T* __restrict__ yr,
+                                                                          const T* __restrict__ x,
+                                                                          T* __restrict__ dwt, CONV_PARAMS) {
+    ladder_shuffle_body<T, 1>(gy, yr, x, dwt, CONV_ARGS);
 }
 
 // Sum acc over the block (warp shuffles, then one warp over the warps' sums)
@@ -109,9 +138,9 @@ __device__ __forceinline__ void ladder_block_atomic(T acc, T* red, T* target) {
 }
 
 // Step 3. grid (pixel blocks, M * Cg); a K x K kernel, any stride, dilation and padding.
-template <typename T, int K>
-__global__ void __launch_bounds__(CS_THREADS) wgrad_ladder_registers(const T* __restrict__ gy, const T* __restrict__ x,
-                                                                     T* __restrict__ dwt, CONV_PARAMS) {
+template <typename T, int K, int MASK>
+__device__ __forceinline__ void ladder_registers_body(const T* __restrict__ gy, const T* __restrict__ yr,
+                                                      const T* __restrict__ x, T* __restrict__ dwt, CONV_PARAMS) {
     __shared__ T red[CS_THREADS / 32];
     LADDER_CHANNEL;
     const i64 HoWo = (i64)Ho * Wo, HW = (i64)H * W;
@@ -124,7 +153,7 @@ __global__ void __launch_bounds__(CS_THREADS) wgrad_ladder_registers(const T* __
     if (pix < HoWo) {
         const int oh = (int)(pix / Wo), ow = (int)(pix % Wo);
         for (int b = 0; b < B; ++b) {
-            const T g = gy[((i64)b * M + m) * HoWo + pix];
+            const T g = relu_masked<MASK>(gy, yr, ((i64)b * M + m) * HoWo + pix);
             const T* xb = x + ((i64)b * C + ci) * HW;
 #pragma unroll
             for (int p = 0; p < K; ++p) {
@@ -144,11 +173,26 @@ __global__ void __launch_bounds__(CS_THREADS) wgrad_ladder_registers(const T* __
         for (int q = 0; q < K; ++q) ladder_block_atomic(acc[p][q], red, &dwt[(i64)mc * K * K + p * K + q]);
 }
 
+template <typename T, int K>
+__global__ void __launch_bounds__(CS_THREADS) wgrad_ladder_registers(const T* __restrict__ gy, const T* __restrict__ x,
+                                                                     T* __restrict__ dwt, CONV_PARAMS) {
+    ladder_registers_body<T, K, 0>(gy, nullptr, x, dwt, CONV_ARGS);
+}
+
+template <typename T, int K>
+__global__ void __launch_bounds__(CS_THREADS) wgrad_ladder_registers_masked(const T* __restrict__ gy,
+                                                                            const T* __restrict__ yr,
+                                                                            const T* __restrict__ x,
+                                                                            T* __restrict__ dwt, CONV_PARAMS) {
+    ladder_registers_body<T, K, 1>(gy, yr, x, dwt, CONV_ARGS);
+}
+
 // Step 4. x is the zero-padded input (H, W its padded extents; stride and
 // dilation 1, ph = pw = 0). grid (blocks over Wo * ceil(Ho / YB), M * Cg).
-template <typename T, int K>
-__global__ void __launch_bounds__(CS_THREADS) wgrad_ladder_padded(const T* __restrict__ gy, const T* __restrict__ xp,
-                                                                  T* __restrict__ dwt, CONV_PARAMS) {
+// gy and yr keep their shape (only x is padded).
+template <typename T, int K, int MASK>
+__device__ __forceinline__ void ladder_padded_body(const T* __restrict__ gy, const T* __restrict__ yr,
+                                                   const T* __restrict__ xp, T* __restrict__ dwt, CONV_PARAMS) {
     constexpr int YB = CS_LADDER_YB, ROWS = CS_LADDER_YB + K - 1;
     __shared__ T red[CS_THREADS / 32];
     LADDER_CHANNEL;
@@ -163,11 +207,13 @@ __global__ void __launch_bounds__(CS_THREADS) wgrad_ladder_padded(const T* __res
     if (t < bands * Wo) {
         const int ow = (int)(t % Wo), oh0 = (int)(t / Wo) * YB;
         for (int b = 0; b < B; ++b) {
-            const T* gp = gy + ((i64)b * M + m) * HoWo + (i64)oh0 * Wo + ow;
+            const i64 g_off = ((i64)b * M + m) * HoWo + (i64)oh0 * Wo + ow;
+            const T* gp = gy + g_off;
+            const T* yq = MASK ? yr + g_off : yr;   // unread without MASK
             const T* xq = xp + ((i64)b * C + ci) * HW + (i64)oh0 * W + ow;
             T g[YB], xr[ROWS][K];
 #pragma unroll
-            for (int r = 0; r < YB; ++r) g[r] = (oh0 + r < Ho) ? gp[(i64)r * Wo] : T(0);
+            for (int r = 0; r < YB; ++r) g[r] = (oh0 + r < Ho) ? relu_masked<MASK>(gp, yq, (i64)r * Wo) : T(0);
 #pragma unroll
             for (int r = 0; r < ROWS; ++r)
 #pragma unroll
@@ -184,4 +230,18 @@ __global__ void __launch_bounds__(CS_THREADS) wgrad_ladder_padded(const T* __res
     for (int p = 0; p < K; ++p)
 #pragma unroll
         for (int q = 0; q < K; ++q) ladder_block_atomic(acc[p][q], red, &dwt[(i64)mc * K * K + p * K + q]);
+}
+
+template <typename T, int K>
+__global__ void __launch_bounds__(CS_THREADS) wgrad_ladder_padded(const T* __restrict__ gy, const T* __restrict__ xp,
+                                                                  T* __restrict__ dwt, CONV_PARAMS) {
+    ladder_padded_body<T, K, 0>(gy, nullptr, xp, dwt, CONV_ARGS);
+}
+
+template <typename T, int K>
+__global__ void __launch_bounds__(CS_THREADS) wgrad_ladder_padded_masked(const T* __restrict__ gy,
+                                                                         const T* __restrict__ yr,
+                                                                         const T* __restrict__ xp,
+                                                                         T* __restrict__ dwt, CONV_PARAMS) {
+    ladder_padded_body<T, K, 1>(gy, yr, xp, dwt, CONV_ARGS);
 }

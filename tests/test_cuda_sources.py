@@ -192,9 +192,17 @@ def test_compile_source_names_each_included_header_by_its_hash(tmp_path, monkeyp
 
     for filename in KERNELS:
         text = _cuda_sources.compile_source(filename)
-        assert text.startswith(_cuda_sources.source_text(filename))  # line numbers of messages unchanged
+        source = _cuda_sources.source_text(filename)
+        assert text.startswith(source)  # line numbers of messages unchanged
         digest = hashlib.sha256((source_dir() / "common.cuh").read_bytes()).hexdigest()
-        assert text.rstrip().endswith(f"// common.cuh sha256 {digest}")
+        trailer = text[len(source) :].split()
+        assert f"// common.cuh sha256 {digest}".split() == trailer[:4]  # sorted: common.cuh first
+        if filename.endswith("_masked.cu"):  # includes its plain source, hashed too
+            plain = filename.replace("_masked.cu", ".cu")
+            digest = hashlib.sha256((source_dir() / plain).read_bytes()).hexdigest()
+            assert trailer[4:] == ["//", plain, "sha256", digest]
+        else:
+            assert len(trailer) == 4
     copy = tmp_path / "cuda_src"
     shutil.copytree(source_dir(), copy)
     monkeypatch.setattr(_cuda_sources, "source_dir", lambda: copy)
@@ -203,3 +211,12 @@ def test_compile_source_names_each_included_header_by_its_hash(tmp_path, monkeyp
         header.write("\n// an edit\n")
     after = _cuda_sources.compile_source("conv2d.cu")
     assert before != after and before.splitlines()[:-1] == after.splitlines()[:-1]
+    # A masked module reads common.cuh through its plain source: an edit to either is a new key.
+    masked = _cuda_sources.compile_source("implicit_gemm_masked.cu")
+    with open(copy / "common.cuh", "a") as header:
+        header.write("\n// another edit\n")
+    assert _cuda_sources.compile_source("implicit_gemm_masked.cu") != masked
+    masked = _cuda_sources.compile_source("implicit_gemm_masked.cu")
+    with open(copy / "implicit_gemm.cu", "a") as plain:
+        plain.write("\n// an edit\n")
+    assert _cuda_sources.compile_source("implicit_gemm_masked.cu") != masked

@@ -4,7 +4,9 @@
     compute-sanitizer --tool racecheck python3 tools/gpu_smoke.py
     compute-sanitizer --tool memcheck python3 tools/gpu_smoke.py wgrad_atomic,fused_gemm   # only these
 
-Forward algorithms that fuse ReLU (activation="relu") also run with it.
+Forward algorithms that fuse ReLU (activation="relu") also run with it, and
+backward algorithms that read grad_y through the ReLU mask (relu_output=)
+run their masked kernels.
 Exits non-zero if an algorithm gives a wrong result or never ran.
 """
 
@@ -13,6 +15,7 @@ import sys
 import numpy as np
 
 import convsuite as cs
+from convsuite.backends._cupy_algorithms import FUSED_RELU_MASK as backend_masks
 
 rng = np.random.default_rng(0)
 backend = cs.get_backend("cupy") if hasattr(cs, "get_backend") else cs._registry.get_backend("cupy")
@@ -58,6 +61,15 @@ for dtype in (np.float32, np.float64):
                 if not all(np.allclose(g, r, rtol=1e-4, atol=1e-3) for g, r in zip(grads, ref_grads)):
                     wrong.append((name, "backward", x_shape))
                 ran.add((name, "backward"))
+                if backend.fuses_relu_mask(spec, name):
+                    relu_y = np.maximum(ref, 0)
+                    relu_y.reshape(-1)[::5] = np.nan  # NaN passes the gradient (torch.threshold_backward)
+                    masked_gy = np.where(relu_y <= 0, 0, gy).astype(dtype)
+                    want = bwd(masked_gy, x, w, backend="numpy", **kw)
+                    grads = bwd(gy, x, w, backend="cupy", algorithm=name, relu_output=relu_y, **kw)
+                    if not all(np.allclose(g, r, rtol=1e-4, atol=1e-3) for g, r in zip(grads, want)):
+                        wrong.append((name, "backward+relu", x_shape))
+                    ran.add((name, "backward+relu"))
 # Every -D configuration a tunable can ask for (one module each: other code than the default's),
 # each value alone with the others at their defaults, on the first case each algorithm runs.
 from convsuite.backends._cuda_sources import OVERRIDABLE  # noqa: E402
@@ -101,6 +113,7 @@ for name, knobs in compiled.items():
                     ran.add((name, f"{knob}={value}"))
         break
 expected = {(name, d) for name, record in table.items() for d in record.directions}
+expected |= {(name, "backward+relu") for name in table if name in backend_masks}
 print("ran:", sorted(ran))
 missing = expected - ran
 print("every algorithm ran in every direction" if not missing else f"NOT RUN: {sorted(missing)}")

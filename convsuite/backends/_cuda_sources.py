@@ -55,7 +55,7 @@ DEFINES = {
 #: configuration is compiled as its own module (``_cupy_runtime.module``).
 OVERRIDABLE = {
     # acc[MT][PX] and v[PX] are plain per-thread arrays; any PX >= 1 is correct.
-    "CS_RT_PX": (("conv2d.cu",), (1, 2, 4, 8)),
+    "CS_RT_PX": (("conv2d.cu", "conv2d_masked.cu"), (1, 2, 4, 8)),
     # conv1d_blocked: acc[V] and win[V] per thread; the tile holds blockDim.x * V
     # outputs plus the halo (sized in Python from V), the sliding window reads
     # win0[V + k] < span, the float4 loads end before the mask at span + 8 and
@@ -70,7 +70,7 @@ OVERRIDABLE = {
     # the weight-gradient loads, so BK must divide 256 and be a multiple of 4;
     # the kernels #error on anything else. Shared memory at 32 (float64, the
     # padded dW tile): 33.8 KiB.
-    "CS_GEMM_BK": (("implicit_gemm.cu",), (8, 16, 32)),
+    "CS_GEMM_BK": (("implicit_gemm.cu", "implicit_gemm_masked.cu"), (8, 16, 32)),
     "CS_DW_PX": (("depthwise.cu",), (1, 2, 4, 8)),
     "CS_DW_PY": (("depthwise.cu",), (1, 2, 4)),
 }
@@ -136,6 +136,28 @@ KERNELS = {
         "wgrad_ladder_atomic",
         "wgrad_ladder_shuffle",
         *[f"wgrad_ladder_{step}@{k}" for step in ("registers", "padded") for k in LADDER_KERNELS],
+    ],
+    # The backward kernels that read grad_y through the ReLU output (relu_output=):
+    # the "_masked" twins of the templates above (a MASK switch in the same device
+    # bodies), each family a module of its own that includes the plain source, so
+    # the plain modules compile as before and these only when a masked backward runs.
+    "conv2d_masked.cu": [f"conv2d_register_tiled_masked@{mt}" for mt in REGISTER_TILES],
+    "implicit_gemm_masked.cu": [
+        "conv2d_implicit_gemm_masked",  # the stride-1 dX: the forward kernel with grad_y as x
+        "conv2d_dgrad_implicit_gemm_masked",
+        "conv2d_wgrad_implicit_gemm_masked",
+    ],
+    "implicit_gemm_big_masked.cu": [
+        *[f"conv2d_igemm_{kind}_masked@{bm}" for kind in ("fwd", "wgrad") for bm in (64, 128)],
+    ],
+    "depthwise_masked.cu": [
+        *[f"depthwise_grad_input_masked@{k},{s}" for k, s in DEPTHWISE_FIXED],
+        *[f"depthwise_grad_weight_masked@{k}" for k in DEPTHWISE_WGRAD_KMAX],
+    ],
+    "wgrad_ladder_masked.cu": [
+        "wgrad_ladder_atomic_masked",
+        "wgrad_ladder_shuffle_masked",
+        *[f"wgrad_ladder_{step}_masked@{k}" for step in ("registers", "padded") for k in LADDER_KERNELS],
     ],
 }
 
@@ -214,18 +236,32 @@ def source_text(filename: str) -> str:
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 
+def _included(text: str) -> set[str]:
+    """Every file ``text`` includes, directly or through the files it includes."""
+    found: set[str] = set()
+    pending = _INCLUDE.findall(text)
+    while pending:
+        name = pending.pop()
+        if name not in found:
+            found.add(name)
+            pending += _INCLUDE.findall(source_text(name))
+    return found
+
+
 def compile_source(filename: str) -> str:
-    """The text NVRTC compiles for ``filename``: the file, then the hash of each header it includes.
+    """The text NVRTC compiles for ``filename``: the file, then the hash of each file it includes.
 
     CuPy's disk cache keys a module by its source text, options, architecture
     and compiler version, not by the headers NVRTC reads through ``-I``; the
     trailing comment makes an edited ``common.cuh`` a new key, so a cached
-    binary built from an older header is never loaded. (The comment is last so
-    that compiler messages keep the file's line numbers.)
+    binary built from an older header is never loaded. Included files count
+    transitively (a ``_masked.cu`` module includes its plain source, which
+    includes ``common.cuh``). (The comment is last so that compiler messages
+    keep the file's line numbers.)
     """
     text = source_text(filename)
     digests = [
         f"// {header} sha256 {hashlib.sha256((source_dir() / header).read_bytes()).hexdigest()}"
-        for header in sorted(set(_INCLUDE.findall(text)))
+        for header in sorted(_included(text))
     ]
     return text + "\n" + "\n".join(digests) + "\n"

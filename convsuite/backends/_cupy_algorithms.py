@@ -46,7 +46,9 @@ __all__ = [
     "ALGORITHMS",
     "LADDER",
     "FUSED_RELU",
+    "FUSED_RELU_MASK",
     "plan_forward_relu",
+    "plan_backward_relu",
     "ladder_weight_gradient",
     "register_tiled_blocks",
 ]
@@ -224,6 +226,22 @@ def _with_bias(spec: ConvSpec, launch: Callable) -> Launch:
 def _grad_bias(s: ConvSpec, grad_y, grad_b) -> None:
     """grad_b = grad_y summed over batch and pixels (a fixed-order cupy reduction)."""
     grad_b[...] = grad_y.reshape(s.batch, s.out_channels, -1).sum(axis=(0, 2))
+
+
+_MASKED_SUM: list = []  # the ReductionKernel of _grad_bias_masked, made on first use (CuPy compiles it per device)
+
+
+def _grad_bias_masked(s: ConvSpec, grad_y, relu_output, grad_b) -> None:
+    """grad_b of the gradient through a ReLU: grad_y summed where relu_output is not <= 0 (no masked copy)."""
+    if not _MASKED_SUM:
+        # NaN <= 0 is false: a NaN output passes its gradient (torch.threshold_backward).
+        _MASKED_SUM.append(
+            rt.cupy().ReductionKernel(
+                "T gy, T yr", "T gb", "yr <= 0 ? 0 : gy", "a + b", "gb = a", "0", "convsuite_relu_masked_sum"
+            )
+        )
+    shape = (s.batch, s.out_channels, -1)
+    grad_b[...] = _MASKED_SUM[0](grad_y.reshape(shape), relu_output.reshape(shape), axis=(0, 2))
 
 
 # --- 1-D algorithms ---------------------------------------------------------
@@ -626,12 +644,15 @@ def _plan_implicit_gemm(
 ) -> Launch:
     """fused_gemm (64x64 tiles, both dtypes) or igemm_big (float32, BM x 128 tiles, pipelined).
 
-    ``relu`` (forward only) instantiates the kernel with ReLU fused into its
-    epilogue; ``bm`` sets igemm_big's block-tile rows (default: the hand rule);
-    ``bk`` fused_gemm's reduction slice (the ``-D CS_GEMM_BK`` module);
+    ``relu`` instantiates, forward, the kernel with ReLU fused into its
+    epilogue; backward, the ``_masked`` kernels that read grad_y through the
+    ReLU output (the launch then takes ``relu_output`` as a seventh operand);
+    ``bm`` sets igemm_big's block-tile rows (default: the hand rule); ``bk``
+    fused_gemm's reduction slice (the ``-D CS_GEMM_BK`` module);
     ``kind="tf32x3"`` runs the forward product, the weight gradient and the
     input gradient of a stride-1 convolution (itself a forward problem) on
-    the tensor cores with error-compensated TF32.
+    the tensor cores with error-compensated TF32 (it has no ``_masked``
+    kernels: ``fuses_relu_mask`` says False for it).
     """
     slice_depth = (("CS_GEMM_BK", bk),)
     s = spec.as_2d()
@@ -657,7 +678,10 @@ def _plan_implicit_gemm(
         return _with_bias(s, lambda x, w, bias, out: fn(grid, (256,), (x, w, bias, out, *p)))
     cp = rt.cupy()
     kd = Cg * KH * KW
-    dgrad = _plan_input_gradient(s, big, slice_depth, tensor_cores=kind == "tf32x3")
+    if relu and kind == "tf32x3":
+        raise ValueError("tf32x3 has no kernels that read grad_y through a ReLU mask")
+    dgrad = _plan_input_gradient(s, big, slice_depth, masked=relu, tensor_cores=kind == "tf32x3")
+    masked = "_masked" if relu else ""
     if bm is not None:
         koff = _filter_offsets(Cg, (H, W), (KH, KW), s.dilation)
         if kind == "tf32x3":  # three blocks of 64 rows (one of 128) fit a multiprocessor at 168 registers
@@ -665,16 +689,29 @@ def _plan_implicit_gemm(
             wgrad = rt.kernel("implicit_gemm_tf32x3.cu", f"conv2d_tf32x3_wgrad@{bm}", s.dtype)
         else:
             splits = _wgrad_splits(s, bm, BIG_BN, 256 // bm)
-            wgrad = rt.kernel("implicit_gemm_big.cu", f"conv2d_igemm_wgrad@{bm}", s.dtype)
+            wgrad = rt.kernel(f"implicit_gemm_big{masked}.cu", f"conv2d_igemm_wgrad{masked}@{bm}", s.dtype)
         wblock = (2 * bm,)
         wgrid = (math.ceil(kd / BIG_BN), math.ceil(Mg / bm), splits * G)
         wargs = (koff, *rt.i32(splits), *p)
     else:
         splits = _wgrad_splits(s, GEMM_BM, GEMM_BN, 4)
-        wgrad = rt.kernel("implicit_gemm.cu", "conv2d_wgrad_implicit_gemm", s.dtype, overrides=slice_depth)
+        wgrad = rt.kernel(
+            f"implicit_gemm{masked}.cu", f"conv2d_wgrad_implicit_gemm{masked}", s.dtype, overrides=slice_depth
+        )
         wgrid = (math.ceil(kd / GEMM_BN), math.ceil(Mg / GEMM_BM), splits * G)
         wargs = (*rt.i32(splits), *p)
         wblock = (256,)
+
+    if relu:
+
+        def backward_through_relu(grad_y, x, w, grad_x, grad_w, grad_b, relu_output):
+            dgrad(grad_y, w, grad_x, relu_output)
+            partial = cp.empty((splits, s.out_channels, kd), dtype=x.dtype)
+            wgrad(wgrid, wblock, (grad_y, relu_output, x, partial, *wargs))
+            partial.sum(axis=0, out=grad_w.reshape(s.out_channels, kd))
+            _grad_bias_masked(s, grad_y, relu_output, grad_b)
+
+        return backward_through_relu
 
     def backward(grad_y, x, w, grad_x, grad_w, grad_b):
         dgrad(grad_y, w, grad_x)
@@ -707,12 +744,15 @@ def _input_gradient_as_forward(s: ConvSpec) -> ConvSpec:
     )
 
 
-def _plan_input_gradient(s: ConvSpec, big: bool, overrides=(), tensor_cores: bool = False) -> Callable:
+def _plan_input_gradient(
+    s: ConvSpec, big: bool, overrides=(), masked: bool = False, tensor_cores: bool = False
+) -> Callable:
     """``dgrad(grad_y, w, grad_x)`` for an implicit-GEMM backward pass.
 
     ``overrides`` (fused_gemm's ``-D CS_GEMM_BK``) select the gather kernel's
     module; the stride-1 path plans the transposed problem with its own
-    defaults.
+    defaults. ``masked``: ``dgrad(grad_y, w, grad_x, relu_output)`` reads
+    grad_y through the ReLU output, in the same kernels' ``_masked`` variants.
 
     With stride 1 the input gradient is itself a convolution
     (:func:`_input_gradient_as_forward`), run by the forward kernel that suits
@@ -730,25 +770,100 @@ def _plan_input_gradient(s: ConvSpec, big: bool, overrides=(), tensor_cores: boo
         t = _input_gradient_as_forward(s)
         if Cg <= REGISTER_TILES[-1] and _check_tiled(t, "register_tiled") is True:
             name = "register_tiled"
-        elif tensor_cores and _check_tf32x3(t, "forward") is True:
+        elif tensor_cores and not masked and _check_tf32x3(t, "forward") is True:
             name = "tf32x3"
         else:
             name = "igemm_big" if big else "fused_gemm"
+
+        def flipped(w):
+            """The filters of the transposed problem."""
+            return cp.ascontiguousarray(w.reshape(G, Mg, Cg, KH, KW).transpose(0, 2, 1, 3, 4)[..., ::-1, ::-1])
+
+        if masked:
+            conv_masked = _plan_forward_masked(t, name)
+
+            def dgrad_as_conv_masked(grad_y, w, grad_x, relu_output):
+                conv_masked(grad_y, relu_output, flipped(w).reshape(t.w_shape), grad_x)
+
+            return dgrad_as_conv_masked
         conv = RECORDS[name].build(t, "forward")  # the hand-chosen parameters of the transposed problem
 
         def dgrad_as_conv(grad_y, w, grad_x):
-            flipped = cp.ascontiguousarray(w.reshape(G, Mg, Cg, KH, KW).transpose(0, 2, 1, 3, 4)[..., ::-1, ::-1])
-            conv(grad_y, flipped.reshape(t.w_shape), None, grad_x)
+            conv(grad_y, flipped(w).reshape(t.w_shape), None, grad_x)
 
         return dgrad_as_conv
-    fn = rt.kernel("implicit_gemm.cu", "conv2d_dgrad_implicit_gemm", s.dtype, overrides=overrides)
+    suffix = "_masked" if masked else ""
+    fn = rt.kernel(f"implicit_gemm{suffix}.cu", f"conv2d_dgrad_implicit_gemm{suffix}", s.dtype, overrides=overrides)
     grid = (math.ceil(s.batch * math.prod(s.in_size) / GEMM_BN), math.ceil(Cg / GEMM_BM), G)
     p = _params(s)
+    if masked:
+        return lambda grad_y, w, grad_x, relu_output: fn(grid, (256,), (grad_y, relu_output, w, grad_x, *p))
     return lambda grad_y, w, grad_x: fn(grid, (256,), (grad_y, w, grad_x, *p))
+
+
+def _plan_forward_masked(spec: ConvSpec, algorithm: str) -> Callable:
+    """``run(x, xmask, w, out)``: the forward kernel of ``algorithm`` (hand-chosen parameters, no bias)
+    reading x through the ReLU mask ``xmask`` (x's shape).
+
+    The stride-1 input gradient through a ReLU (x is grad_y, xmask the
+    layer's ReLU output); the geometry is that of the record's own forward plan.
+    """
+    s = spec.as_2d()
+    p = _params(s)
+    G, Mg = s.groups, s.out_channels_per_group
+    if algorithm == "register_tiled":
+        params = _tiled_params(s, algorithm)
+        geo, mt = _tile_geometry(s, algorithm, params), params["mt"]
+        grid, block, smem = (s.batch * G, geo["tiles"], math.ceil(Mg / mt)), geo["block"], geo["smem"]
+        overrides = (("CS_RT_PX", params["px"]),)
+        fn = rt.kernel("conv2d_masked.cu", f"conv2d_register_tiled_masked@{mt}", s.dtype, overrides=overrides)
+
+        def launch(x, xmask, w, bias, out):
+            fn(grid, block, (x, xmask, w, bias, out, *p), shared_mem=smem)
+
+    elif algorithm == "igemm_big":
+        bm, n = _big_rows(Mg), s.batch * math.prod(s.out_size)
+        koff = _filter_offsets(s.channels_per_group, s.in_size, s.kernel_size, s.dilation)
+        grid = (math.ceil(n / BIG_BN), math.ceil(Mg / bm), G)
+        fn = rt.kernel("implicit_gemm_big_masked.cu", f"conv2d_igemm_fwd_masked@{bm}", s.dtype)
+
+        def launch(x, xmask, w, bias, out):
+            fn(grid, (2 * bm,), (x, xmask, w, bias, out, koff, *p))
+
+    else:  # fused_gemm, default reduction slice
+        n = s.batch * math.prod(s.out_size)
+        grid = (math.ceil(n / GEMM_BN), math.ceil(Mg / GEMM_BM), G)
+        fn = rt.kernel("implicit_gemm_masked.cu", "conv2d_implicit_gemm_masked", s.dtype)
+
+        def launch(x, xmask, w, bias, out):
+            fn(grid, (256,), (x, xmask, w, bias, out, *p))
+
+    zero = []  # the device's zero bias, looked up once (as _with_bias)
+
+    def run(x, xmask, w, out):
+        if not zero:
+            zero.append(rt.zeros(s.out_channels, x.dtype))
+        launch(x, xmask, w, zero[0], out)
+
+    return run
 
 
 #: Forward algorithms whose kernel can apply ReLU in its epilogue (``activation="relu"``).
 FUSED_RELU = ("fused_gemm", "igemm_big", "tf32x3")
+
+#: Backward algorithms whose every grad_y load (dX, dW and the db reduction)
+#: can read through the ReLU output (``relu_output=``): :func:`plan_backward_relu`.
+#: The cuBLAS ones (pointwise_gemm, im2col_gemm) multiply grad_y inside cuBLAS,
+#: where no mask can be applied: they take a masked copy as before.
+FUSED_RELU_MASK = (
+    "fused_gemm",
+    "igemm_big",
+    "depthwise",
+    "wgrad_atomic",
+    "wgrad_shuffle",
+    "wgrad_registers",
+    "wgrad_padded",
+)
 
 
 def plan_forward_relu(spec: ConvSpec, algorithm: str, params: dict | None = None) -> Launch:
@@ -768,6 +883,29 @@ def plan_forward_relu(spec: ConvSpec, algorithm: str, params: dict | None = None
         bm=resolved.get("bm"),
         bk=resolved.get("bk", GEMM_BK),
         kind="tf32x3" if algorithm == "tf32x3" else "simt",
+    )
+
+
+def plan_backward_relu(spec: ConvSpec, algorithm: str, params: dict | None = None) -> Launch:
+    """The backward launch of a :data:`FUSED_RELU_MASK` algorithm that reads grad_y through the ReLU output.
+
+    ``launch(grad_y, x, w, grad_x, grad_w, grad_b, relu_output)``: every load
+    of grad_y in the dX and dW kernels, and the db reduction, reads
+    ``0 if relu_output <= 0 else grad_y`` (``relu_output`` of grad_y's shape
+    and dtype, contiguous), so no masked copy of grad_y is made. ``params``
+    sets the algorithm's tunables as for the plain backward plan.
+    """
+    if algorithm not in FUSED_RELU_MASK:
+        raise ValueError(
+            f"{algorithm!r} does not read grad_y through a ReLU mask; those that do: {', '.join(FUSED_RELU_MASK)}"
+        )
+    resolved = RECORDS[algorithm].resolve(spec, "backward", params)
+    if algorithm in LADDER:
+        return _plan_ladder(algorithm)(spec, "backward", masked=True)
+    if algorithm == "depthwise":
+        return _plan_depthwise(spec, "backward", resolved, masked=True)
+    return _plan_implicit_gemm(
+        spec, "backward", algorithm == "igemm_big", relu=True, bm=resolved.get("bm"), bk=resolved.get("bk", GEMM_BK)
     )
 
 
@@ -812,15 +950,19 @@ def _check_ladder(step: str):
     return check
 
 
-def ladder_weight_gradient(spec: ConvSpec, step: str) -> Callable:
-    """``wgrad(grad_y, x, grad_w)``: the weight gradient of ladder ``step`` alone (zeroes grad_w, then adds)."""
+def ladder_weight_gradient(spec: ConvSpec, step: str, masked: bool = False) -> Callable:
+    """``wgrad(grad_y, x, grad_w)``: the weight gradient of ladder ``step`` alone (zeroes grad_w, then adds).
+
+    ``masked``: ``wgrad(grad_y, x, grad_w, relu_output)`` reads grad_y through
+    the ReLU output (the step's ``_masked`` kernel).
+    """
     cp = rt.cupy()
     s = spec.as_2d()
     (Ho, Wo), (KH, KW) = s.out_size, s.kernel_size
-    name, p = LADDER[step], _params(s)
+    name, p = LADDER[step] + ("_masked" if masked else ""), _params(s)
     if step in ("wgrad_registers", "wgrad_padded"):
         name = f"{name}@{KH}"
-    fn = rt.kernel("wgrad_ladder.cu", name, s.dtype)
+    fn = rt.kernel("wgrad_ladder_masked.cu" if masked else "wgrad_ladder.cu", name, s.dtype)
     rows = s.out_channels * s.channels_per_group
     pad = None
     if step == "wgrad_padded":
@@ -834,19 +976,28 @@ def ladder_weight_gradient(spec: ConvSpec, step: str) -> Callable:
     else:
         grid = (math.ceil(Ho * Wo / THREADS), rows, KH * KW)
 
-    def wgrad(grad_y, x, grad_w):
+    def wgrad(grad_y, x, grad_w, relu_output=None):
         grad_w.fill(0)  # the blocks add into it
         xin = x if pad is None else cp.pad(x.reshape(s.x_shape), pad)  # the padded copy is part of step 4's cost
-        fn(grid, (THREADS,), (grad_y, xin, grad_w, *p))
+        operands = (grad_y, xin) if relu_output is None else (grad_y, relu_output, xin)
+        fn(grid, (THREADS,), (*operands, grad_w, *p))
 
     return wgrad
 
 
 def _plan_ladder(step: str):
-    def plan(spec: ConvSpec, direction: str) -> Launch:
+    def plan(spec: ConvSpec, direction: str, masked: bool = False) -> Launch:
         s = spec.as_2d()
-        dgrad = _plan_input_gradient(s, big=False)
-        wgrad = ladder_weight_gradient(s, step)
+        dgrad = _plan_input_gradient(s, big=False, masked=masked)
+        wgrad = ladder_weight_gradient(s, step, masked=masked)
+        if masked:
+
+            def backward_through_relu(grad_y, x, w, grad_x, grad_w, grad_b, relu_output):
+                dgrad(grad_y, w, grad_x, relu_output)
+                wgrad(grad_y, x, grad_w, relu_output)
+                _grad_bias_masked(s, grad_y, relu_output, grad_b)
+
+            return backward_through_relu
 
         def backward(grad_y, x, w, grad_x, grad_w, grad_b):
             dgrad(grad_y, w, grad_x)
@@ -985,7 +1136,8 @@ def _constraint_depthwise(spec: ConvSpec, direction: str, params) -> Verdict:
     return True
 
 
-def _plan_depthwise(spec: ConvSpec, direction: str, params: dict) -> Launch:
+def _plan_depthwise(spec: ConvSpec, direction: str, params: dict, masked: bool = False) -> Launch:
+    """The depthwise forward, or backward (``masked``: grad_y read through a seventh operand, the ReLU output)."""
     s = spec.as_2d()
     p = _params(s)
     k, st = _depthwise_fixed(s)
@@ -998,14 +1150,25 @@ def _plan_depthwise(spec: ConvSpec, direction: str, params: dict) -> Launch:
         blocks = (rt.grid_stride_blocks(total),)
         return _with_bias(s, lambda x, w, bias, out: fn(blocks, (THREADS,), (x, w, bias, out, *p)))
     cp = rt.cupy()
-    dgrad = rt.kernel("depthwise.cu", f"depthwise_grad_input@{k},{st}", s.dtype)
+    suffix = "_masked" if masked else ""
+    dgrad = rt.kernel(f"depthwise{suffix}.cu", f"depthwise_grad_input{suffix}@{k},{st}", s.dtype)
     dblocks = (rt.grid_stride_blocks(s.batch * s.in_channels * H * W),)
     kmax = next(km for km in DEPTHWISE_WGRAD_KMAX if km >= max(s.kernel_size))
-    wgrad = rt.kernel("depthwise.cu", f"depthwise_grad_weight@{kmax}", s.dtype)
+    wgrad = rt.kernel(f"depthwise{suffix}.cu", f"depthwise_grad_weight{suffix}@{kmax}", s.dtype)
     rows = s.batch * Ho
     # Enough (channel, chunk) blocks to fill the device, each summing >= 4096 outputs.
     chunks = max(1, min(math.ceil(8 * rt.sm_count() / s.out_channels), math.ceil(rows * Wo / 4096), rows, GRID_YZ_MAX))
     taps = math.prod(s.kernel_size)
+    if masked:
+
+        def backward_through_relu(grad_y, x, w, grad_x, grad_w, grad_b, relu_output):
+            dgrad(dblocks, (THREADS,), (grad_y, relu_output, w, grad_x, *p))
+            partial = cp.empty((chunks, s.out_channels, taps), dtype=x.dtype)
+            wgrad((s.out_channels, chunks), (THREADS,), (grad_y, relu_output, x, partial, *rt.i32(chunks), *p))
+            partial.sum(axis=0, out=grad_w.reshape(s.out_channels, taps))
+            _grad_bias_masked(s, grad_y, relu_output, grad_b)
+
+        return backward_through_relu
 
     def backward(grad_y, x, w, grad_x, grad_w, grad_b):
         dgrad(dblocks, (THREADS,), (grad_y, w, grad_x, *p))

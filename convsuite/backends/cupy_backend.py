@@ -44,7 +44,10 @@ The weight-gradient ladder of the "Optimizing a CNN in CUDA" write-up
 is pinnable only: it sums with atomics (not bit-reproducible), so its
 records say ``deterministic=False`` and neither auto's rule nor measured
 selection (autotune, ``cs.tune``) ever picks it. ``activation="relu"`` is fused into the epilogue of ``fused_gemm``,
-``igemm_big`` and ``tf32x3`` (:meth:`CupyBackend.fuses_activation`).
+``igemm_big`` and ``tf32x3`` (:meth:`CupyBackend.fuses_activation`); ``relu_output=`` (the
+gradient through that ReLU) into every grad_y load of the backward kernels of
+``fused_gemm``, ``igemm_big``, ``depthwise`` and the dW ladder, db included
+(:meth:`CupyBackend.fuses_relu_mask`), instead of a masked copy of grad_y.
 """
 
 from __future__ import annotations
@@ -59,10 +62,12 @@ from . import _cupy_runtime as rt
 from ._cupy_algorithms import (
     ALGORITHMS,
     FUSED_RELU,
+    FUSED_RELU_MASK,
     ONE_D_ALGORITHMS,
     RECORDS,
     TWO_D_ALGORITHMS,
     _depthwise_fixed,
+    plan_backward_relu,
     plan_forward_relu,
 )
 from ._cupy_rule import choose
@@ -217,7 +222,9 @@ class CupyBackend(Backend):
 
         ``params`` sets some of the algorithm's tunable parameters (the rest
         take the hand-chosen defaults); ``direction`` ``"forward+relu"``
-        honours them too. Plans are cached per resolved parameter set, so
+        (ReLU in the epilogue) and ``"backward+relu"`` (grad_y read through
+        the ReLU output, a seventh operand: :meth:`fuses_relu_mask`) honour
+        them too. Plans are cached per resolved parameter set, so
         ``params=None`` and the defaults spelled out share one plan.
 
         Raises
@@ -227,7 +234,7 @@ class CupyBackend(Backend):
             value outside its allowed values.
         """
         record = RECORDS[algorithm]
-        resolved = record.resolve(spec, "forward" if direction == "forward+relu" else direction, params)
+        resolved = record.resolve(spec, direction.partition("+")[0], params)
         key = (spec, algorithm, direction, rt.device_id(), tuple(sorted(resolved.items())))
         with self._plans_lock:
             launch = self._plans.get(key)
@@ -236,6 +243,8 @@ class CupyBackend(Backend):
                 return launch
         if direction == "forward+relu":
             launch = plan_forward_relu(spec, algorithm, resolved)
+        elif direction == "backward+relu":
+            launch = plan_backward_relu(spec, algorithm, resolved)
         elif record.tunables:
             launch = record.plan(spec, direction, resolved)
         else:
@@ -250,6 +259,18 @@ class CupyBackend(Backend):
         """Whether ``algorithm``'s forward kernel applies ``activation`` in its epilogue (the implicit GEMMs, ReLU)."""
         return activation == "relu" and algorithm in FUSED_RELU
 
+    def fuses_relu_mask(self, spec: ConvSpec, algorithm: str) -> bool:
+        """Whether ``algorithm``'s backward kernels read grad_y through the ReLU output (``relu_output=``).
+
+        True for :data:`._cupy_algorithms.FUSED_RELU_MASK` (the implicit
+        GEMMs, depthwise, the dW ladder): their dX and dW kernels and the db
+        reduction apply ``0 if relu_output <= 0 else grad_y`` at every load,
+        so no masked copy of grad_y is written and read back. The cuBLAS
+        algorithms (``pointwise_gemm``, ``im2col_gemm``) cannot: the front
+        end masks grad_y before them.
+        """
+        return algorithm in FUSED_RELU_MASK
+
     def forward(self, spec, x, w, bias, out, algorithm, activation=None):
         """Run the plan of ``algorithm`` (with ``activation`` fused, see :meth:`fuses_activation`);
         running out of device memory is a ``MemoryError``.
@@ -263,10 +284,23 @@ class CupyBackend(Backend):
         except cp.cuda.memory.OutOfMemoryError as exc:
             raise MemoryError(f"GPU out of memory running {algorithm!r}: {exc}") from exc
 
-    def backward(self, spec, grad_y, x, w, grad_x, grad_w, grad_b, algorithm):
-        """Run the backward plan of ``algorithm``; running out of device memory is a ``MemoryError``."""
+    def backward(self, spec, grad_y, x, w, grad_x, grad_w, grad_b, algorithm, relu_output=None):
+        """Run the backward plan of ``algorithm``; running out of device memory is a ``MemoryError``.
+
+        ``relu_output`` (grad_y's shape and dtype, contiguous): the gradients
+        are taken through that ReLU, the mask applied inside the kernels
+        (:meth:`fuses_relu_mask`).
+        """
+        if relu_output is not None and not self.fuses_relu_mask(spec, algorithm):
+            raise ValueError(
+                f"`relu_output`: {algorithm!r} does not read grad_y through a ReLU mask (those that do: "
+                f"{', '.join(FUSED_RELU_MASK)}); mask grad_y before the kernel"
+            )
         cp = rt.cupy()
         try:
-            self.plan(spec, algorithm, "backward")(grad_y, x, w, grad_x, grad_w, grad_b)
+            if relu_output is None:
+                self.plan(spec, algorithm, "backward")(grad_y, x, w, grad_x, grad_w, grad_b)
+            else:
+                self.plan(spec, algorithm, "backward+relu")(grad_y, x, w, grad_x, grad_w, grad_b, relu_output)
         except cp.cuda.memory.OutOfMemoryError as exc:
             raise MemoryError(f"GPU out of memory in the backward pass ({algorithm!r}): {exc}") from exc

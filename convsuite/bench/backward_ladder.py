@@ -23,6 +23,11 @@ Three tables:
 * **Fused epilogue** (``--time``): forward with bias + ReLU in one kernel
   against the unfused pair (the same kernel, then an elementwise ReLU), on
   the ``cnn-train-3x3`` layers, for the implicit-GEMM algorithms.
+* **Backward through the ReLU** (``--time``): ``relu_output=`` with the mask
+  read inside the backward kernels (``plan_backward_relu``) against a masked
+  copy of grad_y then the plain backward (what the API does for a backend
+  that cannot fuse it), on the ``cnn-train-3x3`` layers, for every
+  deterministic algorithm of ``FUSED_RELU_MASK`` that runs them.
 
 Timing: CUDA events around each call, contenders interleaved round by round
 (a slow moment hits all alike), medians with the min-max spread; ratios are
@@ -45,7 +50,7 @@ from pathlib import Path
 from ..backends._cuda_sources import LADDER_KERNELS, compile_options, name_expression, source_dir
 from .workloads import seed_workloads
 
-__all__ = ["instruction_mix", "ablation", "fused_relu", "print_ablation", "main", "LADDER_STEPS"]
+__all__ = ["instruction_mix", "ablation", "fused_relu", "masked_backward", "print_ablation", "main", "LADDER_STEPS"]
 
 LADDER_STEPS = ("wgrad_atomic", "wgrad_shuffle", "wgrad_registers", "wgrad_padded")
 WORKLOADS = ("cnn-train-3x3", "ece408-fa19", "ece408-fa21")
@@ -69,6 +74,12 @@ MIX_KERNELS = (
     ("register_tiled (ECE408 dX)", "dX", "conv2d.cu", "conv2d_register_tiled@12"),
     ("igemm_big + ReLU", "fwd", "implicit_gemm_big.cu", "conv2d_igemm_fwd@64,1"),
     ("fused_gemm + ReLU", "fwd", "implicit_gemm.cu", "conv2d_implicit_gemm@1"),
+    # grad_y read through the ReLU output (relu_output=): the cost of the mask in the main loop
+    ("fused_gemm + ReLU mask", "dW", "implicit_gemm_masked.cu", "conv2d_wgrad_implicit_gemm_masked"),
+    ("igemm_big + ReLU mask", "dW", "implicit_gemm_big_masked.cu", "conv2d_igemm_wgrad_masked@64"),
+    ("fused_gemm + ReLU mask", "dX", "implicit_gemm_masked.cu", "conv2d_implicit_gemm_masked"),
+    ("igemm_big + ReLU mask", "dX", "implicit_gemm_big_masked.cu", "conv2d_igemm_fwd_masked@64"),
+    ("register_tiled + ReLU mask (ECE408 dX)", "dX", "conv2d_masked.cu", "conv2d_register_tiled_masked@12"),
 )
 
 _LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
@@ -392,6 +403,64 @@ def fused_relu(repeat: int = 15) -> list[dict]:
     return rows
 
 
+def _masked_pair(backend, spec, name: str, x, w, gy, relu_output, repeat: int) -> dict:
+    """Times of ``name``'s backward with the ReLU mask in its kernels and of a masked copy then the plain backward."""
+    import cupy as cp
+
+    from .. import _epilogue
+    from ..backends import _cupy_algorithms as algs
+
+    plain = backend.plan(spec, name, "backward")
+    fused = algs.plan_backward_relu(spec, name)
+    outs = {kind: (cp.empty_like(x), cp.empty_like(w), cp.empty(spec.out_channels, x.dtype)) for kind in ("f", "u")}
+
+    def unfused():
+        masked = _epilogue.mask_relu_gradient(gy, relu_output, cp)  # what the API does when the mask is not fused
+        plain(masked, x, w, *outs["u"])
+
+    times = _interleaved({"fused": lambda: fused(gy, x, w, *outs["f"], relu_output), "unfused": unfused}, repeat)
+    diff = max(
+        float(cp.abs(f - u).max() / (cp.abs(u).max() + 1e-30)) for f, u in zip(outs["f"], outs["u"])
+    )  # both outputs hold their last timed call's gradients
+    return dict(
+        algorithm=name,
+        fused_ms=times["fused"][0] * 1e3,
+        fused_spread=[t * 1e3 for t in times["fused"][1:]],
+        unfused_ms=times["unfused"][0] * 1e3,
+        unfused_spread=[t * 1e3 for t in times["unfused"][1:]],
+        speedup=times["unfused"][0] / times["fused"][0],
+        max_rel_diff=diff,
+    )
+
+
+def masked_backward(repeat: int = 15) -> list[dict]:
+    """Backward with relu_output, mask fused in the kernels vs masked grad_y then backward (cnn-train-3x3, float32)."""
+    import cupy as cp
+
+    import convsuite as cs
+
+    from ..backends import _cupy_algorithms as algs
+
+    backend = cs._registry.get_backend("cupy")
+    rs = cp.random.RandomState(2)
+    rows = []
+    for _, lname, B, C, M, H, W, K, pad in _layers(("cnn-train-3x3",), None):
+        x = rs.standard_normal((B, C, H, W), dtype=cp.float32)
+        w = rs.standard_normal((M, C, K, K), dtype=cp.float32)
+        relu_output = cs.conv2d(x, w, padding=pad, backend="cupy", activation="relu")  # about half zeros
+        gy = rs.standard_normal(relu_output.shape, dtype=cp.float32)
+        spec = cs.explain(x, w, padding=pad).spec
+        default = backend.choose_algorithm(spec, "backward")[0]
+        for name in algs.FUSED_RELU_MASK:
+            if algs.RECORDS[name].deterministic and backend.can_run(spec, name, "backward") is True:
+                row = _masked_pair(backend, spec, name, x, w, gy, relu_output, repeat)
+                layer = f"{lname} B={B} C={C} M={M} {H}x{W} K={K}"
+                rows.append(dict(layer=layer, default=name == default, **row))
+        x = w = gy = relu_output = None  # release this layer's buffers before the next
+        cp.get_default_memory_pool().free_all_blocks()
+    return rows
+
+
 def format_ablation(rows: list[dict]) -> str:
     lines = [
         "| workload | layer | algorithm | part | ms (median) | min-max | GFLOP/s | of peak | vs previous step |",
@@ -416,6 +485,22 @@ def format_fused(rows: list[dict]) -> str:
         lines.append(
             f"| {r['layer']} | {r['algorithm']} | {r['fused_ms']:.3f} | {r['unfused_ms']:.3f} | "
             f"{r['speedup']:.2f}x | {r['max_rel_diff']:.1e} |"
+        )
+    return "\n".join(lines)
+
+
+def format_masked(rows: list[dict]) -> str:
+    lines = [
+        "| layer | algorithm | mask in the kernels ms (min-max) | masked copy + backward ms (min-max) | speed-up "
+        "| max rel diff |",
+        "|" + "---|" * 6,
+    ]
+    for r in rows:
+        default = " (auto's)" if r["default"] else ""
+        (flo, fhi), (ulo, uhi) = r["fused_spread"], r["unfused_spread"]
+        lines.append(
+            f"| {r['layer']} | {r['algorithm']}{default} | {r['fused_ms']:.3f} ({flo:.3f}-{fhi:.3f}) | "
+            f"{r['unfused_ms']:.3f} ({ulo:.3f}-{uhi:.3f}) | {r['speedup']:.2f}x | {r['max_rel_diff']:.1e} |"
         )
     return "\n".join(lines)
 
@@ -470,11 +555,14 @@ def main(argv=None) -> int:
         print(f"peak: float32 cuBLAS SGEMM {ceilings.gemm_gflops:.0f} GFLOP/s, copy {ceilings.copy_gbs:.0f} GB/s\n")
         workloads = tuple(args.workload or WORKLOADS)
         results["fused_relu"] = fused_relu(repeat=max(args.repeat, 9)) if "cnn-train-3x3" in workloads else []
+        results["masked_backward"] = masked_backward(repeat=max(args.repeat, 9)) if "cnn-train-3x3" in workloads else []
         results["ablation"] = ablation(workloads, args.repeat, args.ece408_batch, ceilings.gemm_gflops)
         print("## Backward ablation (float32)\n")
         print(format_ablation(results["ablation"]) + "\n")
         print("## Fused forward + bias + ReLU vs the unfused pair (float32)\n")
-        print(format_fused(results["fused_relu"]))
+        print(format_fused(results["fused_relu"]) + "\n")
+        print("## Backward with relu_output: mask fused in the kernels vs masked grad_y then backward (float32)\n")
+        print(format_masked(results["masked_backward"]))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "backward_ladder.json").write_text(json.dumps(results, indent=1, default=str))
