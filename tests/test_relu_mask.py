@@ -219,7 +219,8 @@ def test_cupy_capability_lists_the_masked_algorithms():
     spec = cs.explain(np.ones((2, 8, 9, 9), np.float32), np.ones((12, 8, 3, 3), np.float32), padding=1).spec
     backward = [name for name, record in algs.RECORDS.items() if "backward" in record.directions]
     for name in backward:
-        assert backend.fuses_relu_mask(spec, name) == (name not in ("pointwise_gemm", "im2col_gemm")), name
+        # cuBLAS multiplies inside a library call; tf32x3 has no masked kernels (yet)
+        assert backend.fuses_relu_mask(spec, name) == (name not in ("pointwise_gemm", "im2col_gemm", "tf32x3")), name
     assert set(algs.FUSED_RELU_MASK) <= set(backward)
 
 
