@@ -168,25 +168,29 @@ def test_cupy_operands_and_the_backend_call(monkeypatch):
         assert_within(d.get(), ref, tol, f"grad_{name} (backend.backward)")
 
 
-def test_non_fusing_algorithms_mask_a_copy_first():
-    """pointwise_gemm and im2col_gemm multiply inside cuBLAS: they say so, and the masked copy keeps them right."""
+@pytest.mark.parametrize(
+    "algorithm, kernel", [("pointwise_gemm", 1), ("im2col_gemm", 1), ("im2col_gemm", 3), ("tf32x3", 3)]
+)
+def test_non_fusing_algorithms_mask_a_copy_first(algorithm, kernel):
+    """pointwise_gemm and im2col_gemm multiply inside cuBLAS, tf32x3 has no masked kernels: they say so,
+    and the masked copy keeps them right."""
     backend = cs._registry.get_backend("cupy")
     backward = [name for name, r in RECORDS.items() if "backward" in r.directions]
-    assert set(backward) - set(FUSED_RELU_MASK) == {"pointwise_gemm", "im2col_gemm"}
+    assert set(backward) - set(FUSED_RELU_MASK) == {"pointwise_gemm", "im2col_gemm", "tf32x3"}
     rng = np.random.default_rng(6)
-    x, w = rng.standard_normal((2, 8, 9, 10)).astype(np.float32), rng.standard_normal((12, 8, 1, 1))
+    x, w = rng.standard_normal((2, 8, 9, 10)).astype(np.float32), rng.standard_normal((12, 8, kernel, kernel))
     w = w.astype(np.float32)
-    spec = cs.explain(x, w).spec
-    y = _relu_output(rng, x, w, {})
+    kw = dict(padding=kernel // 2)
+    spec = cs.explain(x, w, **kw).spec
+    y = _relu_output(rng, x, w, kw)
     gy = rng.standard_normal(y.shape).astype(np.float32)
     masked = np.where(y <= 0, 0, gy)
-    for algorithm in ("pointwise_gemm", "im2col_gemm"):
-        assert not backend.fuses_relu_mask(spec, algorithm)
-        got = cs.conv2d_backward(gy, x, w, backend="cupy", algorithm=algorithm, relu_output=y)
-        for name, g, ref, tol in zip(
-            "xwb", got, reference_backward(spec, masked, x, w), backward_tolerances(spec, masked, x, w)
-        ):
-            assert_within(g, ref, tol, f"{algorithm} grad_{name} through relu (masked copy)")
+    assert not backend.fuses_relu_mask(spec, algorithm)
+    with cs.testing.poisoned_outputs():
+        got = cs.conv2d_backward(gy, x, w, backend="cupy", algorithm=algorithm, relu_output=y, **kw)
+    refs, tols = reference_backward(spec, masked, x, w), backward_tolerances(spec, masked, x, w)
+    for name, g, ref, tol in zip("xwb", got, refs, tols):
+        assert_within(g, ref, tol, f"{algorithm} grad_{name} through relu (masked copy)")
 
 
 def test_nonfinite_grad_y_under_the_mask_in_padding():

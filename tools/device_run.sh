@@ -37,14 +37,14 @@ IFS=+ read -r -a SECTIONS <<< "${1:-tests}"
 for SECTION in "${SECTIONS[@]}"; do
 case "$SECTION" in
 tests)
-  run pytest-gpu 230 python3 -m pytest -q -p no:cacheprovider -n 4 -m gpu tests/
+  run pytest-gpu 290 python3 -m pytest -q -p no:cacheprovider -n 4 -m gpu tests/
   grep -E "^(FAILED|ERROR)" "$LOGS/pytest-gpu.log" | head -20 | tee -a "$SUMMARY"
   run pytest-cupy-rows 120 python3 -m pytest -q -p no:cacheprovider -n 4 -k cupy \
     tests/test_agreement.py tests/test_reliability_nonfinite.py tests/test_epilogue.py tests/test_plans.py
   grep -E "^(FAILED|ERROR)" "$LOGS/pytest-cupy-rows.log" | head -20 | tee -a "$SUMMARY"
-  run memcheck 100 compute-sanitizer --tool memcheck python3 tools/gpu_smoke.py
+  run memcheck 110 compute-sanitizer --tool memcheck python3 tools/gpu_smoke.py
   grep -E "ERROR SUMMARY|WRONG" "$LOGS/memcheck.log" | head -3 | tee -a "$SUMMARY"
-  run racecheck 100 compute-sanitizer --tool racecheck python3 tools/gpu_smoke.py
+  run racecheck 170 compute-sanitizer --tool racecheck python3 tools/gpu_smoke.py
   grep -E "RACECHECK SUMMARY|ERROR SUMMARY|WRONG" "$LOGS/racecheck.log" | head -3 | tee -a "$SUMMARY"
   ;;
 bench)
