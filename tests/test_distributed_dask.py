@@ -414,3 +414,20 @@ def test_blocks_in_place_on_the_cluster_equal_the_single_array_call(client):
     x, w = rng.standard_normal(30_000).astype(np.float32), rng.standard_normal(31).astype(np.float32)
     y = cs.conv1d(da.from_array(x, chunks=4_000), w, padding="same", stride=3, backend="cython")
     np.testing.assert_array_equal(y.compute(), cs.conv1d(x, w, padding="same", stride=3, backend="cython"))
+
+
+@pytest.mark.parametrize(
+    "keywords", [dict(padding="same"), dict(padding="full", stride=2), dict(padding=((3, 11),), dilation=2)]
+)
+def test_blocks_in_place_keep_non_finite_values_where_the_single_call_has_them(keywords, in_place_blocks):
+    # inf/NaN at chunk edges, in halos and at the signal's ends, and inf weights
+    # meeting the padding (the IEEE fix-up runs on each part's own padding).
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal(500).astype(np.float32), rng.standard_normal(9).astype(np.float32)
+    x[[0, 3, 99, 100, 101, 250, 499]] = [np.inf, np.nan, -np.inf, np.nan, np.inf, np.nan, np.inf]
+    w[[0, 8]] = [np.inf, -np.inf]
+    want = cs.conv1d(x, w, backend="cython", **keywords)
+    with dask.config.set(scheduler="synchronous"):
+        got = cs.conv1d(da.from_array(x, chunks=100), w, backend="cython", **keywords).compute()
+    np.testing.assert_array_equal(got, want)  # NaN where the single call has NaN, and only there
+    assert in_place_blocks["taken"] == in_place_blocks["tried"] > 0

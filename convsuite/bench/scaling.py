@@ -19,7 +19,8 @@ Every figure is a median of interleaved repeats within this one run (see
 first-named contender is faster. Every result is checked against the
 float64 reference before it is timed. The table is printed and written to
 ``DIR/scaling-<date>.md`` and ``.json`` (default ``docs/measurements``).
-:func:`scaling_rows` returns the rows for other front ends (``convsuite compare``).
+:func:`scaling_rows` returns the rows for other front ends (``convsuite compare --scaling``,
+:mod:`convsuite.bench.scaling_view`).
 """
 
 from __future__ import annotations
