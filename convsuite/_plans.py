@@ -297,8 +297,38 @@ class Plan:
         """Fresh output buffers on the backend's device."""
         return [_buffers.empty(shape, self.dtype, self._xp_out) for shape in self._out_shapes]
 
-    def run_forward(self, x, w, bias):
-        """Run on operands whose shapes, dtypes and types match the plan (unchecked)."""
+    @property
+    def accepts_out(self) -> bool:
+        """Whether :meth:`run_forward` can write into a caller's ``out``: the result stays on the backend's device."""
+        return self.direction == "forward" and self._to_caller is None
+
+    def _check_out(self, out):
+        """``out`` as the canonical output buffer; ValueError/TypeError naming what it must be."""
+        if not self.accepts_out:
+            raise ValueError(
+                f"`out` needs the operands on the {self.backend.name} backend's device (this plan moves "
+                "them there and back); pass none"
+            )
+        kind = self._xp_out.ndarray
+        if type(out) is not kind:
+            raise TypeError(f"`out` must be a {kind.__module__}.{kind.__name__}; got {type(out).__name__}")
+        if tuple(out.shape) not in (self._user_y_shape, self.spec.y_shape):
+            raise ValueError(f"`out` must have shape {self._user_y_shape} for this plan; got {tuple(out.shape)}")
+        if out.dtype != self.dtype:
+            raise TypeError(f"`out` must have dtype {self.dtype} for this plan; got {out.dtype}")
+        if not out.flags.c_contiguous:
+            raise ValueError("`out` must be C-contiguous (the backends write it as one block); got a strided view")
+        return out.reshape(self.spec.y_shape)
+
+    def run_forward(self, x, w, bias, out=None):
+        """Run on operands whose shapes, dtypes and types match the plan (unchecked).
+
+        ``out``, if given, is where the result is written (and what is
+        returned): a C-contiguous array of the output's shape (the caller's
+        layout or the canonical ``(B, M, ...)``) and the plan's dtype, of the
+        backend's array type, sharing no memory with the operands; only for
+        plans that need no transfer (:attr:`accepts_out`). Checked.
+        """
         # The hot path: written out rather than through _operand, one call per call saved.
         contiguous, dtype = self._xp_in.ascontiguousarray, self.dtype
         if self._large:
@@ -318,12 +348,20 @@ class Plan:
         if self.layout != "batched":
             x = x.reshape(self.spec.x_shape)
             w = w.reshape(self.spec.w_shape)
-        out = _buffers.empty(self._out_shapes[0], dtype, self._xp_out)
+        if out is None:
+            out = _buffers.empty(self._out_shapes[0], dtype, self._xp_out)
+            given = None
+        else:
+            given, out = out, self._check_out(out)
+            if any(a is not None and self._xp_out.may_share_memory(out, a) for a in (x, w, bias)):
+                raise ValueError("`out` must not share memory with x, w or bias (the kernel reads them as it writes)")
         _instrument.run_kernel(self.backend, self._launch, x, w, bias, out)
         if self._padded:
             _nonfinite.fix_forward(self.spec, w, out, self._xp_out)
         if self._activation is not None:  # not fused into the kernel: one elementwise pass
             _epilogue.apply_activation(self._activation, out, self._xp_out)
+        if given is not None:
+            return given
         if self.layout != "batched":
             out = out.reshape(self._user_y_shape)
         return out if self._to_caller is None else self._to_caller(out)

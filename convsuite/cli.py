@@ -128,9 +128,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from convsuite.bench.compare import check_request, run_comparison
     from convsuite.bench.report import print_ratios, print_table
 
+    if args.scaling is not None:
+        return cmd_scaling(args)
     workload = args.workload or "default"
     # Every argument is checked here, before the first measurement.
     try:
+        if args.quick:
+            raise ValueError("--quick sizes the --scaling sections; give it with --scaling")
         cases = _user_cases(args)
         request = check_request(
             workload, args.backends, not args.no_anchors, args.baseline, args.out, args.device, cases, args.compare_to
@@ -181,6 +185,74 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for r in wrong:
         _print(f"WRONG: {r.contender} on {r.case}: {r.reason}", err=True)
     return 1 if wrong else 0
+
+
+#: compare's options that describe what --scaling does not measure, with their defaults.
+_NOT_FOR_SCALING = dict(
+    workload=None,
+    op=None,
+    x=None,
+    w=None,
+    stride=None,
+    padding=None,
+    dilation=None,
+    groups=None,
+    no_bias=False,
+    direction="forward",
+    cases=None,
+    sweep=None,
+    backends=None,
+    dtype="float32",
+    device="cpu",
+    baseline=None,
+    no_anchors=False,
+    compare_to=None,
+)
+
+
+def _check_scaling_request(args: argparse.Namespace):
+    """The output folder of a --scaling run; ValueError naming any option that does not apply."""
+    import importlib.util
+
+    from convsuite.bench.compare import check_output_dir
+
+    stray = [f"--{k.replace('_', '-')}" for k, default in _NOT_FOR_SCALING.items() if getattr(args, k) != default]
+    if stray:
+        raise ValueError(
+            f"--scaling measures its own cases (float32, on the CPU cores, workers and GPUs it names); "
+            f"leave out {', '.join(stray)}"
+        )
+    if "dask" in args.scaling and importlib.util.find_spec("distributed") is None:
+        raise ValueError("--scaling dask needs Dask's distributed scheduler: pip install 'convsuite[dask]'")
+    return None if args.out is None else check_output_dir(args.out)
+
+
+def cmd_scaling(args: argparse.Namespace) -> int:
+    """``compare --scaling``: the chosen scaling sections, workers on one axis; writes scaling.{json,csv,md}."""
+    from convsuite.bench.scaling_view import COLUMNS, run_scaling, table_cells
+
+    try:
+        out = _check_scaling_request(args)
+    except ValueError as exc:
+        _print(f"convsuite compare: error: {exc}", err=True)
+        return EXIT_USAGE
+    try:
+        points, meta = run_scaling(args.scaling, quick=args.quick, repeat=args.repeat, out=out)
+    except OSError as exc:  # the folder was writable a moment ago; say what failed, in one line
+        _print(f"convsuite compare: error: could not write the reports: {exc}", err=True)
+        return EXIT_USAGE
+    size = "quick sizes (a smoke run)" if args.quick else "full sizes"
+    _table(
+        f"scaling: {', '.join(args.scaling)}, {size}, on {meta['machine']['cpu']} "
+        f"(load {meta['load_average_before']:.1f} before, {meta['load_average_after']:.1f} after)",
+        list(COLUMNS),
+        [table_cells(p) for p in points],
+    )
+    if not points:
+        _print("note: no section produced a row (see the lines above for why)")
+    if "files" in meta:
+        _print("written: " + ", ".join(meta["files"].values()))
+    return 0
 
 
 def _tunables_rows(backend) -> list[list[str]]:
@@ -295,6 +367,18 @@ def _backend_list(text: str) -> list[str]:
     return names
 
 
+def _section_list(text: str) -> list[str]:
+    """``--scaling``'s comma-separated sections, each one of joblib, dask, gpus."""
+    from convsuite.bench.scaling import SECTIONS
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SECTIONS]
+    if not names or unknown:
+        got = ", ".join(map(repr, unknown)) if unknown else repr(text)
+        raise argparse.ArgumentTypeError(f"must be a comma-separated list of {', '.join(SECTIONS)}; got {got}")
+    return list(dict.fromkeys(names))
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -359,6 +443,21 @@ def _add_compare(sub) -> None:
         "--baseline", default=None, help="contender the speedups are relative to (default: numpy on cpu, cuDNN on gpu)"
     )
     how.add_argument("--no-anchors", action="store_true", help="leave out torch / numpy / scipy rows")
+    scaling = compare.add_argument_group("scaling (workers, threads or GPUs on one axis; instead of the above)")
+    scaling.add_argument(
+        "--scaling",
+        metavar="SECTIONS",
+        type=_section_list,
+        nargs="?",
+        const="joblib,dask,gpus",
+        default=None,
+        help="measure how these scale: joblib (threads over the Cython kernels, ECE408 layers), dask "
+        "(1 and 2 worker processes, a 1-D signal of 1e8), gpus (1 and 2 GPUs, ECE408 batch); "
+        "comma-separated, default all; --repeat and --out apply",
+    )
+    scaling.add_argument(
+        "--quick", action="store_true", help="with --scaling: small problems (a smoke run, not figures to report)"
+    )
     out = compare.add_argument_group("output")
     out.add_argument("--out", default="compare-out", help="folder for the reports (default compare-out)")
     out.add_argument(

@@ -288,13 +288,146 @@ def test_chunks_run_under_the_task_thread_count(monkeypatch):
         seen.append(cs.get_num_threads())
         return np.zeros((1, 1, 4))
 
+    def in_place(*args):
+        seen.append(cs.get_num_threads())
+        return np.zeros((1, 1, 4))
+
     monkeypatch.setattr(_api, "conv1d", conv1d)
+    monkeypatch.setattr(_blocks, "_forward_in_place", in_place)
     monkeypatch.setattr(_blocks, "_in_dask_worker", lambda: True)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     geometry = _blocks.BlockGeometry(ndim=1, padding=((0, 0),), out_size=(4,), keywords={})
-    operands = _blocks.Operands(w=np.ones((1, 1, 1)))
-    _blocks.forward_block([np.ones((1, 1, 4))], geometry, operands, 1)
+    glued = (_blocks.Operands(w=np.ones((1, 2, 1))), np.ones((1, 2, 4)))  # two channels: one glued call
+    alone = (_blocks.Operands(w=np.ones((1, 1, 1))), np.ones((1, 1, 4)))  # one channel: in place
+    for operands, x in (glued, alone):
+        _blocks.forward_block([x], geometry, operands, 1)
     monkeypatch.setenv("OMP_NUM_THREADS", "2")  # a cluster configured for two threads per task
-    _blocks.forward_block([np.ones((1, 1, 4))], geometry, operands, 1)
-    assert seen == [1, min(2, cs._threads.max_threads())]
+    for operands, x in (glued, alone):
+        _blocks.forward_block([x], geometry, operands, 1)
+    two = min(2, cs._threads.max_threads())
+    assert seen == [1, 1, two, two]
     assert cs.get_num_threads() == cs._threads.max_threads()  # only inside the task
+
+
+# --- blocks computed in place (no glued slab) ---------------------------------------
+# One batch element and one channel in and out, 1-D or rows-only 2-D: the block's
+# interior is computed from a view of its chunk straight into its output, the edges
+# from small glued slabs. Each row: (x shape, w shape, keywords, chunks, how many
+# blocks take the in-place path: "all", "some" or "none").
+IN_PLACE = [
+    ((1001,), (31,), dict(padding="same"), (100,), "all"),  # the last chunk (1 sample) owns no output
+    ((1, 1, 1000), (1, 1, 5), dict(stride=3, padding=2), (1, 1, 137), "all"),  # stride does not divide chunk
+    ((500,), (7,), dict(dilation=3, padding="full", stride=2), (50,), "all"),
+    ((400,), (9,), dict(padding="same", stride=4), ((90, 130, 7, 173),), "some"),  # uneven, a chunk < reach
+    ((1, 1, 300), (1, 1, 3), dict(padding=((5, 9),), stride=2), (1, 1, 31), "all"),  # per-side pairs
+    ((200,), (3,), dict(padding=((0, 7),), stride=5), (40,), "some"),  # a tail of pure padding
+    ((64,), (3,), dict(padding=1), (4,), "all"),  # tiny chunks
+    ((300,), (61,), dict(padding="same"), (20,), "none"),  # kernel wider than a chunk
+    ((1, 1, 60, 17), (1, 1, 5, 3), dict(stride=(2, 1), padding="same"), (1, 1, 13, 17), "all"),
+    ((61, 20), (3, 3), dict(dilation=(2, 1), padding="full", stride=(3, 2)), (9, 20), "all"),
+    ((1, 1, 30, 20), (1, 1, 3, 3), dict(padding=1), (1, 1, 10, 10), "none"),  # columns split too
+    ((1, 3, 100), (1, 3, 5), dict(padding=2), (1, 3, 25), "none"),  # three channels in
+]
+
+
+@pytest.fixture
+def in_place_blocks(monkeypatch):
+    """Count the blocks computed in place (``taken``) among those that tried (``tried``)."""
+    from convsuite.distributed import _blocks
+
+    counts = dict(taken=0, tried=0)
+    original = _blocks._forward_in_place
+
+    def counting(*args, **kwargs):
+        out = original(*args, **kwargs)
+        counts["tried"] += 1
+        counts["taken"] += out is not None
+        return out
+
+    monkeypatch.setattr(_blocks, "_forward_in_place", counting)
+    return counts
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("x_shape, w_shape, keywords, chunks, expected", IN_PLACE)
+def test_blocks_in_place_equal_the_single_array_call(
+    x_shape, w_shape, keywords, chunks, expected, dtype, in_place_blocks
+):
+    ndim = len(w_shape) - 2 if len(w_shape) > 2 else len(w_shape)
+    rng = np.random.default_rng(len(x_shape) * 1000 + x_shape[-1])
+    x = rng.standard_normal(x_shape).astype(dtype)
+    w = rng.standard_normal(w_shape).astype(dtype)
+    b = rng.standard_normal(w_shape[0]).astype(dtype) if len(w_shape) == ndim + 2 else None
+    with dask.config.set(scheduler="synchronous"):  # in this process: outputs are poisoned (NaN) here
+        y = FORWARD[ndim](da.from_array(x, chunks=chunks), w, b, backend="cython", **keywords)
+        # Bit for bit: the interior, the edges and the single call run the same kernel on the same taps.
+        np.testing.assert_array_equal(y.compute(), FORWARD[ndim](x, w, b, backend="cython", **keywords))
+        blocks = y.npartitions
+        taken = in_place_blocks["taken"]
+        assert {"all": taken == blocks, "some": 0 < taken < blocks, "none": taken == 0}[expected], (
+            f"{taken} of {blocks} blocks in place, expected {expected}"
+        )
+        # The default settings ("auto" on each block) against the float64 reference.
+        got = FORWARD[ndim](da.from_array(x, chunks=chunks), w, b, **keywords).compute()
+    spec = _spec(ndim, x, w, b, keywords)
+    assert_within(got.reshape(spec.y_shape), reference_forward(spec, x, w, b), forward_tolerance(spec, x, w, b), "auto")
+
+
+def test_random_signals_in_place_equal_the_single_array_call(in_place_blocks):
+    @settings(max_examples=40)
+    @given(data=st.data())
+    def run(data):
+        n = data.draw(st.integers(1, 300), label="n")
+        kernel = data.draw(st.integers(1, 40), label="kernel")
+        stride, dilation = data.draw(st.integers(1, 4), label="stride"), data.draw(st.integers(1, 3), label="dilation")
+        padding = data.draw(
+            st.one_of(
+                st.sampled_from(["valid", "same", "full"]),
+                st.integers(0, 20),
+                st.tuples(st.tuples(st.integers(0, 20), st.integers(0, 20))),
+            ),
+            label="padding",
+        )
+        cuts = sorted(data.draw(st.sets(st.integers(1, n - 1), max_size=8), label="cuts")) if n > 1 else []
+        chunks = tuple(b - a for a, b in zip([0, *cuts], [*cuts, n]))
+        rng = np.random.default_rng(n * 41 + kernel)
+        x, w = rng.standard_normal(n).astype(np.float32), rng.standard_normal(kernel).astype(np.float32)
+        keywords = dict(stride=stride, dilation=dilation, padding=padding)
+        try:
+            want = cs.conv1d(x, w, backend="cython", **keywords)
+        except ValueError:  # a kernel longer than the padded signal: refused the same way for Dask
+            with pytest.raises(ValueError):
+                cs.conv1d(da.from_array(x, chunks=(chunks,)), w, backend="cython", **keywords)
+            return
+        with dask.config.set(scheduler="synchronous"):
+            got = cs.conv1d(da.from_array(x, chunks=(chunks,)), w, backend="cython", **keywords).compute()
+        np.testing.assert_array_equal(got, want)
+
+    run()
+    # The in-place path was exercised, not only the glued one.
+    assert in_place_blocks["taken"] >= 10 and in_place_blocks["tried"] > in_place_blocks["taken"]
+
+
+def test_blocks_in_place_on_the_cluster_equal_the_single_array_call(client):
+    # The benchmark's shape, small: a plain signal, "same", chunks far longer than the kernel.
+    rng = np.random.default_rng(8)
+    x, w = rng.standard_normal(30_000).astype(np.float32), rng.standard_normal(31).astype(np.float32)
+    y = cs.conv1d(da.from_array(x, chunks=4_000), w, padding="same", stride=3, backend="cython")
+    np.testing.assert_array_equal(y.compute(), cs.conv1d(x, w, padding="same", stride=3, backend="cython"))
+
+
+@pytest.mark.parametrize(
+    "keywords", [dict(padding="same"), dict(padding="full", stride=2), dict(padding=((3, 11),), dilation=2)]
+)
+def test_blocks_in_place_keep_non_finite_values_where_the_single_call_has_them(keywords, in_place_blocks):
+    # inf/NaN at chunk edges, in halos and at the signal's ends, and inf weights
+    # meeting the padding (the IEEE fix-up runs on each part's own padding).
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal(500).astype(np.float32), rng.standard_normal(9).astype(np.float32)
+    x[[0, 3, 99, 100, 101, 250, 499]] = [np.inf, np.nan, -np.inf, np.nan, np.inf, np.nan, np.inf]
+    w[[0, 8]] = [np.inf, -np.inf]
+    want = cs.conv1d(x, w, backend="cython", **keywords)
+    with dask.config.set(scheduler="synchronous"):
+        got = cs.conv1d(da.from_array(x, chunks=100), w, backend="cython", **keywords).compute()
+    np.testing.assert_array_equal(got, want)  # NaN where the single call has NaN, and only there
+    assert in_place_blocks["taken"] == in_place_blocks["tried"] > 0

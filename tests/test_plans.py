@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 import numpy as np
@@ -309,3 +310,62 @@ def test_device_backend_gets_operands_through_its_protocol():
         assert ("fake_device", "computes on the fakegpu, the data is on the cpu") in explanation.considered
     finally:
         cs.unregister_backend("fake_device")
+
+
+# --- run_forward(out=): the Dask blocks write their parts into one output ------------
+
+
+def test_run_forward_writes_into_a_given_out():
+    p = cs.plan(X, W, B, padding=1, backend="numpy")
+    out = np.full(p.user_y_shape, np.nan, dtype=np.float32)
+    assert p.accepts_out and p.run_forward(X, W, B, out=out) is out
+    np.testing.assert_array_equal(out, p(X, W, bias=B))
+    # A plain signal's plan takes its own layout or the canonical (1, 1, n_out).
+    x, w = RNG.standard_normal(40).astype(np.float32), RNG.standard_normal(5).astype(np.float32)
+    q = cs.plan(x, w, padding="same", backend="numpy")
+    for shape in ((40,), (1, 1, 40)):
+        buffer = np.full(shape, np.nan, dtype=np.float32)
+        assert q.run_forward(x, w, None, out=buffer) is buffer
+        np.testing.assert_array_equal(buffer.reshape(40), q(x, w))
+    # A contiguous view of a larger buffer is written in place, nothing around it.
+    whole = np.zeros(100, dtype=np.float32)
+    q.run_forward(x, w, None, out=whole[30:70])
+    np.testing.assert_array_equal(whole[30:70], q(x, w))
+    assert not whole[:30].any() and not whole[70:].any()
+
+
+@pytest.mark.parametrize(
+    "make, error, fragment",
+    [
+        (lambda: np.empty((2, 6, 9, 8), np.float32), ValueError, "`out` must have shape (2, 6, 9, 9)"),
+        (
+            lambda: np.empty((2, 6, 9, 9), np.float64),
+            TypeError,
+            "`out` must have dtype float32 for this plan; got float64",
+        ),
+        (lambda: np.empty((2, 6, 9, 9), np.float32).tolist(), TypeError, "`out` must be a numpy.ndarray; got list"),
+        (lambda: np.empty((2, 6, 9, 18), np.float32)[..., ::2], ValueError, "`out` must be C-contiguous"),
+    ],
+)
+def test_run_forward_refuses_a_bad_out(make, error, fragment):
+    p = cs.plan(X, W, B, padding=1, backend="numpy")
+    with pytest.raises(error, match=re.escape(fragment)):
+        p.run_forward(X, W, B, out=make())
+
+
+def test_run_forward_refuses_an_out_that_is_an_operand_or_needs_a_transfer():
+    square = RNG.standard_normal((4, 4, 3, 3)).astype(np.float32)  # output shaped like the input
+    x = X.copy()
+    p = cs.plan(x, square, padding=1, backend="numpy")
+    with pytest.raises(ValueError, match="must not share memory with x"):
+        p.run_forward(x, square, None, out=x)
+    fake = _FakeDevice()
+    cs.register_backend(fake)
+    try:
+        q = cs.plan(X, W, B, padding=1, backend="fake_device")
+        assert not q.accepts_out
+        with pytest.raises(ValueError, match="`out` needs the operands on the fake_device backend's device"):
+            q.run_forward(X, W, B, out=np.empty((2, 6, 9, 9), np.float32))
+    finally:
+        cs.unregister_backend("fake_device")
+    assert not cs.plan(X.shape, W.shape, padding=1, backend="numpy", direction="backward").accepts_out

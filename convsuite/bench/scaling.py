@@ -19,7 +19,8 @@ Every figure is a median of interleaved repeats within this one run (see
 first-named contender is faster. Every result is checked against the
 float64 reference before it is timed. The table is printed and written to
 ``DIR/scaling-<date>.md`` and ``.json`` (default ``docs/measurements``).
-:func:`scaling_rows` returns the rows for other front ends (``convsuite compare``).
+:func:`scaling_rows` returns the rows for other front ends (``convsuite compare --scaling``,
+:mod:`convsuite.bench.scaling_view`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from convsuite.bench.timing import Timing, time_side_by_side
 from convsuite.bench.workloads import layer
 from convsuite.testing import forward_tolerance, reference_forward
 
-__all__ = ["main", "scaling_rows"]
+__all__ = ["GOALS", "SECTIONS", "SIZES", "main", "scaling_rows"]
 
 ECE408_LAYERS = (("ece408-fa19", "conv1"), ("ece408-fa19", "conv2"), ("ece408-fa21", "conv1"), ("ece408-fa21", "conv2"))
 #: Targets of issue 14 (ratio of medians, > 1: the first contender is faster).
@@ -64,7 +65,8 @@ def _check(x, w, kw, y, batch_slice: int = 2) -> float:
     return float(err.max() / max(np.abs(ref).max(), 1e-30))
 
 
-def _row(section, case, ours, theirs, timings: dict[str, Timing], goal_name, extra=None) -> dict:
+def _row(section, case, ours, theirs, timings: dict[str, Timing], goal_name, workers, extra=None) -> dict:
+    """One comparison; ``workers`` is (ours, baseline): the workers, threads or GPUs each ran on."""
     a, b = timings[ours], timings[theirs]
     ratio = b.median / a.median
     goal = GOALS.get(goal_name)
@@ -72,9 +74,11 @@ def _row(section, case, ours, theirs, timings: dict[str, Timing], goal_name, ext
         section=section,
         case=case,
         ours=ours,
+        ours_workers=workers[0],
         ours_ms=a.median * 1e3,
         ours_spread_ms=[a.low * 1e3, a.high * 1e3],
         baseline=theirs,
+        baseline_workers=workers[1],
         baseline_ms=b.median * 1e3,
         baseline_spread_ms=[b.low * 1e3, b.high * 1e3],
         ratio=ratio,
@@ -126,8 +130,10 @@ def joblib_rows(batch: int, threads: int, repeat: int) -> list[dict]:
             cs.set_num_threads(None)
         case = f"{workload} {name} B={batch}"
         ours, extra = f"joblib ({threads} threads)", dict(threads=threads)
-        rows.append(_row("joblib", case, ours, "cython (1 core)", t, "joblib vs cython", extra))
-        rows.append(_row("joblib", case, ours, f"numba ({threads} threads)", t, "joblib vs numba", extra))
+        rows.append(_row("joblib", case, ours, "cython (1 core)", t, "joblib vs cython", (threads, 1), extra))
+        rows.append(
+            _row("joblib", case, ours, f"numba ({threads} threads)", t, "joblib vs numba", (threads, threads), extra)
+        )
     return rows
 
 
@@ -200,9 +206,11 @@ def dask_rows(n: int, chunk: int, kernel: int, repeat: int, backend: str | None)
             cs.set_num_threads(None)
         case = f"N={n:.0e} K={kernel} chunks {chunk:.0e}"
         extra = dict(backend=backend or "auto")
-        rows.append(_row("dask", case, "dask, 2 workers", "dask, 1 worker", t, "dask 2 workers vs 1", extra))
+        rows.append(_row("dask", case, "dask, 2 workers", "dask, 1 worker", t, "dask 2 workers vs 1", (2, 1), extra))
         for baseline in ("in-memory numba (2 thr)", "in-memory joblib (2 thr)"):
-            rows.append(_row("dask", case, "dask, 2 workers", baseline, t, "dask 2 workers vs in-memory", extra))
+            rows.append(
+                _row("dask", case, "dask, 2 workers", baseline, t, "dask 2 workers vs in-memory", (2, 2), extra)
+            )
 
         # Overhead a chunk adds: the same work in many small chunks vs in 2 chunks.
         _, client, _ = clusters[2]
@@ -218,7 +226,7 @@ def dask_rows(n: int, chunk: int, kernel: int, repeat: int, backend: str | None)
 
         t = time_side_by_side({f"{many_chunks} chunks": run_on(many), "2 chunks": run_on(few)}, repeat=repeat)
         per_chunk = (t[f"{many_chunks} chunks"].median - t["2 chunks"].median) / (many_chunks - 2)
-        row = _row("dask", f"N={small_n:.0e} K={kernel}", f"{many_chunks} chunks", "2 chunks", t, "", extra)
+        row = _row("dask", f"N={small_n:.0e} K={kernel}", f"{many_chunks} chunks", "2 chunks", t, "", (2, 2), extra)
         row["overhead_per_chunk_ms"] = per_chunk * 1e3
         print(f"dask    overhead per chunk: {per_chunk * 1e3:.2f} ms (2 workers, 1 thread each)", flush=True)
         rows.append(row)
@@ -270,6 +278,7 @@ def gpu_rows(batch: int, repeat: int) -> list[dict]:
                 "1 GPU",
                 t,
                 "2 GPUs vs 1",
+                (2, 1),
                 dict(device=cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()),
             )
         )
@@ -279,32 +288,48 @@ def gpu_rows(batch: int, repeat: int) -> list[dict]:
 # --- the table ------------------------------------------------------------------------
 
 
-def scaling_rows(
-    sections=("joblib", "dask", "gpus"), quick: bool = False, repeat: int = 7, backend: str | None = None
-) -> list[dict]:
-    """Measure the scaling rows of the chosen sections (what ``convsuite compare`` can show).
+#: Problem sizes of a full run and of a quick one (a smoke run, not a figure to report).
+SIZES = {
+    "full": dict(joblib_batch=None, dask_n=10**8, dask_chunk=10**7, gpu_batch=10000),
+    "quick": dict(joblib_batch=20, dask_n=10**6, dask_chunk=10**5, gpu_batch=1000),
+}
+#: The sections :func:`scaling_rows` knows, in the order it runs them.
+SECTIONS = ("joblib", "dask", "gpus")
+
+
+def scaling_rows(sections=SECTIONS, quick: bool = False, repeat: int = 7, backend: str | None = None) -> list[dict]:
+    """Measure the scaling rows of the chosen sections (what ``convsuite compare --scaling`` shows).
 
     Parameters
     ----------
     sections : sequence of str
         Any of ``"joblib"``, ``"dask"``, ``"gpus"``.
     quick : bool
-        Smaller problems and fewer repeats (a smoke run, not a figure to report).
+        The ``"quick"`` sizes of :data:`SIZES` (a smoke run, not a figure to report).
     repeat : int
         Timed calls per contender.
     backend : str or None
         Backend that computes each Dask chunk (default None: what a user gets
         by default, ``"auto"`` chosen on the worker, on one thread per task).
         The in-memory baselines are numba and the joblib rung, both on 2 threads.
+
+    Returns
+    -------
+    list of dict
+        One per comparison: section, case, ``ours`` and ``baseline`` with
+        their medians (ms), spreads and worker counts, the ratio and the goal.
     """
-    repeat = 3 if quick else repeat
+    unknown = [s for s in sections if s not in SECTIONS]
+    if unknown:
+        raise ValueError(f"`sections` must be among {', '.join(SECTIONS)}; got {', '.join(map(repr, unknown))}")
+    sizes = SIZES["quick" if quick else "full"]
     rows = []
     if "joblib" in sections:
         # The batch the workloads file names for a 2-core CPU (1000).
-        rows += joblib_rows(batch=20 if quick else layer("ece408-fa19", "conv1")["cpu_batch"], threads=2, repeat=repeat)
+        batch = sizes["joblib_batch"] or layer("ece408-fa19", "conv1")["cpu_batch"]
+        rows += joblib_rows(batch=batch, threads=2, repeat=repeat)
     if "dask" in sections:
-        n = 10**6 if quick else 10**8
-        rows += dask_rows(n=n, chunk=n // 10, kernel=31, repeat=repeat, backend=backend)
+        rows += dask_rows(n=sizes["dask_n"], chunk=sizes["dask_chunk"], kernel=31, repeat=repeat, backend=backend)
     if "gpus" in sections:
         try:
             import cupy  # noqa: F401
@@ -313,7 +338,7 @@ def scaling_rows(
         except ImportError:
             available = False
         if available:
-            rows += gpu_rows(batch=1000 if quick else 10000, repeat=repeat)
+            rows += gpu_rows(batch=sizes["gpu_batch"], repeat=repeat)
         else:
             print("gpus    skipped: the cupy backend is unavailable on this machine", flush=True)
     return rows
@@ -349,7 +374,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="docs/measurements", help="folder for the .md and .json record")
     parser.add_argument("--quick", action="store_true", help="small problems, few repeats (a smoke run)")
-    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--repeat", type=int, default=None, help="timed calls per contender (default 7, quick 3)")
     parser.add_argument("--only", default="joblib,dask,gpus", help="comma-separated sections")
     parser.add_argument(
         "--backend", default=None, help="backend that computes each Dask chunk (default: 'auto', as a user gets)"
@@ -367,7 +392,10 @@ def main(argv=None) -> int:
     print(f"machine: {meta['machine']}; load average {meta['load_average_before']:.1f}", flush=True)
     start = time.perf_counter()
     rows = scaling_rows(
-        tuple(s.strip() for s in args.only.split(",")), quick=args.quick, repeat=args.repeat, backend=args.backend
+        tuple(s.strip() for s in args.only.split(",")),
+        quick=args.quick,
+        repeat=args.repeat or (3 if args.quick else 7),
+        backend=args.backend,
     )
     meta["seconds"] = time.perf_counter() - start
     meta["load_average_after"] = os.getloadavg()[0]

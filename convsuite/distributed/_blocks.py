@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import _threads
+from .. import _buffers, _threads
 from .._arrays import is_cupy_array
 
 __all__ = [
@@ -129,8 +129,132 @@ def _task_threads():
     return nullcontext() if n is None else _threads.task_threads(n)
 
 
+def _split_pieces(inputs, ndim: int):
+    """The pieces along the split axis, or None when the block is not one of the in-place cases.
+
+    The in-place cases: one batch element and one channel in and out
+    (``b*C == 1`` and ``b*M == 1``, e.g. a plain signal or image), and for
+    2-D only rows split (one column chunk), so that a range of the split
+    axis is one contiguous run of memory in the input pieces and in the
+    output block alike.
+    """
+    if ndim == 1:
+        parts = list(inputs)
+    elif all(len(row) == 1 for row in inputs):
+        parts = [row[0] for row in inputs]
+    else:
+        return None
+    if any(part.shape[0] * part.shape[1] != 1 or not part.flags.c_contiguous for part in parts):
+        return None
+    return parts
+
+
+def _slab_range(parts, lo: int, hi: int):
+    """Samples ``[lo, hi)`` of the slab the parts make along the split axis: a view if one part holds them."""
+    axis = -1 if parts[0].ndim == 3 else -2
+    found, offset = [], 0
+    for part in parts:
+        n = part.shape[axis]
+        a, b = max(lo, offset), min(hi, offset + n)
+        if a < b:
+            index = (slice(None),) * (part.ndim + axis) + (slice(a - offset, b - offset),)
+            found.append(part[index])
+        offset += n
+    return found[0] if len(found) == 1 else _xp(found[0]).concatenate(found, axis=axis)
+
+
+def _slab_shape(parts, split: int) -> tuple:
+    """The spatial shape of the slab the parts would glue into."""
+    shape = list(parts[0].shape[2:])
+    shape[split] = sum(part.shape[2 + split] for part in parts)
+    return tuple(shape)
+
+
+def _forward_in_place(parts, geometry: BlockGeometry, operands: Operands):
+    """The block computed without gluing its slab: None when that cannot give the single-array result.
+
+    The block's output is allocated once. Outputs whose windows lie inside
+    one piece (the block's own chunk: nearly all of them) are computed from a
+    view of that piece and written straight into the output; only the few
+    outputs at each end, whose windows cross into a neighbour's halo or the
+    padding, are computed from a small glued slab. Each part is a plain
+    convolution with the block's stride and dilation and the padding that
+    part still needs (:func:`~convsuite.distributed._tiling.pieces` on the
+    slab's own coordinates), so every output is computed from the same taps
+    as in one call.
+    """
+    from .._api import _planned
+    from ._tiling import pieces
+
+    ndim, keywords = geometry.ndim, geometry.keywords
+    split = 0  # spatial index of the split axis: the signal's, or the rows
+    stride, dilation = keywords["stride"][split], keywords["dilation"][split]
+    w = operands.w
+    kernel = w.shape[2 + split]
+    pad_before, _ = geometry.padding[split]
+    out_size = geometry.out_size[split]
+    sizes = [part.shape[2 + split] for part in parts]
+    main = max(range(len(parts)), key=sizes.__getitem__)  # the block's own chunk
+    start = sum(sizes[:main])
+    reach = dilation * (kernel - 1)
+    # Outputs whose window [j*s - pad_before, j*s - pad_before + reach] lies inside the main piece.
+    lo = -(-(start + pad_before) // stride)
+    hi = min((start + sizes[main] - 1 - reach + pad_before) // stride + 1, out_size)
+    if hi <= lo:
+        return None
+    plan_parts = pieces(sorted({0, lo, hi, out_size}), sum(sizes), pad_before, kernel, stride, dilation)
+    if any(p.out_size and not p.in_size for p in plan_parts):  # a part of pure padding: keep the glued path
+        return None
+    xp = _xp(parts[0])
+    w_on, bias = _on(xp, w), _on(xp, operands.bias)
+    # The backend and algorithm the whole block would run, chosen on a stand-in of the glued slab's
+    # shape: the parts are too small or too large for "auto" to pick the same, and another
+    # algorithm may sum the taps in another order (a result off in the last bit).
+    slab = xp.broadcast_to(xp.zeros((), dtype=w.dtype), (1, parts[0].shape[1], *_slab_shape(parts, split)))
+    whole = _planned(
+        ndim,
+        "forward",
+        slab,
+        w_on,
+        bias,
+        keywords["stride"],
+        geometry.padding,
+        keywords["dilation"],
+        keywords["groups"],
+        keywords["backend"],
+        keywords["algorithm"],
+    )
+    if not whole.accepts_out:  # the chunks are not on the backend's device: it copies anyway
+        return None
+    out = _buffers.empty((1, w.shape[0], *geometry.out_size), w.dtype, xp)
+    for p in plan_parts:
+        x = _slab_range(parts, p.in_lo, p.in_hi)
+        padding = list(geometry.padding)
+        padding[split] = (p.pad_before, p.pad_after)
+        plan = _planned(
+            ndim,
+            "forward",
+            x,
+            w_on,
+            bias,
+            keywords["stride"],
+            tuple(padding),
+            keywords["dilation"],
+            keywords["groups"],
+            whole.backend.name,
+            whole.algorithm,
+        )
+        plan.run_forward(x, w_on, bias, out=out[:, :, p.out_lo : p.out_hi])
+    return out
+
+
 def forward_block(inputs, geometry: BlockGeometry, operands: Operands, batch: int):
-    """The output block ``(b, M, *out_size)`` of one Dask task."""
+    """The output block ``(b, M, *out_size)`` of one Dask task.
+
+    Where the block allows it (:func:`_split_pieces`), its slab is never
+    glued (:func:`_forward_in_place`); otherwise the pieces are glued into
+    one slab and convolved in one call.
+    """
     w = operands.w
     # Every tap of every output falls on padding (or the batch chunk is empty): the output is the bias.
     if not inputs or batch == 0:
@@ -139,6 +263,12 @@ def forward_block(inputs, geometry: BlockGeometry, operands: Operands, batch: in
         if operands.bias is not None:
             out += _on(xp, operands.bias).reshape((-1,) + (1,) * geometry.ndim)
         return out
+    parts = _split_pieces(inputs, geometry.ndim) if operands.w.shape[0] * batch == 1 else None
+    if parts is not None:
+        with _task_threads():
+            out = _forward_in_place(parts, geometry, operands)
+        if out is not None:
+            return out
     x = _assemble(inputs, geometry.ndim)
     xp = _xp(x)
     conv = _api(geometry.ndim, "forward")
