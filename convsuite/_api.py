@@ -418,12 +418,12 @@ _BACKWARD_DOC = """Gradients of a {ndim}-D convolution with respect to x, w and 
     ``y`` (shape of ``grad_y``, where ``x`` lives, any real dtype) and
     ``grad_y = dL/dy``; the gradients are then taken through the ReLU:
     ``grad_y`` counts as 0 where ``y <= 0`` (as ``torch.threshold_backward``;
-    a NaN in ``y`` passes its gradient) in dX, dW and db alike. Where the
-    backend can (``fuses_relu_mask``: the ``cupy`` backend's ``fused_gemm``,
-    ``igemm_big``, ``depthwise`` and the dW ladder), the mask is applied inside
-    the backward kernels as they load ``grad_y``, so no masked copy of
-    ``grad_y`` is made; everywhere else ``grad_y`` is masked once, before the
-    kernels. Both give the same gradients.
+    a NaN in ``y`` passes its gradient) in dX, dW and db alike. ``grad_y`` is
+    masked once, before the kernels; where a backend says it applies the mask
+    inside its backward kernels (``fuses_relu_mask``: the ``cupy`` backend's
+    ``fused_gemm``, ``igemm_big``, ``depthwise`` and the dW ladder when its
+    ``relu_mask_in_kernels`` is set; off by default, measured slower) no
+    masked copy is made. Both give the same gradients.
     """
 
 

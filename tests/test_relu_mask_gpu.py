@@ -53,6 +53,42 @@ def _ops(w):
     return (cs.conv1d, cs.conv1d_backward) if w.ndim == 3 else (cs.conv2d, cs.conv2d_backward)
 
 
+@pytest.fixture(autouse=True)
+def _masked_kernels(monkeypatch):
+    """These tests exercise the masked kernels, which the backend runs only when asked (see
+    ``CupyBackend.relu_mask_in_kernels``); plans made under either setting are dropped."""
+    backend = cs._registry.get_backend("cupy")
+    monkeypatch.setattr(backend, "relu_mask_in_kernels", True, raising=False)
+    cs.clear_plan_cache()
+    yield
+    cs.clear_plan_cache()
+
+
+def test_by_default_relu_output_masks_a_copy_of_grad_y(monkeypatch):
+    """Default: the masked copy (faster on the measured layers), with the same result as the masked kernels."""
+    backend = cs._registry.get_backend("cupy")
+    rng = np.random.default_rng(31)
+    x, w = rng.standard_normal((2, 8, 13, 12)).astype(np.float32), rng.standard_normal((16, 8, 3, 3))
+    w = w.astype(np.float32)
+    y = _relu_output(rng, x, w, dict(padding=1))
+    gy = rng.standard_normal(y.shape).astype(np.float32)
+    in_kernels = cs.conv2d_backward(gy, x, w, padding=1, backend="cupy", algorithm="igemm_big", relu_output=y)
+    monkeypatch.setattr(backend, "relu_mask_in_kernels", False)
+    cs.clear_plan_cache()
+    spec = cs.explain(x, w, padding=1).spec
+    assert not backend.fuses_relu_mask(spec, "igemm_big")
+    copies = []
+    real = _epilogue.mask_relu_gradient
+    monkeypatch.setattr(_epilogue, "mask_relu_gradient", lambda *a: copies.append(1) or real(*a))
+    by_copy = cs.conv2d_backward(gy, x, w, padding=1, backend="cupy", algorithm="igemm_big", relu_output=y)
+    assert copies
+    masked = np.where(y <= 0, 0, gy).astype(np.float32)
+    refs, tols = reference_backward(spec, masked, x, w), backward_tolerances(spec, masked, x, w)
+    for name, a, b, ref, tol in zip("xwb", in_kernels, by_copy, refs, tols):
+        assert_within(a, ref, tol, f"grad_{name} (mask in the kernels)")
+        assert_within(b, ref, tol, f"grad_{name} (masked copy)")
+
+
 def _relu_output(rng, x, w, kw):
     """A ReLU output with exact zeros (from the ReLU), planted negatives and NaN."""
     fwd, _ = _ops(w)

@@ -34,6 +34,7 @@ def grads_agree(got, want, tolerances) -> bool:
 rng = np.random.default_rng(0)
 backend = cs.get_backend("cupy") if hasattr(cs, "get_backend") else cs._registry.get_backend("cupy")
 table = backend.algorithm_table()
+backend.relu_mask_in_kernels = True  # the masked backward kernels run too (off by default: slower)
 if len(sys.argv) > 1:  # a comma-separated subset
     table = {name: table[name] for name in sys.argv[1].split(",")}
 ran, wrong = set(), []

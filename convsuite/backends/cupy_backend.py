@@ -44,10 +44,11 @@ The weight-gradient ladder of the "Optimizing a CNN in CUDA" write-up
 is pinnable only: it sums with atomics (not bit-reproducible), so its
 records say ``deterministic=False`` and neither auto's rule nor measured
 selection (autotune, ``cs.tune``) ever picks it. ``activation="relu"`` is fused into the epilogue of ``fused_gemm``,
-``igemm_big`` and ``tf32x3`` (:meth:`CupyBackend.fuses_activation`); ``relu_output=`` (the
-gradient through that ReLU) into every grad_y load of the backward kernels of
-``fused_gemm``, ``igemm_big``, ``depthwise`` and the dW ladder, db included
-(:meth:`CupyBackend.fuses_relu_mask`), instead of a masked copy of grad_y.
+``igemm_big`` and ``tf32x3`` (:meth:`CupyBackend.fuses_activation`). ``relu_output=`` (the
+gradient through that ReLU) can be read at every grad_y load of the backward
+kernels of ``fused_gemm``, ``igemm_big``, ``depthwise`` and the dW ladder, db
+included; it was slower than one masked copy of grad_y on the measured layers,
+so it runs only with :attr:`CupyBackend.relu_mask_in_kernels` set.
 """
 
 from __future__ import annotations
@@ -259,17 +260,32 @@ class CupyBackend(Backend):
         """Whether ``algorithm``'s forward kernel applies ``activation`` in its epilogue (the implicit GEMMs, ReLU)."""
         return activation == "relu" and algorithm in FUSED_RELU
 
-    def fuses_relu_mask(self, spec: ConvSpec, algorithm: str) -> bool:
-        """Whether ``algorithm``'s backward kernels read grad_y through the ReLU output (``relu_output=``).
+    #: Whether ``relu_output=`` runs the masked kernels (True) or a masked copy
+    #: of grad_y then the plain kernels (False, the default). The algorithms of
+    #: :data:`._cupy_algorithms.FUSED_RELU_MASK` can read grad_y through the
+    #: ReLU output at every load, but on the cnn-train-3x3 layers (H100,
+    #: 2026-11-22, docs/measurements/backward-ladder-i17-2026-11-22b.md) that
+    #: was slower than one masked copy: fused_gemm 0.74-0.78x, igemm_big
+    #: 0.81-0.93x. The implicit GEMMs read each grad_y element once per
+    #: filter tap (dX) and per tile column (dW), so the mask is read many times
+    #: over instead of once. Set it on the backend object (then
+    #: ``convsuite.clear_plan_cache()``: plans keep their choice) to run the
+    #: masked kernels; the ablation runs them through ``plan_backward_relu``.
+    relu_mask_in_kernels = False
 
-        True for :data:`._cupy_algorithms.FUSED_RELU_MASK` (the implicit
-        GEMMs, depthwise, the dW ladder): their dX and dW kernels and the db
-        reduction apply ``0 if relu_output <= 0 else grad_y`` at every load,
-        so no masked copy of grad_y is written and read back. The cuBLAS
-        algorithms (``pointwise_gemm``, ``im2col_gemm``) cannot: the front
-        end masks grad_y before them.
+    def fuses_relu_mask(self, spec: ConvSpec, algorithm: str) -> bool:
+        """Whether ``relu_output=`` is applied inside ``algorithm``'s backward kernels.
+
+        Only with :attr:`relu_mask_in_kernels` set and for
+        :data:`._cupy_algorithms.FUSED_RELU_MASK` (the implicit GEMMs,
+        depthwise, the dW ladder): their dX and dW kernels and the db
+        reduction then apply ``0 if relu_output <= 0 else grad_y`` at every
+        load, so no masked copy of grad_y is written and read back. The cuBLAS
+        algorithms (``pointwise_gemm``, ``im2col_gemm``) and tf32x3 cannot:
+        the front end masks grad_y before them, as it does for every
+        algorithm by default.
         """
-        return algorithm in FUSED_RELU_MASK
+        return self.relu_mask_in_kernels and algorithm in FUSED_RELU_MASK
 
     def forward(self, spec, x, w, bias, out, algorithm, activation=None):
         """Run the plan of ``algorithm`` (with ``activation`` fused, see :meth:`fuses_activation`);
@@ -291,7 +307,7 @@ class CupyBackend(Backend):
         are taken through that ReLU, the mask applied inside the kernels
         (:meth:`fuses_relu_mask`).
         """
-        if relu_output is not None and not self.fuses_relu_mask(spec, algorithm):
+        if relu_output is not None and algorithm not in FUSED_RELU_MASK:
             raise ValueError(
                 f"`relu_output`: {algorithm!r} does not read grad_y through a ReLU mask (those that do: "
                 f"{', '.join(FUSED_RELU_MASK)}); mask grad_y before the kernel"
