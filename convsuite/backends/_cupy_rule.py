@@ -100,12 +100,12 @@ REGISTER_TILED_BLOCKS = 64
 
 #: Output channels per group from which tf32x3 (error-compensated TF32 on the
 #: tensor cores, float32 accuracy) replaces igemm_big on layers with
-#: BIG_ENOUGH tiles: its 64-row block tile is full. tf32x3: forward 1.52x
-#: igemm_big on 3x3 C32->64 64x64 B=64, 1.73x on C64->64 56x56, 1.98x on
-#: C128 28x28 and 1.95x on C256 14x14 (bm=64); backward (its dX, igemm_big's
-#: dW) 1.14-1.26x on the same layers. With 32 output channels (5x5 s2 C16->32)
-#: half its tile idles and it lost (0.87x); below 32 products per output it
-#: declines (its tolerance), and float64 goes on to igemm_big's line.
+#: BIG_ENOUGH tiles: its 64-row block tile is full. tf32x3: forward 1.57x
+#: igemm_big on 3x3 C32->64 64x64 B=64, 1.61x on C64->64 56x56, 1.75x on
+#: C128 28x28 and 1.84x on C256 14x14; backward 1.20-1.58x on the same
+#: layers. With 32 output channels (5x5 s2 C16->32) half its tile idles and
+#: it lost (0.87-0.90x); below 32 products per output it declines (its
+#: tolerance), and float64 goes on to igemm_big's line.
 TF32X3_FROM = 64
 
 #: Output channels per group register_tiled covers with one register tile
@@ -217,7 +217,9 @@ def _backward_rules(spec: ConvSpec, tiles: int) -> list[tuple[str, str]]:
     mg = s.out_channels_per_group
     # Measured on 3x3 layers only; 1x1 backward stays on igemm_big (i11's tie with cuBLAS).
     if tiles >= BIG_ENOUGH and mg >= TF32X3_FROM and not _is_pointwise(s):
-        rules.append(("tf32x3", f"{tiles} big block tiles, {mg} output channels per group: dX on the tensor cores"))
+        rules.append(
+            ("tf32x3", f"{tiles} big block tiles, {mg} output channels per group: dX and dW on the tensor cores")
+        )
     if tiles >= BIG_ENOUGH:
         # i11: igemm_big fastest on backward 3x3 C=64 B=64 and ECE408 fa21 conv2 B=1000.
         rules.append(("igemm_big", f"{tiles} big block tiles of work: the pipelined 8x8-per-thread implicit GEMM"))
