@@ -157,8 +157,9 @@ def dask_rows(n: int, chunk: int, kernel: int, repeat: int, backend: str | None)
     clusters = {}
     try:
         for workers in (1, 2):
+            # ":0": any free port for the dashboard; two clusters (or a user's) would both ask for 8787.
             cluster = distributed.LocalCluster(
-                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
+                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=40
             )
             client = distributed.Client(cluster, set_as_default=False)
             x = client.persist(da.from_array(signal, chunks=chunk))
