@@ -431,3 +431,49 @@ def test_blocks_in_place_keep_non_finite_values_where_the_single_call_has_them(k
         got = cs.conv1d(da.from_array(x, chunks=100), w, backend="cython", **keywords).compute()
     np.testing.assert_array_equal(got, want)  # NaN where the single call has NaN, and only there
     assert in_place_blocks["taken"] == in_place_blocks["tried"] > 0
+
+
+def test_in_place_parts_are_not_chosen_or_tuned_again(monkeypatch, in_place_blocks):
+    """Under autotune only the block (on its slab's shape) may be measured; its parts reuse its pick."""
+    from convsuite import _tuning
+
+    calls = []
+    original = _tuning.choose
+
+    def recording(spec, direction, *args, measure=None, **kwargs):
+        calls.append((spec.in_size[0], measure))
+        return original(spec, direction, *args, measure=measure, **kwargs)
+
+    monkeypatch.setattr(_tuning, "choose", recording)
+    rng = np.random.default_rng(41)
+    x, w = rng.standard_normal(1001).astype(np.float32), rng.standard_normal(31).astype(np.float32)
+    cs.clear_plan_cache()
+    with cs.use_autotune(True), dask.config.set(scheduler="synchronous"):
+        got = cs.conv1d(da.from_array(x, chunks=100), w, padding="same", backend="cython").compute()
+    np.testing.assert_array_equal(got, cs.conv1d(x, w, padding="same", backend="cython", algorithm="direct"))
+    assert in_place_blocks["taken"] > 0
+    assert any(measure is False for _, measure in calls)  # the parts: their parameters were given
+    # Anything that may measure is a whole block's slab (a 100-sample chunk plus its halo), never a part.
+    assert all(size > 100 for size, measure in calls if measure is not False), calls
+
+
+def test_in_place_block_whose_part_is_declined_falls_back_to_the_glued_slab(monkeypatch, in_place_blocks):
+    """A pinned algorithm that refuses a small edge part: the block is glued and computed in one call."""
+    backend = cs.get_backend("cython")
+    original = backend.can_run
+
+    def refuses_small(spec, algorithm, direction, params=None):
+        if spec.in_size[0] < 100:
+            return "refused for the test: fewer than 100 samples"
+        return original(spec, algorithm, direction, params)
+
+    monkeypatch.setattr(backend, "can_run", refuses_small)
+    cs.clear_plan_cache()
+    rng = np.random.default_rng(42)
+    x, w = rng.standard_normal(1001).astype(np.float32), rng.standard_normal(31).astype(np.float32)
+    with dask.config.set(scheduler="synchronous"):
+        got = cs.conv1d(da.from_array(x, chunks=100), w, padding="same", backend="cython", algorithm="direct")
+        got = got.compute()
+    cs.clear_plan_cache()
+    np.testing.assert_array_equal(got, cs.conv1d(x, w, padding="same", backend="cython", algorithm="direct"))
+    assert in_place_blocks["tried"] > 0 and in_place_blocks["taken"] == 0

@@ -183,7 +183,9 @@ def _forward_in_place(parts, geometry: BlockGeometry, operands: Operands):
     slab's own coordinates), so every output is computed from the same taps
     as in one call.
     """
-    from .._api import _planned
+    from .._api import _build, _planned
+    from .._errors import UnsupportedCaseError
+    from .._registry import requested_backend
     from ._tiling import pieces
 
     ndim, keywords = geometry.ndim, geometry.keywords
@@ -226,24 +228,34 @@ def _forward_in_place(parts, geometry: BlockGeometry, operands: Operands):
     )
     if not whole.accepts_out:  # the chunks are not on the backend's device: it copies anyway
         return None
-    out = _buffers.empty((1, w.shape[0], *geometry.out_size), w.dtype, xp)
+    runs = []
     for p in plan_parts:
         x = _slab_range(parts, p.in_lo, p.in_hi)
         padding = list(geometry.padding)
         padding[split] = (p.pad_before, p.pad_after)
-        plan = _planned(
-            ndim,
-            "forward",
-            x,
-            w_on,
-            bias,
-            keywords["stride"],
-            tuple(padding),
-            keywords["dilation"],
-            keywords["groups"],
-            whole.backend.name,
-            whole.algorithm,
-        )
+        # The whole block's backend, algorithm and parameters, given explicitly: nothing is
+        # chosen or tuned again for a part (autotune would time each edge shape inside the
+        # task), and a part the algorithm declines sends the block back to the glued path.
+        try:
+            plan = _build(
+                ndim,
+                "forward",
+                x,
+                w_on,
+                bias,
+                keywords["stride"],
+                tuple(padding),
+                keywords["dilation"],
+                keywords["groups"],
+                *requested_backend(whole.backend.name),
+                whole.algorithm,
+                params=dict(whole.params),
+            )
+        except UnsupportedCaseError:
+            return None
+        runs.append((plan, x, p))
+    out = _buffers.empty((1, w.shape[0], *geometry.out_size), w.dtype, xp)
+    for plan, x, p in runs:
         plan.run_forward(x, w_on, bias, out=out[:, :, p.out_lo : p.out_hi])
     return out
 
