@@ -311,3 +311,17 @@ def test_a_pinned_parameter_moves_the_defaults_that_follow_it():
         assert list(got) == ["mt", "block_w", "px"]
         assert got["block_w"] == algs._block_width(spec.as_2d(), px) and got["px"] == px
     assert rt.resolve(spec, "forward", None) == algs._tiled_params(spec.as_2d(), "register_tiled")
+
+
+def test_tf32x3_checks_the_sums_of_each_direction():
+    """Forward: products per output; backward also the pixels each weight-gradient entry sums (B*Ho*Wo)."""
+    record = algs.RECORDS["tf32x3"]
+    few_pixels = _spec((1, 64, 6, 6), (64, 64, 3, 3))  # 576 products per output, but 16 output pixels
+    assert record.can_run(few_pixels, "forward") is True
+    why = record.can_run(few_pixels, "backward")
+    assert "reduction of 16 pixels summed per weight-gradient entry" in why and "igemm_big" in why
+    enough = _spec((1, 64, 8, 8), (64, 64, 3, 3))  # 36 pixels
+    assert record.can_run(enough, "backward") is True
+    short = _spec((64, 3, 56, 56), (64, 3, 3, 3), padding=1)  # 27 products per output
+    for direction in ("forward", "backward"):
+        assert "reduction of 27 products per output" in record.can_run(short, direction)

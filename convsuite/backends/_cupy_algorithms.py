@@ -608,11 +608,18 @@ def _check_tf32x3(spec: ConvSpec, direction: str) -> Verdict:
     s = spec.as_2d()
     if s.dtype != "float32":
         return "tf32x3 splits float32 operands into TF32 pairs; float64 needs fused_gemm"
-    if spec.reduction_length < TF32X3_MIN_REDUCTION:
-        return (
-            f"a reduction of {spec.reduction_length} products (< {TF32X3_MIN_REDUCTION}): tf32x3's ~2^-21 error "
-            "per product exceeds the float32 tolerance of so short a sum; use igemm_big"
-        )
+    # Forward sums C/g*KH*KW products per output. Backward, the tensor-core weight gradient sums
+    # B*Ho*Wo; its dX checks its own (transposed) problem in _plan_input_gradient. The forward
+    # bound is kept for backward too: a weight gradient of fewer than 32 taps has not run on a GPU.
+    sums = [("products per output", spec.reduction_length)]
+    if direction == "backward":
+        sums.append(("pixels summed per weight-gradient entry", s.batch * math.prod(s.out_size)))
+    for what, n in sums:
+        if n < TF32X3_MIN_REDUCTION:
+            return (
+                f"a reduction of {n} {what} (< {TF32X3_MIN_REDUCTION}): tf32x3's ~2^-21 error per product "
+                "exceeds the float32 tolerance of so short a sum; use igemm_big"
+            )
     return _check_big(spec, direction)
 
 
