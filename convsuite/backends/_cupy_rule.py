@@ -191,7 +191,20 @@ def _forward_rules(spec: ConvSpec, s: ConvSpec, tiles: int) -> list[tuple[str, s
         and math.prod(s.kernel_size) > 1
     ):
         rules.append(("tiled_shared", f"small stride-1 layer ({cg}->{mg} channels per group): one thread per output"))
-    if tiles >= BIG_ENOUGH and mg >= TF32X3_FROM:
+    return rules + _gemm_rules(spec, s, tiles)
+
+
+def _gemm_rules(spec: ConvSpec, s: ConvSpec, tiles: int) -> list[tuple[str, str]]:
+    """The implicit GEMMs, forward and backward alike: tf32x3, then igemm_big with enough work, else fused_gemm.
+
+    tf32x3 was measured on 3x3 layers only: 1x1 stride-1 layers have their
+    own forward class, and backward they stay on igemm_big (i11: its tie with
+    cuBLAS on 128->256 28x28 B=64). i11: igemm_big fastest on backward 3x3
+    C=64 B=64 and ECE408 fa21 conv2 B=1000.
+    """
+    rules = []
+    mg = s.out_channels_per_group
+    if tiles >= BIG_ENOUGH and mg >= TF32X3_FROM and not _is_pointwise(s):
         rules.append(
             ("tf32x3", f"{tiles} big block tiles, {mg} output channels per group: tensor cores, float32 accuracy")
         )
@@ -213,18 +226,7 @@ def _backward_rules(spec: ConvSpec, tiles: int) -> list[tuple[str, str]]:
     if spec.is_depthwise:
         # i11: depthwise backward 0.526 ms vs fused_gemm 10.8 (3x3 s2 C144 B=64); regret-gpu.md x1.01 at B=4.
         rules.append(("depthwise", "one input channel per group: gather dX, per-channel dW"))
-    s = spec.as_2d()
-    mg = s.out_channels_per_group
-    # Measured on 3x3 layers only; 1x1 backward stays on igemm_big (i11's tie with cuBLAS).
-    if tiles >= BIG_ENOUGH and mg >= TF32X3_FROM and not _is_pointwise(s):
-        rules.append(
-            ("tf32x3", f"{tiles} big block tiles, {mg} output channels per group: dX and dW on the tensor cores")
-        )
-    if tiles >= BIG_ENOUGH:
-        # i11: igemm_big fastest on backward 3x3 C=64 B=64 and ECE408 fa21 conv2 B=1000.
-        rules.append(("igemm_big", f"{tiles} big block tiles of work: the pipelined 8x8-per-thread implicit GEMM"))
-    rules.append(("fused_gemm", f"implicit GEMM over a reduction of {spec.reduction_length}, no im2col buffer"))
-    return rules
+    return rules + _gemm_rules(spec, spec.as_2d(), tiles)
 
 
 def choose(spec: ConvSpec, direction: str, can_run: Callable[[ConvSpec, str, str], Verdict]) -> tuple[str, str]:
