@@ -20,9 +20,10 @@
 // k-step), two stages with the next slice's global loads issued into
 // registers before the current one is multiplied. 2*BM threads = BM/16
 // warps, each owning a 32 x 64 warp tile: 2 x 8 MMA tiles of 16 x 8, 64
-// accumulators per thread. The im2col gather steps the tap (c, p, q) along k
-// in registers; the filter-offset table koff (as igemm_big's) serves only the
-// float32 recomputation of blocks with special values.
+// accumulators per thread. The im2col gather reads its taps' offsets from a
+// small per-stage table in shared memory (decoded by eight threads); the
+// filter-offset table koff (as igemm_big's) serves only the float32
+// recomputation of blocks with special values.
 //
 // Y_g (Mg x N) = W_g (Mg x Kd) X_g (Kd x N), N = B*Ho*Wo; grid = (ceil(N/128),
 // ceil(Mg/BM), groups). ACT = 1 fuses ReLU into the epilogue. The double
@@ -131,7 +132,8 @@ __global__ void __launch_bounds__(2 * BM)
         const int ih0 = (r_load / Wo) * sh - ph, iw0 = (r_load % Wo) * sw - pw;
         const float* xb = x + (b_load * C + (i64)g * Cg) * H * W;
         const int HW = H * W;   // one group's input fits in an int (the backend's check)
-        // The gather's tap table, one stage ahead: entry r of tab[t] holds, for
+        // The gather's tap table, double-buffered and written two stages before the
+        // MMAs of the stage it describes (one before that stage's loads): entry r of tab[t] holds, for
         // k = (first k of that stage) + r, the input offset c*H*W + p*dh*W + q*dw,
         // the row and column steps p*dh and q*dw, and whether k < Kd. Eight
         // threads decode it (two divisions each) for the whole block, so a

@@ -32,7 +32,7 @@ forward
 
 backward
     1. depthwise with kernels up to 7x7: ``depthwise``.
-    2. float32, not 1x1, with at least 128 big block tiles and 64 output
+    2. float32, not 1x1 stride 1 unpadded, with at least 128 big block tiles and 64 output
        channels per group: ``tf32x3`` (dX and dW on the tensor cores).
     3. float32 with at least 128 big block tiles of work: ``igemm_big``.
     4. otherwise: ``fused_gemm`` (implicit-GEMM input gradient, split-K
