@@ -13,7 +13,11 @@
 // Non-finite and huge operands cannot be split (inf - inf is NaN, and
 // big*small can be inf*0): a block that loads any |v| >= 2^126, inf or NaN
 // recomputes its whole tile with plain float32 FMAs (the IEEE result every
-// other algorithm gives). Finite data never takes that path.
+// other algorithm gives). Finite data never takes that path. The finite outputs
+// of such a block are float32 FMA sums, so they may differ in the last bits from
+// the same outputs computed elsewhere (another batch size, another Dask chunking);
+// the weight gradient's recomputation loops over its split's pixels one by one
+// (slow: for a gradient that holds inf or NaN only).
 //
 // Tiling (conv2d_tf32x3_fwd<float, BM, ACT>): block tile BM (output channels,
 // 64 or 128) x 128 (output pixels), BK = 8 per shared-memory stage (one MMA
