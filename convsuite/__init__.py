@@ -10,6 +10,11 @@ Importing this package imports NumPy only; backends (and numba, cupy, the
 compiled extension) load the first time a call needs them.
 """
 
+# Before anything imports NumPy (and with it OpenBLAS): see _blas_spin.
+from ._blas_spin import shorten_openblas_spin as _shorten_openblas_spin
+
+_shorten_openblas_spin()
+
 from . import nets, nn  # networks on top of the functions above (imports numpy only)
 from ._api import Explanation, conv1d, conv1d_backward, conv2d, conv2d_backward, explain, plan, tune
 from ._errors import BackendUnavailableError, UnsupportedCaseError

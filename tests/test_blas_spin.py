@@ -1,0 +1,43 @@
+"""``import convsuite`` shortens OpenBLAS's idle spin only when it can, and never overrides the user."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+_PRINT = "import os; {pre}import convsuite; print(os.environ.get('OPENBLAS_THREAD_TIMEOUT'))"
+
+
+def _run(pre: str = "", env_value: str | None = None) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    if env_value is not None:
+        env["OPENBLAS_THREAD_TIMEOUT"] = env_value
+    done = subprocess.run(
+        [sys.executable, "-c", _PRINT.format(pre=pre)], env=env, capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
+def test_set_before_numpy_loads():
+    from convsuite._blas_spin import SPIN_LOG2_CYCLES
+
+    assert _run() == SPIN_LOG2_CYCLES
+
+
+def test_user_value_kept():
+    assert _run(env_value="28") == "28"
+
+
+def test_nothing_changed_once_numpy_is_loaded():
+    # OpenBLAS has read its environment already: setting it now would only mislead.
+    assert _run(pre="import numpy; ") == "None"
+
+
+@pytest.mark.parametrize("value", ["4", "16"])
+def test_openblas_accepts_the_setting(value):
+    # NumPy's OpenBLAS loads and computes with the setting in place.
+    code = "import convsuite, numpy as np; a = np.ones((300, 300)); print(float((a @ a)[0, 0]))"
+    env = {**os.environ, "OPENBLAS_THREAD_TIMEOUT": value}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "300.0"
