@@ -294,7 +294,7 @@ def test_cython_defaults_are_the_hand_chosen_values():
 @pytest.mark.parametrize(("backend", "algorithm"), _tunable_algorithms())
 def test_default_plan_equals_the_plan_with_explicit_defaults(backend, algorithm):
     """No params and the defaults spelled out give the same bits: nothing changes for users who never tune."""
-    case = CASES_1D[1] if algorithm == "line1d" else CASES_2D[1]
+    case = {"line1d": CASES_1D[1], "depthwise": CASES_2D[2]}.get(algorithm, CASES_2D[1])
     spec, x, w, bias = _spec(case, np.float32)
     b = get_backend(backend)
     record = b.algorithm_table()[algorithm]

@@ -70,7 +70,7 @@ def test_kernels_release_the_gil():
 @needs_cython
 def test_algorithm_table_matches_the_names():
     backend = cs._registry.get_backend("cython")
-    assert tuple(backend.algorithm_table()) == backend.algorithms == ("direct", "gemm")
+    assert tuple(backend.algorithm_table()) == backend.algorithms == ("direct", "gemm", "depthwise")
 
 
 @needs_cython

@@ -450,7 +450,9 @@ def test_in_place_parts_are_not_chosen_or_tuned_again(monkeypatch, in_place_bloc
     cs.clear_plan_cache()
     with cs.use_autotune(True), dask.config.set(scheduler="synchronous"):
         got = cs.conv1d(da.from_array(x, chunks=100), w, padding="same", backend="cython").compute()
-    np.testing.assert_array_equal(got, cs.conv1d(x, w, padding="same", backend="cython", algorithm="direct"))
+    # Which algorithm the block's measurement picks (direct or depthwise) is the machine's call:
+    # the values agree to rounding; what this test pins is who chose it (below).
+    np.testing.assert_allclose(got, cs.conv1d(x, w, padding="same", backend="cython"), rtol=1e-5, atol=1e-5)
     assert in_place_blocks["taken"] > 0
     assert any(measure is False for _, measure in calls)  # the parts: their parameters were given
     # Anything that may measure is a whole block's slab (a 100-sample chunk plus its halo), never a part.

@@ -35,7 +35,10 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-ALGORITHMS = ("direct", "gemm")
+ALGORITHMS = ("direct", "gemm", "depthwise")
+#: The algorithms with both directions that take every case (depthwise: forward, one channel per group;
+#: tested on its own cases below).
+GENERAL = ("direct", "gemm")
 
 
 def test_every_cython_algorithm_is_a_joblib_algorithm():
@@ -43,7 +46,8 @@ def test_every_cython_algorithm_is_a_joblib_algorithm():
     assert tuple(ours.algorithm_table()) == tuple(cython.algorithm_table()) == ALGORITHMS
     for name, record in ours.algorithm_table().items():
         kernel = cython.algorithm_table()[name]
-        assert record.directions == kernel.directions == ("forward", "backward")
+        assert record.directions == kernel.directions
+        assert record.directions == (("forward",) if name == "depthwise" else ("forward", "backward"))
         assert [t.name for t in record.tunables] == [t.name for t in kernel.tunables] + ["pieces_per_worker"]
 
 
@@ -63,7 +67,7 @@ def test_many_workers_cut_rows_and_segments(ndim, n_jobs, algorithm):
     run()
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("algorithm", GENERAL)
 @pytest.mark.parametrize(
     ("x_shape", "w_shape", "keywords"),
     [
@@ -92,7 +96,7 @@ def test_each_algorithm_on_row_and_batch_pieces_matches_the_reference(x_shape, w
         assert_within(np.reshape(got, np.shape(want)), want, tol, f"joblib/{algorithm} {name}")
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("algorithm", GENERAL)
 def test_batch_pieces_run_the_single_core_kernels_bitwise(algorithm):
     # Each image is computed by the same Cython kernel with the same tiles
     # as on one core: the joblib rung differs only in who runs which images.
@@ -105,6 +109,28 @@ def test_batch_pieces_run_the_single_core_kernels_bitwise(algorithm):
     np.testing.assert_array_equal(y, cs.conv2d(x, w, padding=1, backend="cython", algorithm=algorithm))
     single = cs.conv2d_backward(np.ones_like(y), x, w, padding=1, backend="cython", algorithm=algorithm)
     np.testing.assert_array_equal(grads[0], single[0])  # grad_x: per image; grad_w, grad_b: summed in another order
+
+
+def test_depthwise_on_row_and_batch_pieces():
+    """Forward only, one channel per group: row slabs (batch 1) and batch pieces, threads and processes."""
+    rng = np.random.default_rng(9)
+    cases = [
+        ((1, 6, 41, 37), (12, 1, 3, 3), dict(groups=6, stride=2, padding=1)),  # batch 1: row pieces
+        ((5, 4, 15, 16), (4, 1, 5, 5), dict(groups=4, padding="same", dilation=2)),  # batch pieces
+        ((1, 1, 3001), (3, 1, 9), dict(padding=4)),  # a signal, three filters: segments
+    ]
+    for x_shape, w_shape, keywords in cases:
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        w = rng.standard_normal(w_shape).astype(np.float32)
+        forward = cs.conv1d if x.ndim == 3 else cs.conv2d
+        spec = cs.explain(x, w, **keywords).spec
+        single = forward(x, w, backend="cython", algorithm="depthwise", **keywords)
+        for config in (dict(backend="threading", n_jobs=3), dict(backend="loky", n_jobs=2)):
+            with joblib.parallel_config(**config):
+                y = forward(x, w, backend="joblib", algorithm="depthwise", **keywords)
+            assert_within(y, reference_forward(spec, x, w), forward_tolerance(spec, x, w), f"joblib/depthwise {config}")
+            if x_shape[0] > 1:  # batch pieces: the single-core kernel on each image, same bits
+                np.testing.assert_array_equal(y, single)
 
 
 @pytest.mark.parametrize(
@@ -157,7 +183,7 @@ def test_pieces_of_pure_padding_get_the_bias_and_only_the_bias_gradient():
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("algorithm", GENERAL)
 @pytest.mark.parametrize("batch", [1, 6])  # rows, then batch slices
 def test_worker_processes_under_loky_give_the_same_result(batch, algorithm):
     x, w = _pair((batch, 3, 20, 18), (4, 3, 3, 3), np.float32)

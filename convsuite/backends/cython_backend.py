@@ -1,7 +1,8 @@
 """The ``cython`` backend: compiled single-core kernels from ``cython_src/``.
 
 The kernels live in the extension modules ``convsuite._cython._conv_cy``
-(``direct``) and ``convsuite._cython._gemm_cy`` (``gemm``), built by ``pip
+(``direct``), ``convsuite._cython._gemm_cy`` (``gemm``) and
+``convsuite._cython._depthwise_cy`` (``depthwise``), built by ``pip
 install .``; they are imported only when the backend is first asked for, so
 a missing build is reported with its reason instead of breaking ``import
 convsuite``. There is no pure-Python stand-in.
@@ -12,9 +13,13 @@ Algorithms (``algorithm=``; ``"auto"`` follows :meth:`CythonBackend.choose_algor
   where the reduction is short or the layer is depthwise.
 - ``gemm``: packed im2col tiles and SciPy's BLAS ``sgemm``/``dgemm`` written
   straight into the output rows; long reductions, 1x1 layers, and backward.
+- ``depthwise``: one input channel per group (depthwise layers, a
+  single-channel input with several filters): zero-padded phase planes and
+  one flat AXPY per tap over whole bands of rows (forward).
 
 Tunable parameters (``params=``): ``direct`` has ``tile_w`` (forward
-columns per pass), ``gemm`` has ``tile_kib`` (the im2col tile budget); both are kernel
+columns per pass), ``gemm`` has ``tile_kib`` (the im2col tile budget),
+``depthwise`` has ``band_kib`` (its phase planes' budget); all are kernel
 arguments, so a sweep rebuilds nothing.
 """
 
@@ -22,6 +27,8 @@ from __future__ import annotations
 
 from .._spec import ConvSpec
 from . import _tiles
+from ._depthwise_bands import BAND_KIB_VALUES, DEFAULT_BAND_KIB, DEPTHWISE_WHY, bands, depthwise_check
+from ._depthwise_bands import prefer as _prefer_depthwise
 from ._kernel_module import KernelModuleBackend, KernelSpec
 from ._tiles import TILE_KIB_VALUES, gemm_check, prefer_gemm
 from .base import Tunable
@@ -30,6 +37,7 @@ __all__ = ["CythonBackend"]
 
 _DIRECT = "convsuite._cython._conv_cy"
 _GEMM = "convsuite._cython._gemm_cy"
+_DEPTHWISE = "convsuite._cython._depthwise_cy"
 
 
 # --- tunable parameters ------------------------------------------------------
@@ -46,6 +54,12 @@ _GEMM_TILE = Tunable(
     TILE_KIB_VALUES,
     lambda s, direction: _tiles.WORKSPACE_BYTES // 1024,  # read at plan time: 256
     "KiB budget of one packed im2col tile: its output rows are as many as fit (at least one)",
+)
+_BAND = Tunable(
+    "band_kib",
+    BAND_KIB_VALUES,
+    DEFAULT_BAND_KIB,
+    "KiB budget of one band's phase planes: sets the output rows and columns per band",
 )
 
 
@@ -68,13 +82,17 @@ def _gemm_extra(s: ConvSpec, direction: str, params) -> tuple:
     return (_tiles.rows_per_tile(s.reduction_length, Wo, Ho, s.itemsize, 1, params["tile_kib"] * 1024),)
 
 
+def _depthwise_extra(s: ConvSpec, direction: str, params) -> tuple:
+    return bands(s, params["band_kib"], 1)  # one core: no need to split for threads
+
+
 class CythonBackend(KernelModuleBackend):
     """Single-core compiled loops (typed memoryviews, GIL released, no OpenMP)."""
 
     name = "cython"
     device = "cpu"
     priority = 20
-    algorithms = ("direct", "gemm")
+    algorithms = ("direct", "gemm", "depthwise")
     description = "Cython, one core: tiled AXPY loops gcc vectorises, or im2col + BLAS; GIL released"
     kernel_module = _DIRECT
     missing_hint = (
@@ -99,11 +117,23 @@ class CythonBackend(KernelModuleBackend):
                 check=gemm_check,
                 tunables=(_GEMM_TILE,),
             ),
+            self.record(
+                "depthwise",
+                "one input channel per group: the input copied once into zero-padded phase planes, "
+                "then one flat AXPY per tap over a band of rows (any stride and dilation)",
+                KernelSpec(_DEPTHWISE, backward=None, extra=_depthwise_extra),
+                check=depthwise_check,
+                tunables=(_BAND,),
+            ),
         )
 
     def choose_algorithm(self, spec: ConvSpec, direction: str) -> tuple[str, str]:
-        """The measured rule: ``gemm`` where the product is wide and deep enough for BLAS, else ``direct``."""
+        """The measured rule: ``depthwise`` for one input channel per group and few filters each,
+        ``gemm`` where the product is wide and deep enough for BLAS, else ``direct``.
+        """
         s = spec.as_2d()
+        if direction == "forward" and _prefer_depthwise(s):
+            return "depthwise", DEPTHWISE_WHY
         gemm, why = prefer_gemm(s, direction)
         if gemm:
             verdict = gemm_check(s, direction)

@@ -193,7 +193,7 @@ class JoblibBackend(Backend):
     # Below cython: "auto" never prefers it (its overhead loses on small
     # calls); ask for it by name, or let measured selection pick it.
     priority = 15
-    algorithms = ("direct", "gemm")
+    algorithms = ("direct", "gemm", "depthwise")
     description = "Cython kernels (GIL released) on batch or row pieces under the joblib backend configured (threads)"
 
     def available(self) -> Verdict:

@@ -20,11 +20,16 @@ Algorithms (``algorithm=``; ``"auto"`` follows :meth:`NumbaBackend.choose_algori
   ``direct``, slower than ``gemm`` on long reductions; left to the tuner.
 - ``line1d``: one-pass 1-D kernel for single-channel signals, taps in
   registers; a long signal at memory speed.
+- ``depthwise``: one input channel per group (depthwise layers, and a
+  single-channel input with several filters): the input copied once into
+  zero-padded phase planes, then one flat AXPY per tap over whole bands of
+  rows, so short rows and strides cost no per-row overhead (forward).
 
 Tunable parameters (``params=``, swept by ``convsuite sweep`` and the
 tuner): ``direct`` and ``blocked`` take ``tile_w`` (output columns per work
 item) and ``chunks_per_thread``; ``line1d`` takes ``tile`` and
-``chunks_per_thread``; ``gemm`` takes ``tile_kib`` (the im2col tile budget
+``chunks_per_thread``; ``depthwise`` takes ``band_kib`` (its planes'
+budget) and ``chunks_per_thread``; ``gemm`` takes ``tile_kib`` (the im2col tile budget
 that sets its rows) and, backward, ``max_partials``. All are runtime
 arguments of kernels compiled once per dtype: a sweep recompiles nothing.
 Where a direction does not use a parameter, the constraint accepts only
@@ -38,6 +43,8 @@ import numpy as np
 from .._spec import ConvSpec
 from .._threads import get_num_threads
 from . import _tiles
+from ._depthwise_bands import BAND_KIB_VALUES, DEFAULT_BAND_KIB, DEPTHWISE_WHY, bands, depthwise_check
+from ._depthwise_bands import prefer as _prefer_depthwise
 from ._kernel_module import KernelModuleBackend, KernelSpec
 from ._tiles import TILE_KIB_VALUES, gemm_check, prefer_gemm
 from .base import Tunable
@@ -59,6 +66,7 @@ _DIRECT = "convsuite.backends._numba_kernels"
 _GEMM = "convsuite.backends._numba_gemm"
 _LINE = "convsuite.backends._numba_line"
 _BLOCKED = "convsuite.backends._numba_blocked"
+_DEPTHWISE = "convsuite.backends._numba_depthwise"
 
 # --- tunable parameters ------------------------------------------------------
 # Every one reaches the kernels as a runtime argument: numba compiles each
@@ -95,6 +103,12 @@ _GEMM_TILE = Tunable(
     "KiB budget of one im2col tile: its output rows are as many as fit (at least one; "
     "forward also keeps >= 2 tiles per thread)",
 )
+_BAND = Tunable(
+    "band_kib",
+    BAND_KIB_VALUES,
+    DEFAULT_BAND_KIB,
+    "KiB budget of one work item's phase planes: sets the band of output rows and columns per item",
+)
 _GEMM_PARTIALS = Tunable(
     "max_partials",
     (1, 2, 4, 8, 16, 32, 64),
@@ -110,6 +124,10 @@ def _chunks(params) -> int:
 
 def _direct_extra(s: ConvSpec, direction: str, params) -> tuple:
     return (params["tile_w"], _chunks(params)) if direction == "forward" else ()
+
+
+def _depthwise_extra(s: ConvSpec, direction: str, params) -> tuple:
+    return (*bands(s, params["band_kib"], get_num_threads()), _chunks(params))
 
 
 def _gemm_extra(s: ConvSpec, direction: str, params) -> tuple:
@@ -164,7 +182,7 @@ class NumbaBackend(KernelModuleBackend):
     name = "numba"
     device = "cpu"
     priority = 30
-    algorithms = ("direct", "gemm", "blocked", "line1d")
+    algorithms = ("direct", "gemm", "blocked", "line1d", "depthwise")
     description = "Numba prange over independent output tiles, all cores (direct, im2col+BLAS, 1-D line)"
     kernel_module = _DIRECT
     missing_hint = "numba is not installed; install it with `pip install 'convsuite[numba]'`"
@@ -202,13 +220,25 @@ class NumbaBackend(KernelModuleBackend):
                 check=_line_check,
                 tunables=(_LINE_TILE, _CHUNKS),
             ),
+            self.record(
+                "depthwise",
+                "one input channel per group: the input copied once into zero-padded phase planes, "
+                "then one flat AXPY per tap over a band of rows (any stride and dilation)",
+                KernelSpec(_DEPTHWISE, backward=None, extra=_depthwise_extra),
+                check=depthwise_check,
+                tunables=(_BAND, _CHUNKS),
+            ),
         )
 
     def choose_algorithm(self, spec: ConvSpec, direction: str) -> tuple[str, str]:
-        """The measured rule: ``gemm`` where the product is wide and deep enough for BLAS, else ``direct``."""
+        """The measured rule: ``line1d`` for 1-D signals, ``depthwise`` for one input channel per group
+        and few filters each, ``gemm`` where the product is wide and deep enough for BLAS, else ``direct``.
+        """
         s = spec.as_2d()
         if direction == "forward" and spec.ndim == 1 and _line_check(s, direction) is True:
             return "line1d", "1-D, one channel per group: one pass at memory speed"
+        if direction == "forward" and _prefer_depthwise(s):
+            return "depthwise", DEPTHWISE_WHY
         gemm, why = prefer_gemm(s, direction)
         if gemm:
             verdict = gemm_check(s, direction)
