@@ -102,6 +102,25 @@ def test_graph_recaptures_on_a_new_shape_or_new_weights():
         assert _rel(out, net(small).get()) <= 1e-5
 
 
+def test_graph_follows_in_place_updates_and_rechecks_replaced_state():
+    import cupy
+
+    net = _gpu_mobilenet(num_classes=10)
+    graph = nn.CapturedNetwork(net)
+    x = cupy.random.standard_normal((1, 3, 64, 64), dtype=np.float32)
+    graph(x)
+    graph(x)  # the replay path without any state change
+    weight = net.classifier[1].weight
+    weight.data *= 2  # in place: same address, the graph reads the new values without a recapture
+    out = graph(x)
+    assert graph.captures == 1
+    with nn.no_grad():
+        assert _rel(out, net(x).get()) <= 1e-5
+    weight.data = cupy.asnumpy(weight.data)  # replaced by a host array: caught on the next call
+    with pytest.raises(ValueError, match="parameters on the GPU"):
+        graph(x)
+
+
 def test_graph_eager_fallback_for_new_shapes():
     import cupy
 

@@ -196,3 +196,27 @@ def test_sequential_fuse_activations_must_be_a_bool():
 
     with pytest.raises(TypeError, match="`fuse_activations` must be True or False; got 'yes'"):
         nn.Sequential(nn.ReLU(), fuse_activations="yes")
+
+
+def test_state_generation_moves_only_when_state_is_replaced():
+    # CapturedNetwork re-reads its graphs' addresses only when this number moved.
+    from convsuite.nn.module import state_generation
+
+    net = nn.Sequential(nn.Conv2D(1, 2, 3, backend="numpy"), nn.ReLU())
+    x = np.ones((1, 1, 5, 5), np.float32)
+    before = state_generation()
+    net(x)  # a forward pass caches inputs: not state
+    net.layer_cache_note = 1  # a plain attribute: not state
+    assert state_generation() == before
+    conv = net[0]
+    conv.weight.data = conv.weight.data.copy()  # a parameter's array replaced
+    after_data = state_generation()
+    assert after_data != before
+    conv.bias = nn.Parameter(np.zeros(2, np.float32))  # a parameter replaced
+    after_param = state_generation()
+    assert after_param != after_data
+    net.extra = nn.ReLU()  # a child added
+    assert state_generation() != after_param
+    moved = state_generation()
+    net.extra = 3  # a child replaced by a plain value: the child is gone
+    assert state_generation() != moved

@@ -27,7 +27,7 @@ from typing import Any
 
 from .._arrays import is_cupy_array
 from .._capture import graph_capture
-from .module import Module, no_grad
+from .module import Module, no_grad, state_generation
 
 __all__ = ["CapturedNetwork"]
 
@@ -42,6 +42,7 @@ class _Capture:
     static_x: Any
     static_y: Any
     weights: tuple[int, ...]
+    generation: int
 
 
 class CapturedNetwork:
@@ -83,10 +84,14 @@ class CapturedNetwork:
         return tuple(int(v.data.ptr) if is_cupy_array(v) else id(v) for v in self.network.state_dict().values())
 
     def _check(self, x) -> None:
+        """The per-call checks: cheap ones only (the network's state is checked when it changes)."""
         if self.network.training:
             raise ValueError("CapturedNetwork needs the network in evaluation mode: call network.eval() first")
         if not is_cupy_array(x):
             raise TypeError(f"CapturedNetwork takes a CuPy array on the GPU; got {type(x).__name__}")
+
+    def _check_state(self) -> None:
+        """Every parameter on the GPU (run before a capture and whenever the state changed)."""
         if not all(is_cupy_array(p.data) for p in self.network.parameters()):
             raise ValueError("CapturedNetwork needs the network's parameters on the GPU: call network.to('gpu')")
 
@@ -99,6 +104,7 @@ class CapturedNetwork:
         """Warm up on a private pool and stream, then capture one pass."""
         import cupy
 
+        generation = state_generation()
         stream = cupy.cuda.Stream(non_blocking=True)
         pool = cupy.cuda.MemoryPool()
         caller = cupy.cuda.get_current_stream()
@@ -118,7 +124,7 @@ class CapturedNetwork:
             finally:
                 graph = stream.end_capture()
         self.captures += 1
-        return _Capture(graph, stream, pool, static_x, static_y, self._weights())
+        return _Capture(graph, stream, pool, static_x, static_y, self._weights(), generation)
 
     def __call__(self, x):
         """The network's output for ``x`` (a new CuPy array), from a graph replay when possible."""
@@ -127,12 +133,18 @@ class CapturedNetwork:
 
         key = (tuple(x.shape), x.dtype.str)
         entry = self._graphs.get(key)
-        if entry is not None and entry.weights != self._weights():
-            del self._graphs[key]  # parameters were replaced: the old graph reads stale arrays
-            entry = None
+        if entry is not None and entry.generation != state_generation():
+            # Something was replaced since the capture: re-read every address the graph uses.
+            self._check_state()
+            if entry.weights != self._weights():
+                del self._graphs[key]  # parameters were replaced: the old graph reads stale arrays
+                entry = None
+            else:
+                entry.generation = state_generation()
         if entry is None:
             if self._graphs and self.on_new_shape == "eager":
                 return self._eager(x)
+            self._check_state()
             try:
                 entry = self._capture(x)
             except Exception as exc:  # capture refused (a synchronising operation, ...)

