@@ -82,3 +82,77 @@ __global__ void __launch_bounds__(CS_THREADS) conv2d_pointwise(const T* __restri
             if (i0 + u < L) yr[u] = acc[mm][u] + bm;
     }
 }
+
+// pointwise_splitk: the same 1x1 GEMM for layers with few pixels and long
+// reductions (MobileNetV2's projections: 7x7 or 14x14 pixels, 384 to 960
+// input channels). conv2d_pointwise gives such a layer a handful of blocks,
+// each running the whole reduction alone (H100: 100 us for 960 -> 160 at 7x7,
+// cuDNN 26 us). Here a block owns a 32-channel x 32-pixel output tile and one
+// slice of the input channels, so the grid has tiles x slices blocks; every
+// thread keeps 4 output channels of one pixel (a warp shares its channels, so
+// the weight reads are shared-memory broadcasts and the pixel reads are
+// consecutive). Each slice writes its partial tile to part[slice]; the reduce
+// kernel adds the slices in a fixed order, then the bias: the same bits on
+// every run, no atomics.
+// grid = (ceil(L / 32) * B * groups, ceil(Mg / 32), slices); part (slices, B, M, L).
+template <typename T>
+__global__ void __launch_bounds__(CS_THREADS) conv2d_pointwise_splitk(const T* __restrict__ x, const T* __restrict__ w,
+                                                                     T* __restrict__ part, int B, int C, int L, int M,
+                                                                     int Cg, int slice) {
+    constexpr int TM = 32, TL = 32, KC = 32, PER = TM / (CS_THREADS / TL);
+    __shared__ T xs[KC][TL];
+    __shared__ T wsh[KC][TM];
+    const int G = C / Cg, Mg = M / G;
+    const int ltiles = (L + TL - 1) / TL;
+    const i64 bg = blockIdx.x / ltiles;
+    const int l0 = (int)(blockIdx.x - bg * ltiles) * TL;
+    const int g = (int)(bg % G);
+    const i64 b = bg / G;
+    const int m0 = blockIdx.y * TM;
+    const int c_begin = blockIdx.z * slice, c_end = min(Cg, c_begin + slice);
+    const int tx = threadIdx.x % TL, ty = threadIdx.x / TL;   // a warp: one ty, 32 pixels
+    const T* xb = x + (b * C + (i64)g * Cg) * L;
+    T acc[PER];
+#pragma unroll
+    for (int j = 0; j < PER; ++j) acc[j] = T(0);
+    for (int c0 = c_begin; c0 < c_end; c0 += KC) {
+        const int nc = min(KC, c_end - c0);
+        __syncthreads();   // the previous chunk has been read
+        for (int i = threadIdx.x; i < KC * TL; i += CS_THREADS) {
+            const int cc = i / TL, ll = i % TL;
+            xs[cc][ll] = (cc < nc && l0 + ll < L) ? xb[(i64)(c0 + cc) * L + l0 + ll] : T(0);
+        }
+        for (int i = threadIdx.x; i < KC * TM; i += CS_THREADS) {
+            const int mm = i / KC, cc = i % KC;   // consecutive threads read consecutive channels of one row of w
+            wsh[cc][mm] = (cc < nc && m0 + mm < Mg) ? w[((i64)g * Mg + m0 + mm) * Cg + c0 + cc] : T(0);
+        }
+        __syncthreads();
+        for (int cc = 0; cc < nc; ++cc) {
+            const T xv = xs[cc][tx];
+#pragma unroll
+            for (int j = 0; j < PER; ++j) acc[j] += wsh[cc][ty * PER + j] * xv;
+        }
+    }
+    const int l = l0 + tx;
+    if (l >= L) return;
+    T* out = part + ((i64)blockIdx.z * B + b) * M * (i64)L;
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+        const int m = m0 + ty * PER + j;
+        if (m < Mg) out[((i64)g * Mg + m) * L + l] = acc[j];
+    }
+}
+
+// y[i] = bias[m] + sum over slices of part[s][i], slices in order (deterministic).
+template <typename T>
+__global__ void __launch_bounds__(CS_THREADS) conv2d_pointwise_splitk_reduce(const T* __restrict__ part,
+                                                                            const T* __restrict__ bias,
+                                                                            T* __restrict__ y, i64 n, int M, int L,
+                                                                            int slices) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        const int m = (int)((i / L) % M);
+        T s = T(0);
+        for (int k = 0; k < slices; ++k) s += part[(i64)k * n + i];
+        y[i] = s + bias[m];
+    }
+}

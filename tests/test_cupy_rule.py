@@ -38,16 +38,20 @@ FORWARD_CLASSES = [
     ("1x1 24->144 56x56 B1", (1, 24, 56, 56), (144, 24, 1, 1), {}, "pointwise", "24 input channels"),
     ("1x1 24->144 56x56 B64", (64, 24, 56, 56), (144, 24, 1, 1), {}, "pointwise", "24 input channels"),
     ("1x1 8->256 28x28", (1, 8, 28, 28), (256, 8, 1, 1), {}, "pointwise", "8 input channels"),
-    ("1x1 32->8 12x12 B4", (4, 32, 12, 12), (8, 32, 1, 1), {}, "pointwise", "32 input channels"),
+    ("1x1 16->8 12x12 B4", (4, 16, 12, 12), (8, 16, 1, 1), {}, "pointwise", "16 input channels"),
     ("1x1 depthwise C256", (1, 256, 12, 12), (256, 1, 1, 1), dict(groups=256), "pointwise", "1 input channel per"),
-    # 1x1 stride 1, longer reduction, few tiles: the 64x64 implicit GEMM
-    ("1x1 96->24 56x56 B1", (1, 96, 56, 56), (24, 96, 1, 1), {}, "fused_gemm", "96 input channels"),
-    ("1x1 160->960 7x7 B1", (1, 160, 7, 7), (960, 160, 1, 1), {}, "fused_gemm", "160 input channels"),
-    # 1x1 stride 1, long reduction (>= 256), few tiles: cuBLAS
-    ("1x1 384->96 14x14", (1, 384, 14, 14), (96, 384, 1, 1), {}, "pointwise_gemm", "cuBLAS"),
-    ("1x1 576->160 7x7", (1, 576, 7, 7), (160, 576, 1, 1), {}, "pointwise_gemm", "cuBLAS"),
-    ("classifier 1280->1000", (1, 1280, 1, 1), (1000, 1280, 1, 1), {}, "pointwise_gemm", "cuBLAS"),
-    ("1x1 512->512 4x4 B2", (2, 512, 4, 4), (512, 512, 1, 1), {}, "pointwise_gemm", "cuBLAS"),
+    # 1x1 stride 1, >= 32 input channels, little work (<= 264 32x32 tiles): the split reduction
+    ("1x1 32->8 12x12 B4", (4, 32, 12, 12), (8, 32, 1, 1), {}, "pointwise_splitk", "32 input channels"),
+    ("1x1 96->24 56x56 B1", (1, 96, 56, 56), (24, 96, 1, 1), {}, "pointwise_splitk", "98 32x32 tiles"),
+    ("1x1 160->960 7x7 B1", (1, 160, 7, 7), (960, 160, 1, 1), {}, "pointwise_splitk", "160 input channels"),
+    ("1x1 384->96 14x14", (1, 384, 14, 14), (96, 384, 1, 1), {}, "pointwise_splitk", "reduction split"),
+    ("1x1 576->160 7x7", (1, 576, 7, 7), (160, 576, 1, 1), {}, "pointwise_splitk", "reduction split"),
+    ("classifier 1280->1000", (1, 1280, 1, 1), (1000, 1280, 1, 1), {}, "pointwise_splitk", "32 tiles"),
+    ("1x1 512->512 4x4 B2", (2, 512, 4, 4), (512, 512, 1, 1), {}, "pointwise_splitk", "32 tiles"),
+    # 1x1 stride 1, more work than that but too little for the big tiles: the 64x64 implicit GEMM
+    ("1x1 96->48 56x56 B4", (4, 96, 56, 56), (48, 96, 1, 1), {}, "fused_gemm", "96 input channels"),
+    # 1x1 stride 1, long reduction (>= 256), past the split's tiles: cuBLAS
+    ("1x1 384->96 28x28 B4", (4, 384, 28, 28), (96, 384, 1, 1), {}, "pointwise_gemm", "cuBLAS"),
     # 1x1 with enough work for the big tiles
     ("1x1 96->24 56x56 B64", (64, 96, 56, 56), (24, 96, 1, 1), {}, "igemm_big", "1x1 with 1568 big block tiles"),
     ("1x1 512->2048 28x28 B8", (8, 512, 28, 28), (2048, 512, 1, 1), {}, "igemm_big", "big block tiles"),
@@ -115,14 +119,28 @@ def test_backward_class_picks_its_algorithm(what, x_shape, w_shape, kw, expected
 
 
 def test_pointwise_reduction_thresholds():
-    """<= 32 input channels per group: the pointwise kernel; 33..255: fused_gemm; >= 256: cuBLAS (few tiles)."""
+    """Past the split-K's tiles: <= 32 input channels per group the pointwise kernel; 33..255 fused_gemm;
+    >= 256 cuBLAS. Within them, from 32 channels: pointwise_splitk."""
     most, long_ = rule.POINTWISE_MOST, rule.POINTWISE_GEMM_FROM
-    assert _pick((1, most, 14, 14), (96, most, 1, 1))[0] == "pointwise"
-    assert _pick((1, most + 1, 14, 14), (96, most + 1, 1, 1))[0] == "fused_gemm"
-    assert _pick((1, long_ - 1, 14, 14), (96, long_ - 1, 1, 1))[0] == "fused_gemm"
-    assert _pick((1, long_, 14, 14), (96, long_, 1, 1))[0] == "pointwise_gemm"
+    big = (2, 56, 56)  # 2 x 98 pixel tiles x 3 channel tiles = 588 > SPLITK_MOST_TILES
+    assert _pick((big[0], most, *big[1:]), (96, most, 1, 1))[0] == "pointwise"
+    assert _pick((big[0], most + 1, *big[1:]), (96, most + 1, 1, 1))[0] == "fused_gemm"
+    assert _pick((big[0], long_ - 1, *big[1:]), (96, long_ - 1, 1, 1))[0] == "fused_gemm"
+    assert _pick((big[0], long_, *big[1:]), (96, long_, 1, 1))[0] == "pointwise_gemm"
     # per group: 4 groups of 64 channels is a 64-channel reduction
-    assert _pick((1, 256, 14, 14), (96, 64, 1, 1), groups=4)[0] == "fused_gemm"
+    assert _pick((1, 256, 56, 56), (96, 64, 1, 1), groups=4)[0] == "fused_gemm"
+    # within the split's tiles (14x14, batch 1: 7 x 3 = 21): from SPLITK_FROM channels per group
+    first = rule.SPLITK_FROM
+    assert _pick((1, first - 1, 14, 14), (96, first - 1, 1, 1))[0] == "pointwise"
+    assert _pick((1, first, 14, 14), (96, first, 1, 1))[0] == "pointwise_splitk"
+    assert _pick((1, long_, 14, 14), (96, long_, 1, 1))[0] == "pointwise_splitk"
+    # the tile bound itself
+    most_tiles = rule.SPLITK_MOST_TILES
+    spec = _spec((1, 64, 1, 32 * most_tiles), (32, 64, 1, 1))  # most_tiles pixel tiles x 1 channel tile
+    assert rule.splitk_tiles(spec.as_2d()) == most_tiles
+    assert GPU.choose_algorithm(spec, "forward")[0] == "pointwise_splitk"
+    spec = _spec((1, 64, 1, 32 * most_tiles + 1), (32, 64, 1, 1))
+    assert GPU.choose_algorithm(spec, "forward")[0] != "pointwise_splitk"
 
 
 def test_tf32x3_line_needs_a_full_tile_float32_and_a_long_reduction():
@@ -190,10 +208,12 @@ def test_single_input_channel_layers():
 
 def test_declined_algorithms_fall_through_to_the_next_rule():
     """The rule skips an algorithm that cannot run the case, with the next class rule's choice."""
-    big_1x1 = _spec((1, 384, 14, 14), (96, 384, 1, 1))
+    big_1x1 = _spec((4, 384, 28, 28), (96, 384, 1, 1))
     with graph_capture():  # cuBLAS is declined while a CUDA graph is captured
         assert "cuBLAS" in GPU.can_run(big_1x1, "pointwise_gemm", "forward")
         assert GPU.choose_algorithm(big_1x1, "forward")[0] == "fused_gemm"
+    small_1x1 = _spec((1, 384, 14, 14), (96, 384, 1, 1))
+    assert rule.choose(small_1x1, "forward", lambda s, a, d: a != "pointwise_splitk" or "no")[0] == "pointwise_gemm"
     seen = []
 
     def declines(*names):

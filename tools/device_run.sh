@@ -12,6 +12,8 @@
 #                                     vs cuDNN, and a profile of the per-call path of a tiny conv
 #   bash tools/device_run.sh multi    several GPUs: the multi-GPU tests and the scaling figures
 #   bash tools/device_run.sh tc       tf32x3: its GPU tests, the probe against igemm_big and cuDNN, Nsight Compute on c1
+#   bash tools/device_run.sh mnet     the network GPU tests; MobileNetV2 batch 1: graph call vs replay vs host time,
+#                                     every conv layer vs cuDNN
 set -u
 LOGS=${OUT:-device-logs}
 mkdir -p "$LOGS"
@@ -124,6 +126,12 @@ tc)
       --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats python3 tools/ncu_implicit_gemm.py
     grep -E "conv2d_|Duration|Throughput|Warp Cycles|Stall|Achieved Occupancy|Registers|Issue Slots|Eligible|No Eligible|One or More" "$LOGS/ncu.log" | head -80 | tee -a "$SUMMARY"
   else note "ncu: not on this machine"; fi
+  ;;
+mnet)
+  run pytest-nets 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_nets_gpu.py
+  grep -E "^(FAILED|ERROR)|passed|failed" "$LOGS/pytest-nets.log" | head -20 | tee -a "$SUMMARY"
+  run mnet 400 python3 tools/mnet_gpu_probe.py
+  cat "$LOGS/mnet.log" | tee -a "$SUMMARY"
   ;;
 *) note "unknown section: $SECTION" ;;
 esac

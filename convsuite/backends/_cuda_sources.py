@@ -118,7 +118,11 @@ KERNELS = {
         *[f"depthwise_grad_weight@{k}" for k in DEPTHWISE_WGRAD_KMAX],
     ],
     "im2col.cu": ["im2col|I", "col2im"],
-    "pointwise.cu": [f"conv2d_pointwise@{mt}" for mt in POINTWISE_TILES],
+    "pointwise.cu": [
+        *[f"conv2d_pointwise@{mt}" for mt in POINTWISE_TILES],
+        "conv2d_pointwise_splitk",
+        "conv2d_pointwise_splitk_reduce",
+    ],
     "implicit_gemm.cu": [
         *[f"conv2d_implicit_gemm@{act}" for act in (0, 1)],  # 1: ReLU fused into the epilogue
         "conv2d_dgrad_implicit_gemm",

@@ -25,6 +25,8 @@ import math
 from dataclasses import replace
 from typing import Callable
 
+import numpy as np
+
 from .._spec import ConvSpec
 from . import _cupy_runtime as rt
 from ._cuda_sources import (
@@ -1080,6 +1082,67 @@ def _plan_pointwise_kernel(spec: ConvSpec, direction: str, params: dict) -> Laun
     return _with_bias(spec, lambda x, w, bias, out: fn(grid, (THREADS,), (x, w, bias, out, *p)))
 
 
+#: Output tile of conv2d_pointwise_splitk (pointwise.cu): 32 channels x 32 pixels, and its channel chunk.
+SPLITK_TILE = 32
+
+
+def _splitk_tiles(spec: ConvSpec) -> int:
+    """Output tiles of conv2d_pointwise_splitk (before the reduction is split)."""
+    L = math.prod(spec.in_size)
+    return math.ceil(L / SPLITK_TILE) * spec.batch * spec.groups * math.ceil(spec.out_channels_per_group / SPLITK_TILE)
+
+
+def _splitk_slices(spec: ConvSpec, blocks_per_sm: int = 2) -> tuple[int, int]:
+    """(slices, channels per slice): enough blocks to fill the device, at least one 32-channel chunk each,
+    and the partial sums within the workspace.
+    """
+    Cg = spec.channels_per_group
+    per_slice = spec.batch * spec.out_channels * math.prod(spec.in_size) * spec.itemsize
+    wanted = math.ceil(blocks_per_sm * rt.sm_count() / _splitk_tiles(spec))
+    slices = max(1, min(wanted, math.ceil(Cg / SPLITK_TILE), WORKSPACE_BYTES // max(1, per_slice), GRID_YZ_MAX))
+    width = math.ceil(Cg / slices)
+    return math.ceil(Cg / width), width
+
+
+def _check_pointwise_splitk(spec: ConvSpec, direction: str) -> Verdict:
+    verdict = _check_pointwise(spec, direction)
+    if verdict is not True:
+        return verdict.replace("pointwise_gemm", "pointwise_splitk")
+    L = math.prod(spec.in_size)
+    if math.ceil(L / SPLITK_TILE) * spec.batch * spec.groups > 2**31 - 1:
+        return "pixel tiles exceed the grid's x limit"
+    if math.ceil(spec.out_channels_per_group / SPLITK_TILE) > GRID_YZ_MAX:
+        return f"{spec.out_channels_per_group} output channels per group exceed the grid's y limit"
+    if spec.batch * spec.out_channels * L * spec.itemsize > WORKSPACE_BYTES:
+        return f"one slice of partial sums ({spec.batch * spec.out_channels * L} values) exceeds the workspace"
+    return True
+
+
+def _plan_pointwise_splitk(spec: ConvSpec, direction: str) -> Launch:
+    """conv2d_pointwise_splitk into per-slice partial tiles, then the fixed-order reduce with the bias."""
+    cp = rt.cupy()
+    L = math.prod(spec.in_size)
+    slices, width = _splitk_slices(spec)
+    grid = (
+        math.ceil(L / SPLITK_TILE) * spec.batch * spec.groups,
+        math.ceil(spec.out_channels_per_group / SPLITK_TILE),
+        slices,
+    )
+    fn = rt.kernel("pointwise.cu", "conv2d_pointwise_splitk", spec.dtype)
+    reduce = rt.kernel("pointwise.cu", "conv2d_pointwise_splitk_reduce", spec.dtype)
+    n = spec.batch * spec.out_channels * L
+    p = rt.i32(spec.batch, spec.in_channels, L, spec.out_channels, spec.channels_per_group, width)
+    tail = (np.int64(n), *rt.i32(spec.out_channels, L, slices))
+    blocks = (rt.grid_stride_blocks(n),)
+
+    def forward(x, w, bias, out):
+        part = cp.empty((slices, n), dtype=x.dtype)  # every element written by its slice's tile
+        fn(grid, (THREADS,), (x, w, part, *p))
+        reduce(blocks, (THREADS,), (part, bias, out, *tail))
+
+    return _with_bias(spec, forward)
+
+
 def _plan_pointwise(spec: ConvSpec, direction: str) -> Launch:
     """A 1x1 stride-1 conv is ``y[b, g] = w[g] @ x[b, g]``: strided-batched cuBLAS on reshaped views."""
     cp = rt.cupy()
@@ -1274,6 +1337,13 @@ RECORDS: dict[str, Algorithm] = {
             check=_check_pointwise_kernel,
             tunables=POINTWISE_TUNABLES,
             constraint=_constraint_pointwise,
+        ),
+        Algorithm(
+            "pointwise_splitk",
+            "1x1 stride 1 with the reduction split: 32x32 output tiles x channel slices, "
+            "then a fixed-order sum (few pixels, many channels: late MobileNetV2 layers)",
+            _plan_pointwise_splitk,
+            check=_check_pointwise_splitk,
         ),
         Algorithm(
             "wgrad_atomic",

@@ -50,7 +50,7 @@ from .._spec import ConvSpec
 from ._cupy_algorithms import register_tiled_blocks
 from .base import Verdict
 
-__all__ = ["choose", "big_tiles"]
+__all__ = ["choose", "big_tiles", "splitk_tiles"]
 
 #: Block tiles of igemm_big (about one per multiprocessor) from which it beats
 #: the 64x64 fused_gemm: i11, 3x3 C=M=64 B=64 0.785 vs 1.006 ms, 1x1 96->24
@@ -83,6 +83,24 @@ POINTWISE_MOST = 32
 #: targets-1121 (batch 1) shows the same growth: fused_gemm 0.064 / 0.086 /
 #: 0.145 ms at 384 / 576 / 1280 channels.
 POINTWISE_GEMM_FROM = 256
+
+#: Input channels per group from which a float32 1x1 layer with little work runs
+#: fastest as ``pointwise_splitk`` (32x32 output tiles x slices of the reduction,
+#: then a fixed-order sum). mnet-probe: H100, every MobileNetV2 1x1 layer at
+#: batch 1 in a CUDA graph of 20 calls (pure GPU time, us; splitk / the old pick /
+#: cuDNN): 960->160 7x7 10.4 / 100 / 26.1, 576->96 14x14 11.0 / 62 / 17.6, 192->32
+#: 28x28 7.3 / 24.9 / 13.2, 144->24 56x56 11.2 / 19.5 / 10.6, 32->192 28x28 7.1 /
+#: 15.5 (pointwise) / 5.9; fastest of every cupy algorithm on all 1x1 layers with
+#: 32 or more input channels, cuDNN-FP32 summed 408 us, splitk 291. Below 32
+#: channels (16->96 112x112, 24->144 56x56) pointwise or fused_gemm stayed ahead.
+SPLITK_FROM = 32
+
+#: Most 32x32 output tiles for which ``pointwise_splitk`` is picked: two per
+#: multiprocessor of the 132-SM H100/H200, the grid it fills by splitting the
+#: reduction. Past it there is no split and a 64x64 GEMM tile does more per load
+#: (the probe's one larger layer, 32->16 112x112 with 392 tiles, was not
+#: decided by this line: 32 channels went to pointwise there).
+SPLITK_MOST_TILES = 264
 
 #: Thread blocks register_tiled's launch needs before it is the fastest on a
 #: layer with few output channels. It gives each thread MT channels x 4 pixels
@@ -141,13 +159,27 @@ def _is_pointwise(spec: ConvSpec) -> bool:
     )
 
 
+def splitk_tiles(s: ConvSpec) -> int:
+    """32x32 output tiles of ``pointwise_splitk`` (before its reduction is split)."""
+    pixels = math.prod(s.in_size)
+    return -(-pixels // 32) * s.batch * s.groups * -(-s.out_channels_per_group // 32)
+
+
 def _pointwise_class(s: ConvSpec, tiles: int) -> list[tuple[str, str]]:
     """Forward 1x1 stride-1 layers: by the reduction length C/g, then the work."""
     cg = s.channels_per_group
+    rules = []
+    if cg >= SPLITK_FROM and s.dtype == "float32" and splitk_tiles(s) <= SPLITK_MOST_TILES:
+        rules.append(
+            (
+                "pointwise_splitk",
+                f"1x1, {cg} input channels per group on {splitk_tiles(s)} 32x32 tiles: "
+                "the reduction split across blocks fills the GPU",
+            )
+        )
     if cg <= POINTWISE_MOST:
         channels = f"{cg} input channel{'s' if cg > 1 else ''} per group"
-        return [("pointwise", f"1x1, {channels}: a short per-thread reduction, one pass over x")]
-    rules = []
+        return rules + [("pointwise", f"1x1, {channels}: a short per-thread reduction, one pass over x")]
     if tiles >= BIG_ENOUGH:
         rules.append(("igemm_big", f"1x1 with {tiles} big block tiles of work: the pipelined implicit GEMM"))
     if cg >= POINTWISE_GEMM_FROM:
