@@ -122,7 +122,9 @@ def test_auto_rule_and_its_reasons():
     assert choice((4, 96, 56, 56), (96, 1, 3, 3), groups=96, padding=1)[0] == "depthwise"
     assert choice((8, 1, 48, 48), (12, 1, 5, 5))[0] == "gemm"  # 12 filters: past depthwise's multiplier bound
     assert choice((8, 2, 86, 86), (4, 2, 7, 7))[0] == "direct"  # 4 output channels: too thin for BLAS
-    assert choice((4, 96, 56, 56), (96, 1, 3, 3), "backward", groups=96, padding=1)[0] == "direct"
+    # Backward: one im2col tile for dW and dX, thin products included.
+    assert choice((4, 96, 56, 56), (96, 1, 3, 3), "backward", groups=96, padding=1)[0] == "gemm"
+    assert choice((64, 1, 32, 32), (6, 1, 5, 5), "backward")[0] == "gemm"
     assert choice((4, 32, 64, 64), (64, 32, 3, 3), "backward", padding=1)[0] == "gemm"
     # One output row whose im2col would exceed the workspace bound: gemm declines, with the reason.
     name, why = choice((1, 64, 4 * 10**5), (64, 64, 9), padding=4)
