@@ -5,9 +5,10 @@ After every multithreaded call, OpenBLAS keeps its worker threads spinning
 they sleep. Numba's OpenMP workers that start in that window share the cores
 with the spinners: measured on the 2-core CI machine (2026-11-22), a numba
 1x1 convolution (C 96 -> 24, 56x56) took 0.69 ms alone and 8.0 ms right
-after a 1x1280 @ 1280x1000 NumPy product; MobileNetV2 batch 1 on the numba
-backend, whose classifier is a NumPy product, went from 120 ms to 50 ms
-(median of 15) once the spin was shortened.
+after a 1x1280 @ 1280x1000 NumPy product (0.81 ms with the spin at 2**4
+cycles, 0.83 ms at 2**16); MobileNetV2 batch 1 on the numba backend, whose
+classifier is a NumPy product, went from 120 ms to 54 ms (median of 15,
+spin at 2**4 cycles).
 
 OpenBLAS reads ``OPENBLAS_THREAD_TIMEOUT`` (log2 of the spin, in cycles;
 4 to 30) once, when it is loaded, so the setting only helps if it is made

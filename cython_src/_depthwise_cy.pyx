@@ -16,9 +16,9 @@ cells are zeros in the planes: zero padding is multiplied, not skipped.
 
 Generated code (``objdump -d`` of the build): the AXPY is the C function
 below with ``restrict`` pointers, so gcc vectorises it without an overlap
-check; portable builds get SSE ``mulps/addps`` (or ``vfmadd231ps`` on ymm
-with ``CONVSUITE_NATIVE_BUILD=1``), the accumulator loaded and stored around
-each vector FMA. Its length is rounded up to ``VEC`` so a 7x7 plane's 63
+check: the native build (``CONVSUITE_NATIVE_BUILD=1``, as ``make`` does) gets
+``vfmadd213ps`` on ymm with the accumulator loaded and stored around it;
+portable builds (the SSE2 baseline) get 128-bit multiplies and adds. Its length is rounded up to ``VEC`` so a 7x7 plane's 63
 outputs do not fall to the scalar remainder loop; the extra outputs read the
 planes' zeroed slack and are dropped.
 

@@ -27,9 +27,11 @@ knows aliases nothing (the condition for vectorising, as in
 ``_numba_kernels``); offsets are unsigned so no wraparound check is emitted.
 
 Generated code (``inspect_asm`` of the float32 build on the AVX-512 Xeon,
-2026-11-22): the tap loop is ``vfmadd231ps`` on ymm registers, 4 vectors per
-iteration, accumulator loaded and stored around each FMA group (it lives in
-L1, not in registers: the loop is bound by loads, two per FMA).
+2026-11-22): the tap loop is ``vfmadd213ps`` on ymm registers, unrolled 4
+vectors wide (32 floats, hence ``VEC``), the accumulator loaded and stored
+around each FMA (it lives in L1, not in registers: two loads per FMA); the
+plane copies are plain ``vmovups`` (no gathers or scatters since the offsets
+are unsigned); the scalar ``vfmadd213ss`` are the remainder loops.
 
 Zero padding is multiplied, not skipped (an infinite weight on a halo tap
 gives NaN, as IEEE arithmetic and torch do).
