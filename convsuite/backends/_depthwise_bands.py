@@ -63,7 +63,7 @@ def depthwise_check(s: ConvSpec, direction: str) -> bool | str:
     smallest = _plane_elements(1, 1, rowoff, coloff) * sh * sw * s.itemsize
     if smallest > MAX_PLANE_BYTES:
         return (
-            f"'depthwise' needs {smallest} bytes of planes per output row for this dilation and padding, "
+            f"'depthwise' needs {smallest} bytes of planes for a single output with this dilation and padding, "
             f"more than {MAX_PLANE_BYTES}"
         )
     return True
