@@ -87,19 +87,20 @@ __global__ void __launch_bounds__(CS_THREADS) conv2d_pointwise(const T* __restri
 // reductions (MobileNetV2's projections: 7x7 or 14x14 pixels, 384 to 960
 // input channels). conv2d_pointwise gives such a layer a handful of blocks,
 // each running the whole reduction alone (H100: 100 us for 960 -> 160 at 7x7,
-// cuDNN 26 us). Here a block owns a 32-channel x 32-pixel output tile and one
+// cuDNN 26 us). Here a block owns a CS_SPLITK_TILE (32) channel x pixel output tile and one
 // slice of the input channels, so the grid has tiles x slices blocks; every
 // thread keeps 4 output channels of one pixel (a warp shares its channels, so
 // the weight reads are shared-memory broadcasts and the pixel reads are
 // consecutive). Each slice writes its partial tile to part[slice]; the reduce
 // kernel adds the slices in a fixed order, then the bias: the same bits on
 // every run, no atomics.
-// grid = (ceil(L / 32) * B * groups, ceil(Mg / 32), slices); part (slices, B, M, L).
+// grid = (ceil(L / T) * B * groups, ceil(Mg / T), slices) with T = CS_SPLITK_TILE; part (slices, B, M, L).
 template <typename T>
 __global__ void __launch_bounds__(CS_THREADS) conv2d_pointwise_splitk(const T* __restrict__ x, const T* __restrict__ w,
                                                                      T* __restrict__ part, int B, int C, int L, int M,
                                                                      int Cg, int slice) {
-    constexpr int TM = 32, TL = 32, KC = 32, PER = TM / (CS_THREADS / TL);
+    constexpr int TM = CS_SPLITK_TILE, TL = CS_SPLITK_TILE, KC = CS_SPLITK_TILE, PER = TM / (CS_THREADS / TL);
+    static_assert(CS_THREADS % TL == 0 && TM % (CS_THREADS / TL) == 0, "a warp row of the tile per thread row");
     __shared__ T xs[KC][TL];
     __shared__ T wsh[KC][TM];
     const int G = C / Cg, Mg = M / G;

@@ -47,6 +47,7 @@ DEFINES = {
     "CS_DW_PX": 4,  # depthwise outputs per thread along W
     "CS_DW_PY": 2,  # depthwise outputs per thread along H
     "CS_PW_PX": 4,  # pointwise pixels per thread (one float4)
+    "CS_SPLITK_TILE": 32,  # pointwise_splitk: output channels and pixels of a block's tile, channels per chunk
     "CS_LADDER_YB": 4,  # output rows per thread of the dW ladder's padded step (the write-up's yBatch)
 }
 

@@ -64,6 +64,7 @@ REGISTER_PX = DEFINES["CS_RT_PX"]
 GEMM_BM, GEMM_BN, GEMM_BK = DEFINES["CS_GEMM_BM"], DEFINES["CS_GEMM_BN"], DEFINES["CS_GEMM_BK"]
 DW_PX, DW_PY = DEFINES["CS_DW_PX"], DEFINES["CS_DW_PY"]
 PW_PX = DEFINES["CS_PW_PX"]
+SPLITK_TILE = DEFINES["CS_SPLITK_TILE"]  # output tile of conv2d_pointwise_splitk: channels x pixels, and its chunk
 WORKSPACE_BYTES = 512 * 2**20  # im2col columns per chunk; split-K partial sums
 MAX_THREADS = 1024  # threads per block (every CUDA device since compute capability 2.0)
 #: Accumulator registers (32-bit) a thread may hold: beyond this a kernel would
@@ -1082,12 +1083,8 @@ def _plan_pointwise_kernel(spec: ConvSpec, direction: str, params: dict) -> Laun
     return _with_bias(spec, lambda x, w, bias, out: fn(grid, (THREADS,), (x, w, bias, out, *p)))
 
 
-#: Output tile of conv2d_pointwise_splitk (pointwise.cu): 32 channels x 32 pixels, and its channel chunk.
-SPLITK_TILE = 32
-
-
-def _splitk_tiles(spec: ConvSpec) -> int:
-    """Output tiles of conv2d_pointwise_splitk (before the reduction is split)."""
+def splitk_tiles(spec: ConvSpec) -> int:
+    """Output tiles of conv2d_pointwise_splitk (before the reduction is split); the rule reads it too."""
     L = math.prod(spec.in_size)
     return math.ceil(L / SPLITK_TILE) * spec.batch * spec.groups * math.ceil(spec.out_channels_per_group / SPLITK_TILE)
 
@@ -1098,7 +1095,7 @@ def _splitk_slices(spec: ConvSpec, blocks_per_sm: int = 2) -> tuple[int, int]:
     """
     Cg = spec.channels_per_group
     per_slice = spec.batch * spec.out_channels * math.prod(spec.in_size) * spec.itemsize
-    wanted = math.ceil(blocks_per_sm * rt.sm_count() / _splitk_tiles(spec))
+    wanted = math.ceil(blocks_per_sm * rt.sm_count() / splitk_tiles(spec))
     slices = max(1, min(wanted, math.ceil(Cg / SPLITK_TILE), WORKSPACE_BYTES // max(1, per_slice), GRID_YZ_MAX))
     width = math.ceil(Cg / slices)
     return math.ceil(Cg / width), width

@@ -47,10 +47,10 @@ import math
 from typing import Callable
 
 from .._spec import ConvSpec
-from ._cupy_algorithms import register_tiled_blocks
+from ._cupy_algorithms import register_tiled_blocks, splitk_tiles
 from .base import Verdict
 
-__all__ = ["choose", "big_tiles", "splitk_tiles"]
+__all__ = ["choose", "big_tiles"]
 
 #: Block tiles of igemm_big (about one per multiprocessor) from which it beats
 #: the 64x64 fused_gemm: i11, 3x3 C=M=64 B=64 0.785 vs 1.006 ms, 1x1 96->24
@@ -157,12 +157,6 @@ def _is_pointwise(spec: ConvSpec) -> bool:
         and all(st == 1 for st in spec.stride)
         and not any(lo or hi for lo, hi in spec.padding)
     )
-
-
-def splitk_tiles(s: ConvSpec) -> int:
-    """32x32 output tiles of ``pointwise_splitk`` (before its reduction is split)."""
-    pixels = math.prod(s.in_size)
-    return -(-pixels // 32) * s.batch * s.groups * -(-s.out_channels_per_group // 32)
 
 
 def _pointwise_class(s: ConvSpec, tiles: int) -> list[tuple[str, str]]:
