@@ -10,11 +10,14 @@ declines the cases where the planes would waste more than they save.
 from __future__ import annotations
 
 from .._spec import ConvSpec
+from .base import Tunable
 
 __all__ = [
+    "BAND",
     "BAND_KIB_VALUES",
     "DEFAULT_BAND_KIB",
     "DEPTHWISE_WHY",
+    "SUMMARY",
     "MAX_MULTIPLIER",
     "MAX_PHASES",
     "bands",
@@ -28,6 +31,20 @@ DEFAULT_BAND_KIB = 128
 
 #: Values of the ``band_kib`` tunable.
 BAND_KIB_VALUES = (16, 32, 64, 128, 256, 512, 1024, 4096)
+
+#: The ``band_kib`` tunable of both rungs' ``depthwise`` records.
+BAND = Tunable(
+    "band_kib",
+    BAND_KIB_VALUES,
+    DEFAULT_BAND_KIB,
+    "KiB budget of one work item's phase planes: sets the band of output rows and columns per item",
+)
+
+#: What the algorithm shows (the records' summary).
+SUMMARY = (
+    "one input channel per group: the input copied once into zero-padded phase planes, "
+    "then one flat AXPY per tap over a band of rows (any stride and dilation)"
+)
 
 #: Most phase planes (``sh * sw``): past this a stride is longer than a 3x3 or 5x5
 #: kernel's reach and most of every plane would be copied for nothing.

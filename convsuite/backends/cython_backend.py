@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from .._spec import ConvSpec
 from . import _tiles
-from ._depthwise_bands import BAND_KIB_VALUES, DEFAULT_BAND_KIB, DEPTHWISE_WHY, bands, depthwise_check
+from ._depthwise_bands import BAND, DEPTHWISE_WHY, SUMMARY, bands, depthwise_check
 from ._depthwise_bands import prefer as _prefer_depthwise
 from ._kernel_module import KernelModuleBackend, KernelSpec
 from ._tiles import TILE_KIB_VALUES, gemm_check, prefer_gemm
@@ -54,12 +54,6 @@ _GEMM_TILE = Tunable(
     TILE_KIB_VALUES,
     lambda s, direction: _tiles.WORKSPACE_BYTES // 1024,  # read at plan time: 256
     "KiB budget of one packed im2col tile: its output rows are as many as fit (at least one)",
-)
-_BAND = Tunable(
-    "band_kib",
-    BAND_KIB_VALUES,
-    DEFAULT_BAND_KIB,
-    "KiB budget of one band's phase planes: sets the output rows and columns per band",
 )
 
 
@@ -119,11 +113,10 @@ class CythonBackend(KernelModuleBackend):
             ),
             self.record(
                 "depthwise",
-                "one input channel per group: the input copied once into zero-padded phase planes, "
-                "then one flat AXPY per tap over a band of rows (any stride and dilation)",
+                SUMMARY,
                 KernelSpec(_DEPTHWISE, backward=None, extra=_depthwise_extra),
                 check=depthwise_check,
-                tunables=(_BAND,),
+                tunables=(BAND,),
             ),
         )
 

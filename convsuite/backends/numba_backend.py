@@ -43,7 +43,7 @@ import numpy as np
 from .._spec import ConvSpec
 from .._threads import get_num_threads
 from . import _tiles
-from ._depthwise_bands import BAND_KIB_VALUES, DEFAULT_BAND_KIB, DEPTHWISE_WHY, bands, depthwise_check
+from ._depthwise_bands import BAND, DEPTHWISE_WHY, SUMMARY, bands, depthwise_check
 from ._depthwise_bands import prefer as _prefer_depthwise
 from ._kernel_module import KernelModuleBackend, KernelSpec
 from ._tiles import TILE_KIB_VALUES, gemm_check, prefer_gemm
@@ -102,12 +102,6 @@ _GEMM_TILE = Tunable(
     lambda s, direction: _tiles.WORKSPACE_BYTES // 1024,  # read at plan time: 256
     "KiB budget of one im2col tile: its output rows are as many as fit (at least one; "
     "forward also keeps >= 2 tiles per thread)",
-)
-_BAND = Tunable(
-    "band_kib",
-    BAND_KIB_VALUES,
-    DEFAULT_BAND_KIB,
-    "KiB budget of one work item's phase planes: sets the band of output rows and columns per item",
 )
 _GEMM_PARTIALS = Tunable(
     "max_partials",
@@ -222,11 +216,10 @@ class NumbaBackend(KernelModuleBackend):
             ),
             self.record(
                 "depthwise",
-                "one input channel per group: the input copied once into zero-padded phase planes, "
-                "then one flat AXPY per tap over a band of rows (any stride and dilation)",
+                SUMMARY,
                 KernelSpec(_DEPTHWISE, backward=None, extra=_depthwise_extra),
                 check=depthwise_check,
-                tunables=(_BAND, _CHUNKS),
+                tunables=(BAND, _CHUNKS),
             ),
         )
 
