@@ -168,3 +168,12 @@ def test_kernel_refuses_a_grouped_case_called_directly(backend):
     out = np.full(spec.y_shape, np.nan, np.float32)
     with pytest.raises(ValueError, match="one input channel per group"):
         launch(x, w, None, out)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_band_budget_is_checked(backend):
+    x, w = np.ones((1, 4, 9, 9), np.float32), np.ones((4, 1, 3, 3), np.float32)
+    with pytest.raises(ValueError, match=r"'band_kib' accepts 16, 32, .*; got 100"):
+        cs.plan(x, w, groups=4, backend=backend, algorithm="depthwise", params={"band_kib": 100})
+    with pytest.raises(ValueError, match=r"'depthwise' has no tunable parameter 'tile_w'"):
+        cs.plan(x, w, groups=4, backend=backend, algorithm="depthwise", params={"tile_w": 256})
