@@ -199,6 +199,7 @@ class Plan:
         "_gy_shape",
         "_in_type",
         "_xp_in",
+        "_contiguous",
         "_xp_out",
         "_to_device",
         "_to_caller",
@@ -227,6 +228,7 @@ class Plan:
         xp_in: Any,
         to_device: Callable[[Any], Any] | None,
         to_caller: Callable[[Any], Any] | None,
+        contiguous: Callable[[Any], bool] | None = None,
         activation: str | None = None,
         fused_activation: bool = False,
         params: dict | None = None,
@@ -240,6 +242,8 @@ class Plan:
         self._x_shape, self._w_shape, self._bias_shape = user_shapes
         self._in_type = in_type
         self._xp_in = xp_in
+        # Whether an operand is C-contiguous, asked of the backend that owns the caller's arrays.
+        self._contiguous = contiguous or _numpy_contiguous
         self._xp_out = backend.array_module()
         self._to_device = to_device
         self._to_caller = to_caller
@@ -335,11 +339,12 @@ class Plan:
             check_call_memory(self, "forward", (x, w, bias))
         # Attribute checks first: a conversion call costs microseconds even when
         # it has nothing to do (CuPy's especially), and most operands are ready.
-        if x.dtype != dtype or not x.flags.c_contiguous:
+        ready = self._contiguous
+        if x.dtype != dtype or not ready(x):
             x = contiguous(x, dtype=dtype)
-        if w.dtype != dtype or not w.flags.c_contiguous:
+        if w.dtype != dtype or not ready(w):
             w = contiguous(w, dtype=dtype)
-        if bias is not None and (bias.dtype != dtype or not bias.flags.c_contiguous):
+        if bias is not None and (bias.dtype != dtype or not ready(bias)):
             bias = contiguous(bias, dtype=dtype)
         if self._to_device is not None:
             to_device = self._to_device
@@ -452,6 +457,11 @@ class Plan:
             f"{s.dtype} on {self.backend.name}/{self.algorithm}{_format_params(self.params)} "
             f"({self.decision.decided_by})>"
         )
+
+
+def _numpy_contiguous(array) -> bool:
+    """Whether a NumPy array is C-contiguous."""
+    return array.flags.c_contiguous
 
 
 def _format_params(params: dict) -> str:

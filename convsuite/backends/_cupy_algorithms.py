@@ -56,6 +56,9 @@ __all__ = [
 ]
 
 THREADS = rt.THREADS
+ARG = rt.ARG
+#: x, w, bias, out: the per-call arrays of a forward kernel, in its argument order (see rt.bind).
+_ARRAYS4 = (ARG, ARG, ARG, ARG)
 SMEM_LIMIT = 48 * 1024  # static per-block shared memory without opt-in
 CONST_BYTES = DEFINES["CS_CONST_BYTES"]
 GRID_YZ_MAX = 65535
@@ -266,11 +269,12 @@ def _plan_per_output_1d(algorithm: str):
         blocks, block = (rt.grid_stride_blocks(total),), (THREADS,)
         fn = rt.kernel("conv1d.cu", f"conv1d_{algorithm}", s.dtype, total)
         if algorithm == "naive":
-            return _with_bias(s, lambda x, w, bias, out: fn(blocks, block, (x, w, bias, out, *p)))
+            return _with_bias(s, rt.bind(fn, blocks, block, (*_ARRAYS4, *p)))
+        launch = rt.bind(fn, blocks, block, (ARG, ARG, ARG, *p))
 
         def run(x, w, bias, out):
             _upload_constant("conv1d.cu", w)
-            fn(blocks, block, (x, bias, out, *p))
+            launch(x, bias, out)
 
         return _with_bias(s, run)
 
@@ -337,7 +341,7 @@ def _plan_blocked(s: ConvSpec, direction: str, params: dict) -> Launch:
     name = f"conv1d_blocked@{k if d == 1 and k in BLOCKED_WIDTHS else 0}"  # a width compiled in, if any
     grid = (math.ceil(s.out_size[0] / per_block), s.batch * s.out_channels)
     fn, p = rt.kernel("conv1d.cu", name, s.dtype, overrides=(("CS_BLOCKED_V", v),)), _params_1d(s)
-    return _with_bias(s, lambda x, w, bias, out: fn(grid, (THREADS,), (x, w, bias, out, *p), shared_mem=smem))
+    return _with_bias(s, rt.bind(fn, grid, (THREADS,), (*_ARRAYS4, *p), smem))
 
 
 def _plan_tiled_1d(algorithm: str):
@@ -349,7 +353,7 @@ def _plan_tiled_1d(algorithm: str):
             per_block, smem, name = THREADS, THREADS * st * s.itemsize, "conv1d_tiled_cached_halo"
         grid = (math.ceil(s.out_size[0] / per_block), s.batch * s.out_channels)
         fn, p = rt.kernel("conv1d.cu", name, s.dtype), _params_1d(s)
-        return _with_bias(s, lambda x, w, bias, out: fn(grid, (THREADS,), (x, w, bias, out, *p), shared_mem=smem))
+        return _with_bias(s, rt.bind(fn, grid, (THREADS,), (*_ARRAYS4, *p), smem))
 
     return plan
 
@@ -364,11 +368,12 @@ def _plan_per_output_2d(algorithm: str):
         blocks, block = (rt.grid_stride_blocks(total),), (THREADS,)
         fn = rt.kernel("conv2d.cu", f"conv2d_{algorithm}", s.dtype, total)
         if algorithm == "direct":
-            return _with_bias(s, lambda x, w, bias, out: fn(blocks, block, (x, w, bias, out, *p)))
+            return _with_bias(s, rt.bind(fn, blocks, block, (*_ARRAYS4, *p)))
+        launch = rt.bind(fn, blocks, block, (ARG, ARG, ARG, *p))
 
         def run(x, w, bias, out):
             _upload_constant("conv2d.cu", w)
-            fn(blocks, block, (x, bias, out, *p))
+            launch(x, bias, out)
 
         return _with_bias(s, run)
 
@@ -395,7 +400,7 @@ def _plan_tiled_2d(algorithm: str):
             grid = _register_tiled_grid(s, mt, tiles)
             name, overrides = f"conv2d_register_tiled@{mt}", (("CS_RT_PX", params["px"]),)
         fn = rt.kernel("conv2d.cu", name, s.dtype, overrides=overrides)
-        return _with_bias(s, lambda x, w, bias, out: fn(grid, block, (x, w, bias, out, *p), shared_mem=smem))
+        return _with_bias(s, rt.bind(fn, grid, block, (*_ARRAYS4, *p), smem))
 
     return plan
 
@@ -682,10 +687,10 @@ def _plan_implicit_gemm(
                 fn = rt.kernel("implicit_gemm_tf32x3.cu", f"conv2d_tf32x3_fwd@{bm},{int(relu)}", s.dtype)
             else:
                 fn = rt.kernel("implicit_gemm_big.cu", f"conv2d_igemm_fwd@{bm},{int(relu)}", s.dtype)
-            return _with_bias(s, lambda x, w, bias, out: fn(grid, (2 * bm,), (x, w, bias, out, koff, *p)))
+            return _with_bias(s, rt.bind(fn, grid, (2 * bm,), (*_ARRAYS4, koff, *p)))
         grid = (math.ceil(n / GEMM_BN), math.ceil(Mg / GEMM_BM), G)
         fn = rt.kernel("implicit_gemm.cu", f"conv2d_implicit_gemm@{int(relu)}", s.dtype, overrides=slice_depth)
-        return _with_bias(s, lambda x, w, bias, out: fn(grid, (256,), (x, w, bias, out, *p)))
+        return _with_bias(s, rt.bind(fn, grid, (256,), (*_ARRAYS4, *p)))
     cp = rt.cupy()
     kd = Cg * KH * KW
     if relu and kind == "tf32x3":
@@ -1080,7 +1085,7 @@ def _plan_pointwise_kernel(spec: ConvSpec, direction: str, params: dict) -> Laun
     grid = (math.ceil(L / (THREADS * PW_PX)) * spec.batch * spec.groups, math.ceil(spec.out_channels_per_group / mt))
     fn = rt.kernel("pointwise.cu", f"conv2d_pointwise@{mt}", spec.dtype)
     p = rt.i32(spec.in_channels, L, spec.out_channels, spec.channels_per_group)
-    return _with_bias(spec, lambda x, w, bias, out: fn(grid, (THREADS,), (x, w, bias, out, *p)))
+    return _with_bias(spec, rt.bind(fn, grid, (THREADS,), (*_ARRAYS4, *p)))
 
 
 def splitk_tiles(spec: ConvSpec) -> int:
@@ -1131,11 +1136,13 @@ def _plan_pointwise_splitk(spec: ConvSpec, direction: str) -> Launch:
     p = rt.i32(spec.batch, spec.in_channels, L, spec.out_channels, spec.channels_per_group, width)
     tail = (np.int64(n), *rt.i32(spec.out_channels, L, slices))
     blocks = (rt.grid_stride_blocks(n),)
+    products = rt.bind(fn, grid, (THREADS,), (ARG, ARG, ARG, *p))
+    total = rt.bind(reduce, blocks, (THREADS,), (ARG, ARG, ARG, *tail))
 
     def forward(x, w, bias, out):
         part = cp.empty((slices, n), dtype=x.dtype)  # every element written by its slice's tile
-        fn(grid, (THREADS,), (x, w, part, *p))
-        reduce(blocks, (THREADS,), (part, bias, out, *tail))
+        products(x, w, part)
+        total(part, bias, out)
 
     return _with_bias(spec, forward)
 
@@ -1215,7 +1222,7 @@ def _plan_depthwise(spec: ConvSpec, direction: str, params: dict, masked: bool =
         overrides = (("CS_DW_PX", px), ("CS_DW_PY", py))
         fn = rt.kernel("depthwise.cu", f"depthwise_forward@{k},{st}", s.dtype, overrides=overrides)
         blocks = (rt.grid_stride_blocks(total),)
-        return _with_bias(s, lambda x, w, bias, out: fn(blocks, (THREADS,), (x, w, bias, out, *p)))
+        return _with_bias(s, rt.bind(fn, blocks, (THREADS,), (*_ARRAYS4, *p)))
     cp = rt.cupy()
     suffix = "_masked" if masked else ""
     dgrad = rt.kernel(f"depthwise{suffix}.cu", f"depthwise_grad_input{suffix}@{k},{st}", s.dtype)

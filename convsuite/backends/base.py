@@ -383,6 +383,10 @@ class Backend(abc.ABC):
         """Whether ``array`` already lives on this backend's device."""
         return isinstance(array, np.ndarray)
 
+    def is_c_contiguous(self, array: Any) -> bool:
+        """Whether ``array``, of this backend's array type, is C-contiguous (asked on every call of a plan)."""
+        return array.flags.c_contiguous
+
     def to_device(self, array: Any) -> Any:
         """``array`` (a NumPy array) moved to this backend's device."""
         return array

@@ -1,0 +1,159 @@
+"""GPU tests of the packed kernel launch (``_cupy_runtime.PackedLaunch``): `pytest -m gpu`.
+
+The packed block must pass exactly the arguments CuPy's ``RawKernel.__call__``
+would: every argument type and alignment the kernels use (pointers, int32,
+an int64 after int32s, a fixed device array), on the caller's current stream,
+from several threads at once, and through CuPy's path where the driver
+cannot take the launch.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import convsuite as cs
+from convsuite.testing import assert_within, forward_tolerance, reference_forward
+
+INFO = {b.name: b for b in cs.list_backends()}["cupy"]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not INFO.available, reason=f"cupy backend unavailable: {INFO.reason}"),
+]
+
+SOURCE = r"""
+extern "C" __global__ void mixed(const float* a, float* out, int n, long long big, int k, const float* fixed,
+                                 double scale) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = (float)((a[i] * k + fixed[i] + (float)(big >> 33)) * scale);
+}
+"""
+
+
+def _check(y, x, w, **kw):
+    """``y`` (a CuPy array) against the float64 reference of conv2d(x, w, **kw), within the float32 tolerance."""
+    spec = cs.explain(x.get(), w.get(), backend="numpy", **kw).spec
+    xh, wh = x.get(), w.get()
+    assert_within(y.get(), reference_forward(spec, xh, wh), forward_tolerance(spec, xh, wh))
+
+
+def _kernel():
+    import cupy as cp
+
+    return cp.RawKernel(SOURCE, "mixed")
+
+
+def test_packed_arguments_match_the_kernel_signature():
+    """int32, an int64 after an int32 (8-byte aligned), a fixed array and a double reach the kernel intact."""
+    import cupy as cp
+
+    from convsuite.backends import _cupy_runtime as rt
+
+    n = 1000
+    rng = np.random.default_rng(0)
+    a = cp.asarray(rng.standard_normal(n, dtype=np.float32))
+    fixed = cp.asarray(rng.standard_normal(n, dtype=np.float32))
+    out = cp.full(n, np.nan, dtype=cp.float32)
+    big = np.int64(5 << 33)
+    launch = rt.bind(_kernel(), (4,), (256,), (rt.ARG, rt.ARG, np.int32(n), big, np.int32(3), fixed, np.float64(0.5)))
+    launch(a, out)
+    cp.cuda.get_current_stream().synchronize()
+    expected = (a.get().astype(np.float64) * 3 + fixed.get() + 5) * 0.5
+    # float32 arithmetic in the kernel: a wrong argument would be off by orders of magnitude, not ulps
+    np.testing.assert_allclose(out.get(), expected, rtol=1e-6, atol=4e-6)
+
+
+def test_packed_launch_refuses_other_argument_types():
+    from convsuite.backends import _cupy_runtime as rt
+
+    with pytest.raises(TypeError, match="NumPy scalar or a CuPy array"):
+        rt.bind(_kernel(), (1,), (1,), (rt.ARG, rt.ARG, 3, np.int64(0), np.int32(1), rt.ARG, np.float64(1)))
+
+
+def test_packed_launch_runs_on_the_current_stream():
+    """A launch inside ``with stream:`` is ordered on that stream (not the default one)."""
+    import cupy as cp
+
+    rng = np.random.default_rng(1)
+    x = cp.asarray(rng.standard_normal((2, 8, 32, 32), dtype=np.float32))
+    w = cp.asarray(rng.standard_normal((16, 8, 3, 3), dtype=np.float32))
+    plan = cs.plan(x, w, padding=1, backend="cupy")
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        y = plan(x, w)
+        done = cp.cuda.Event()
+        done.record(stream)
+    done.synchronize()
+    _check(y, x, w, padding=1)
+
+
+def test_packed_launch_from_many_threads_at_once():
+    """Threads share one plan (one packed block): every result is its own input's convolution."""
+    import cupy as cp
+
+    rng = np.random.default_rng(2)
+    w = cp.asarray(rng.standard_normal((8, 4, 3, 3), dtype=np.float32))
+    inputs = [cp.asarray(rng.standard_normal((1, 4, 16, 16), dtype=np.float32)) for _ in range(8)]
+    results: dict[int, object] = {}
+    errors: list[BaseException] = []
+
+    def work(i):
+        try:
+            with cp.cuda.Stream(non_blocking=True) as stream:
+                for _ in range(50):
+                    y = cs.conv2d(inputs[i], w, padding=1, backend="cupy")
+                stream.synchronize()
+                results[i] = y
+        except BaseException as exc:  # surfaced below with the thread's index
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for i, x in enumerate(inputs):
+        _check(results[i], x, w, padding=1)
+
+
+@pytest.mark.parametrize(
+    "algorithm", ["direct", "tiled_shared", "register_tiled", "fused_gemm", "igemm_big", "depthwise"]
+)
+def test_packed_and_cupy_paths_give_identical_outputs(algorithm):
+    """The same plan through the packed block and through RawKernel.__call__: bit-identical outputs."""
+    import cupy as cp
+
+    from convsuite.backends import _cupy_runtime as rt
+
+    rng = np.random.default_rng(3)
+    groups = 8 if algorithm == "depthwise" else 1
+    x = cp.asarray(rng.standard_normal((2, 8, 20, 20), dtype=np.float32))
+    w = cp.asarray(rng.standard_normal((8, 8 // groups, 3, 3), dtype=np.float32))
+    b = cp.asarray(rng.standard_normal(8, dtype=np.float32))
+    plan = cs.plan(x, w, b, padding=1, groups=groups, backend="cupy", algorithm=algorithm)
+    packed = plan(x, w, b)
+    original = rt.PackedLaunch.__call__
+    try:
+        rt.PackedLaunch.__call__ = lambda self, *arrays: self._cupy_call(arrays)
+        through_cupy = plan(x, w, b)
+    finally:
+        rt.PackedLaunch.__call__ = original
+    assert bool(cp.array_equal(packed, through_cupy))
+
+
+def test_packed_launch_in_a_fresh_thread_without_prior_cuda_calls():
+    """A thread whose first CUDA work is a convsuite call still launches (the driver path or CuPy's)."""
+    import cupy as cp
+
+    rng = np.random.default_rng(4)
+    x = cp.asarray(rng.standard_normal((1, 3, 12, 12), dtype=np.float32))
+    w = cp.asarray(rng.standard_normal((4, 3, 3, 3), dtype=np.float32))
+    expected = cs.conv2d(x, w, padding=1, backend="cupy").get()
+    got = {}
+    thread = threading.Thread(target=lambda: got.setdefault("y", cs.conv2d(x, w, padding=1, backend="cupy").get()))
+    thread.start()
+    thread.join()
+    np.testing.assert_array_equal(got["y"], expected)
