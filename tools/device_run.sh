@@ -14,6 +14,8 @@
 #   bash tools/device_run.sh tc       tf32x3: its GPU tests, the probe against igemm_big and cuDNN, Nsight Compute on c1
 #   bash tools/device_run.sh mnet     the network GPU tests; MobileNetV2 batch 1: graph call vs replay vs host time,
 #                                     every conv layer vs cuDNN
+#   bash tools/device_run.sh launch   the steps of one call and the packed launch vs CuPy's RawKernel call
+#                                     (tiny conv, MobileNetV2's 52 convolutions), with a cProfile
 set -u
 LOGS=${OUT:-device-logs}
 mkdir -p "$LOGS"
@@ -132,6 +134,10 @@ mnet)
   grep -E "^(FAILED|ERROR)|passed|failed" "$LOGS/pytest-nets.log" | head -20 | tee -a "$SUMMARY"
   run mnet 400 python3 tools/mnet_gpu_probe.py
   cat "$LOGS/mnet.log" | tee -a "$SUMMARY"
+  ;;
+launch)
+  run launch 200 python3 tools/launch_probe.py --repeat 11
+  cat "$LOGS/launch.log" | tee -a "$SUMMARY"
   ;;
 *) note "unknown section: $SECTION" ;;
 esac

@@ -1,4 +1,4 @@
-"""CUDA plumbing of the cupy backend: modules, kernel handles, device facts, timing.
+"""CUDA plumbing of the cupy backend: modules, kernel handles, packed launches, device facts, timing.
 
 Everything here is per device and cached: NVRTC compiles each source once
 per device and per configuration (the shared ``-D`` constants of
@@ -19,6 +19,10 @@ and whether this CuPy reads it back. Within a process each configuration is
 built once per device. :func:`compile_seconds` keeps what each build took (a
 compile, or a load from the disk cache), so a sweep reports it apart from
 run time.
+
+Per call: a plan's kernels run through :class:`PackedLaunch` (:func:`bind`),
+whose argument block is written once; a call fills in the arrays' pointers
+and calls the driver, instead of CuPy converting every argument again.
 """
 
 from __future__ import annotations
