@@ -91,57 +91,118 @@ __global__ void __launch_bounds__(CS_THREADS) conv2d_pointwise(const T* __restri
 // slice of the input channels, so the grid has tiles x slices blocks; every
 // thread keeps 4 output channels of one pixel (a warp shares its channels, so
 // the weight reads are shared-memory broadcasts and the pixel reads are
-// consecutive). Each slice writes its partial tile to part[slice]; the reduce
-// kernel adds the slices in a fixed order, then the bias: the same bits on
-// every run, no atomics.
+// consecutive). Each slice writes its partial tile to part[slice]; the slices
+// are then added in a fixed order, then the bias: the same bits on every run,
+// no atomics on the values. Either a second kernel adds them
+// (conv2d_pointwise_splitk_reduce), or, in conv2d_pointwise_splitk_fused, the
+// last block of each tile to finish does (one launch instead of two: at batch 1
+// the host's launches, not the GPU, bound a network).
 // grid = (ceil(L / T) * B * groups, ceil(Mg / T), slices) with T = CS_SPLITK_TILE; part (slices, B, M, L).
+template <typename T>
+struct SplitkTile {
+    static constexpr int TM = CS_SPLITK_TILE, TL = CS_SPLITK_TILE, KC = CS_SPLITK_TILE,
+                         PER = TM / (CS_THREADS / TL);
+    static_assert(CS_THREADS % TL == 0 && TM % (CS_THREADS / TL) == 0, "a warp row of the tile per thread row");
+    T acc[PER];
+    i64 row;     // element (b, g*Mg + m0 + ty*PER, l) of a (B, M, L) array; channel j adds j * L
+    int m, Mg, l, L;   // this thread's first channel within the group, and its pixel
+
+    // This block's partial sums of its tile over its slice of the input channels.
+    __device__ void compute(const T* __restrict__ x, const T* __restrict__ w, int C, int L_, int M, int Cg,
+                            int slice) {
+        __shared__ T xs[KC][TL];
+        __shared__ T wsh[KC][TM];
+        const int G = C / Cg;
+        Mg = M / G;
+        L = L_;
+        const int ltiles = (L + TL - 1) / TL;
+        const i64 bg = blockIdx.x / ltiles;
+        const int l0 = (int)(blockIdx.x - bg * ltiles) * TL;
+        const int g = (int)(bg % G);
+        const i64 b = bg / G;
+        const int m0 = blockIdx.y * TM;
+        const int c_begin = blockIdx.z * slice, c_end = min(Cg, c_begin + slice);
+        const int tx = threadIdx.x % TL, ty = threadIdx.x / TL;   // a warp: one ty, 32 pixels
+        const T* xb = x + (b * C + (i64)g * Cg) * L;
+#pragma unroll
+        for (int j = 0; j < PER; ++j) acc[j] = T(0);
+        for (int c0 = c_begin; c0 < c_end; c0 += KC) {
+            const int nc = min(KC, c_end - c0);
+            __syncthreads();   // the previous chunk has been read
+            for (int i = threadIdx.x; i < KC * TL; i += CS_THREADS) {
+                const int cc = i / TL, ll = i % TL;
+                xs[cc][ll] = (cc < nc && l0 + ll < L) ? xb[(i64)(c0 + cc) * L + l0 + ll] : T(0);
+            }
+            for (int i = threadIdx.x; i < KC * TM; i += CS_THREADS) {
+                const int mm = i / KC, cc = i % KC;   // consecutive threads read consecutive channels of one row of w
+                wsh[cc][mm] = (cc < nc && m0 + mm < Mg) ? w[((i64)g * Mg + m0 + mm) * Cg + c0 + cc] : T(0);
+            }
+            __syncthreads();
+            for (int cc = 0; cc < nc; ++cc) {
+                const T xv = xs[cc][tx];
+#pragma unroll
+                for (int j = 0; j < PER; ++j) acc[j] += wsh[cc][ty * PER + j] * xv;
+            }
+        }
+        m = m0 + ty * PER;
+        l = l0 + tx;
+        row = (b * M + (i64)g * Mg + m) * L + l;
+    }
+
+    // Write the partial sums to part[blockIdx.z] (a (B, M, L) array per slice).
+    __device__ void store(T* __restrict__ part, i64 n) const {
+        if (l >= L) return;
+        T* out = part + (i64)blockIdx.z * n + row;
+#pragma unroll
+        for (int j = 0; j < PER; ++j)
+            if (m + j < Mg) out[(i64)j * L] = acc[j];
+    }
+};
+
 template <typename T>
 __global__ void __launch_bounds__(CS_THREADS) conv2d_pointwise_splitk(const T* __restrict__ x, const T* __restrict__ w,
                                                                      T* __restrict__ part, int B, int C, int L, int M,
                                                                      int Cg, int slice) {
-    constexpr int TM = CS_SPLITK_TILE, TL = CS_SPLITK_TILE, KC = CS_SPLITK_TILE, PER = TM / (CS_THREADS / TL);
-    static_assert(CS_THREADS % TL == 0 && TM % (CS_THREADS / TL) == 0, "a warp row of the tile per thread row");
-    __shared__ T xs[KC][TL];
-    __shared__ T wsh[KC][TM];
-    const int G = C / Cg, Mg = M / G;
-    const int ltiles = (L + TL - 1) / TL;
-    const i64 bg = blockIdx.x / ltiles;
-    const int l0 = (int)(blockIdx.x - bg * ltiles) * TL;
-    const int g = (int)(bg % G);
-    const i64 b = bg / G;
-    const int m0 = blockIdx.y * TM;
-    const int c_begin = blockIdx.z * slice, c_end = min(Cg, c_begin + slice);
-    const int tx = threadIdx.x % TL, ty = threadIdx.x / TL;   // a warp: one ty, 32 pixels
-    const T* xb = x + (b * C + (i64)g * Cg) * L;
-    T acc[PER];
+    SplitkTile<T> tile;
+    tile.compute(x, w, C, L, M, Cg, slice);
+    tile.store(part, (i64)B * M * L);
+}
+
+// The split-K product and its fixed-order sum in one launch. Every block
+// stores its partial tile, then counts itself in counters[tile] (after a
+// fence, so its stores are visible first); the block that arrives last reads
+// every slice's partial tile (through L2: ld.cg) and writes y = (sum over
+// slices 0, 1, ... in order) + bias, exactly what the reduce kernel computes,
+// then sets the counter back to 0 for the next launch on the stream. One
+// counter per (pixel tile, channel tile); the counters start at 0 (zeroed once
+// when the plan's state is made) and a launch leaves them at 0.
+template <typename T>
+__global__ void __launch_bounds__(CS_THREADS) conv2d_pointwise_splitk_fused(
+    const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias, T* __restrict__ part,
+    T* __restrict__ y, unsigned int* __restrict__ counters, int B, int C, int L, int M, int Cg, int slice) {
+    __shared__ bool last;
+    SplitkTile<T> tile;
+    tile.compute(x, w, C, L, M, Cg, slice);
+    const i64 n = (i64)B * M * L;
+    tile.store(part, n);
+    __threadfence();   // this block's partial sums reach L2 before it is counted
+    __syncthreads();
+    const unsigned int slices = gridDim.z, id = blockIdx.x + gridDim.x * blockIdx.y;
+    if (threadIdx.x == 0) last = atomicAdd(&counters[id], 1u) == slices - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();   // the other slices' stores, which their counts preceded, are read after ours
+    if (tile.l < L) {
 #pragma unroll
-    for (int j = 0; j < PER; ++j) acc[j] = T(0);
-    for (int c0 = c_begin; c0 < c_end; c0 += KC) {
-        const int nc = min(KC, c_end - c0);
-        __syncthreads();   // the previous chunk has been read
-        for (int i = threadIdx.x; i < KC * TL; i += CS_THREADS) {
-            const int cc = i / TL, ll = i % TL;
-            xs[cc][ll] = (cc < nc && l0 + ll < L) ? xb[(i64)(c0 + cc) * L + l0 + ll] : T(0);
-        }
-        for (int i = threadIdx.x; i < KC * TM; i += CS_THREADS) {
-            const int mm = i / KC, cc = i % KC;   // consecutive threads read consecutive channels of one row of w
-            wsh[cc][mm] = (cc < nc && m0 + mm < Mg) ? w[((i64)g * Mg + m0 + mm) * Cg + c0 + cc] : T(0);
-        }
-        __syncthreads();
-        for (int cc = 0; cc < nc; ++cc) {
-            const T xv = xs[cc][tx];
-#pragma unroll
-            for (int j = 0; j < PER; ++j) acc[j] += wsh[cc][ty * PER + j] * xv;
+        for (int j = 0; j < SplitkTile<T>::PER; ++j) {
+            if (tile.m + j >= tile.Mg) continue;
+            const i64 i = tile.row + (i64)j * L;
+            T s = T(0);
+            for (unsigned int k = 0; k < slices; ++k) s += __ldcg(part + (i64)k * n + i);
+            y[i] = s + bias[(int)((i / L) % M)];
         }
     }
-    const int l = l0 + tx;
-    if (l >= L) return;
-    T* out = part + ((i64)blockIdx.z * B + b) * M * (i64)L;
-#pragma unroll
-    for (int j = 0; j < PER; ++j) {
-        const int m = m0 + ty * PER + j;
-        if (m < Mg) out[((i64)g * Mg + m) * L + l] = acc[j];
-    }
+    if (threadIdx.x == 0) counters[id] = 0u;
 }
 
 // y[i] = bias[m] + sum over slices of part[s][i], slices in order (deterministic).

@@ -123,6 +123,7 @@ KERNELS = {
         *[f"conv2d_pointwise@{mt}" for mt in POINTWISE_TILES],
         "conv2d_pointwise_splitk",
         "conv2d_pointwise_splitk_reduce",
+        "conv2d_pointwise_splitk_fused",
     ],
     "implicit_gemm.cu": [
         *[f"conv2d_implicit_gemm@{act}" for act in (0, 1)],  # 1: ReLU fused into the epilogue

@@ -69,6 +69,10 @@ DW_PX, DW_PY = DEFINES["CS_DW_PX"], DEFINES["CS_DW_PY"]
 PW_PX = DEFINES["CS_PW_PX"]
 SPLITK_TILE = DEFINES["CS_SPLITK_TILE"]  # output tile of conv2d_pointwise_splitk: channels x pixels, and its chunk
 WORKSPACE_BYTES = 512 * 2**20  # im2col columns per chunk; split-K partial sums
+#: pointwise_splitk keeps its partial sums (and tile counters) with the plan, per stream, up to this size
+#: and runs one fused launch; larger ones are allocated per call and summed by a second kernel, where the
+#: product's time dwarfs a launch and an allocation. A kept set is at most 4 MiB per plan and stream.
+SPLITK_KEPT_BYTES = 4 * 2**20
 MAX_THREADS = 1024  # threads per block (every CUDA device since compute capability 2.0)
 #: Accumulator registers (32-bit) a thread may hold: beyond this a kernel would
 #: spill its accumulators to local memory (255 registers per thread, minus
@@ -1121,7 +1125,14 @@ def _check_pointwise_splitk(spec: ConvSpec, direction: str) -> Verdict:
 
 
 def _plan_pointwise_splitk(spec: ConvSpec, direction: str) -> Launch:
-    """conv2d_pointwise_splitk into per-slice partial tiles, then the fixed-order reduce with the bias."""
+    """conv2d_pointwise_splitk into per-slice partial tiles, then the fixed-order reduce with the bias.
+
+    Where the partial sums are small (:data:`SPLITK_KEPT_BYTES`), one fused
+    launch does both (the last block of each tile sums it), with partial sums
+    and tile counters kept per stream (``rt.PerStream``); the same bits as the
+    two launches. While a graph is captured, the two launches with fresh
+    partial sums.
+    """
     cp = rt.cupy()
     L = math.prod(spec.in_size)
     slices, width = _splitk_slices(spec)
@@ -1139,10 +1150,31 @@ def _plan_pointwise_splitk(spec: ConvSpec, direction: str) -> Launch:
     products = rt.bind(fn, grid, (THREADS,), (ARG, ARG, ARG, *p))
     total = rt.bind(reduce, blocks, (THREADS,), (ARG, ARG, ARG, *tail))
 
-    def forward(x, w, bias, out):
+    def two_launches(x, w, bias, out):
         part = cp.empty((slices, n), dtype=x.dtype)  # every element written by its slice's tile
         products(x, w, part)
         total(part, bias, out)
+
+    tiles = grid[0] * grid[1]
+    if slices * n * spec.itemsize + 4 * tiles > SPLITK_KEPT_BYTES:
+        return _with_bias(spec, two_launches)
+    # Small partial sums stay with the plan, one set per stream, with the tiles' counters
+    # (zeroed once; each launch leaves them at zero): one launch per call, nothing allocated.
+    fused = rt.bind(
+        rt.kernel("pointwise.cu", "conv2d_pointwise_splitk_fused", spec.dtype),
+        grid,
+        (THREADS,),
+        (ARG, ARG, ARG, ARG, ARG, ARG, *p),  # x, w, bias, part, out, counters
+    )
+    kept = rt.PerStream(lambda: (cp.empty((slices, n), dtype=spec.dtype), cp.zeros(tiles, dtype=cp.uint32)))
+
+    def forward(x, w, bias, out):
+        state = kept.get()
+        if state is None:  # capturing a graph: its own buffers, as before
+            two_launches(x, w, bias, out)
+        else:
+            part, counters = state
+            fused(x, w, bias, part, out, counters)
 
     return _with_bias(spec, forward)
 

@@ -33,6 +33,7 @@ import re
 import struct
 import threading
 import time
+import weakref
 
 import numpy as np
 
@@ -52,6 +53,7 @@ __all__ = [
     "THREADS",
     "EventTimer",
     "PackedLaunch",
+    "PerStream",
     "bind",
     "compile_seconds",
     "cupy",
@@ -354,3 +356,46 @@ class PackedLaunch:
 def bind(function, grid, block, args, shared_mem: int = 0) -> PackedLaunch:
     """A :class:`PackedLaunch` of ``function``: ``bind(fn, grid, block, (ARG, ARG, n, m))(x, y)``."""
     return PackedLaunch(function, grid, block, args, shared_mem)
+
+
+class PerStream:
+    """Device buffers a plan keeps for each CUDA stream it runs on, made on first use there.
+
+    Work on one stream runs in order, so buffers that one launch writes and
+    reads (split-K partial sums, tile counters) can serve the next launch on
+    that stream without a fresh allocation; launches on two streams may
+    overlap, so each stream gets its own. Streams are held weakly (a
+    destroyed stream's buffers go with it). While the current stream is
+    capturing a CUDA graph, :meth:`get` returns None: a graph may be replayed
+    on any stream, concurrently with calls on this one, so captured work must
+    not share these buffers.
+
+    Parameters
+    ----------
+    make : callable
+        Returns the buffers for a new stream (on the current device).
+    """
+
+    __slots__ = ("_make", "_by_stream", "_lock", "_current")
+
+    def __init__(self, make) -> None:
+        self._make = make
+        self._by_stream = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+        self._current = cupy().cuda.get_current_stream
+
+    def get(self):
+        """The current stream's buffers, or None while it captures a graph."""
+        stream = self._current()
+        try:
+            if stream.is_capturing():
+                return None
+        except Exception:  # e.g. the legacy stream queried while another stream captures: take the safe path
+            return None
+        found = self._by_stream.get(stream)
+        if found is None:
+            with self._lock:
+                found = self._by_stream.get(stream)
+                if found is None:
+                    found = self._by_stream[stream] = self._make()
+        return found
