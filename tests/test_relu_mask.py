@@ -288,10 +288,21 @@ ROUTES = [
 ]
 
 
+def _bind_as_call(function, grid, block, args, shared_mem=0):
+    """``rt.bind`` as a plain call of the (recorded) kernel: PackedLaunch's CuPy path, with no driver."""
+
+    def launch(*arrays):
+        given = iter(arrays)
+        function(grid, block, tuple(next(given) if a is rt.ARG else a for a in args), shared_mem=shared_mem)
+
+    return launch
+
+
 def _recording_runtime(monkeypatch) -> _Recorder:
     """Replace the CUDA runtime the cupy records use by a recorder (numpy for cupy's array calls)."""
     recorder = _Recorder()
     monkeypatch.setattr(rt, "kernel", recorder.kernel)
+    monkeypatch.setattr(rt, "bind", _bind_as_call)
     monkeypatch.setattr(rt, "cupy", recorder.cupy)
     monkeypatch.setattr(rt, "sm_count", lambda: 132)
     monkeypatch.setattr(rt, "zeros", lambda n, dtype: np.zeros(n, dtype))
