@@ -191,7 +191,7 @@ __global__ void __launch_bounds__(CS_THREADS) conv2d_pointwise_splitk_fused(
     if (threadIdx.x == 0) last = atomicAdd(&counters[id], 1u) == slices - 1;
     __syncthreads();
     if (!last) return;
-    __threadfence();   // the other slices' stores, which their counts preceded, are read after ours
+    __threadfence();   // acquire: every other slice fenced its stores before counting itself
     if (tile.l < L) {
 #pragma unroll
         for (int j = 0; j < SplitkTile<T>::PER; ++j) {

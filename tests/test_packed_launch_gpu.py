@@ -89,6 +89,72 @@ def test_packed_launch_runs_on_the_current_stream():
     _check(y, x, w, padding=1)
 
 
+def test_packed_launch_is_captured_on_the_current_stream():
+    """Captured on the capturing stream: a replay computes the conv of whatever x holds then."""
+    import cupy as cp
+
+    rng = np.random.default_rng(8)
+    x = cp.asarray(rng.standard_normal((2, 8, 16, 16), dtype=np.float32))
+    w = cp.asarray(rng.standard_normal((16, 8, 3, 3), dtype=np.float32))
+    plan = cs.plan(x, w, padding=1, backend="cupy", algorithm="tiled_shared")
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        plan(x, w)
+        stream.begin_capture()
+        y = plan(x, w)
+        graph = stream.end_capture()
+        x[...] = cp.asarray(rng.standard_normal(x.shape, dtype=np.float32))
+        graph.launch()
+    stream.synchronize()
+    _check(y, x, w, padding=1)
+
+
+def test_packed_launch_goes_through_cupy_without_a_context_and_raises_other_driver_errors(monkeypatch):
+    """No context current (driver status 201): launched once, by CuPy's path; any other status is raised."""
+    import cupy as cp
+
+    rng = np.random.default_rng(9)
+    x = cp.asarray(rng.standard_normal((1, 3, 12, 12), dtype=np.float32))
+    w = cp.asarray(rng.standard_normal((4, 3, 3, 3), dtype=np.float32))
+    plan = cs.plan(x, w, padding=1, backend="cupy", algorithm="direct")
+    launch = plan._launch
+    packed = next(c.cell_contents for c in launch.__closure__ if type(c.cell_contents).__name__ == "PackedLaunch")
+    calls = []
+    original_call = type(packed)._cupy_call
+
+    def counted(self, arrays):
+        calls.append(len(arrays))
+        return original_call(self, arrays)
+
+    def refuse(status):
+        def driver_launch(*args):
+            raise cp.cuda.driver.CUDADriverError(status)
+
+        return driver_launch
+
+    monkeypatch.setattr(type(packed), "_cupy_call", counted)
+    monkeypatch.setattr(packed, "_driver_launch", refuse(201))
+    _check(plan(x, w), x, w, padding=1)
+    assert calls == [4]
+    monkeypatch.setattr(packed, "_driver_launch", refuse(1))  # CUDA_ERROR_INVALID_VALUE
+    with pytest.raises(cp.cuda.driver.CUDADriverError):
+        plan(x, w)
+    assert calls == [4]
+
+
+def test_packed_launch_counts_its_arrays():
+    import cupy as cp
+
+    from convsuite.backends import _cupy_runtime as rt
+
+    launch = rt.bind(
+        _kernel(), (1,), (32,), (rt.ARG, rt.ARG, np.int32(1), np.int64(0), np.int32(1), rt.ARG, np.float64(1))
+    )
+    a = cp.zeros(32, dtype=cp.float32)
+    with pytest.raises(TypeError, match="takes 3 arrays; got 2"):
+        launch(a, a)
+
+
 def test_packed_launch_from_many_threads_at_once():
     """Threads share one plan (one packed block): every result is its own input's convolution."""
     import cupy as cp
@@ -165,6 +231,7 @@ SPLITK_CASES = [
     ((1, 100, 7, 7), (70, 100, 1, 1), 1),  # several slices, partial 32x32 tiles
     ((2, 384, 14, 14), (96, 384, 1, 1), 1),
     ((3, 64, 5, 9), (40, 32, 1, 1), 2),  # groups, odd pixel count
+    ((2, 256, 7, 9), (64, 128, 1, 1), 2),  # groups with several slices each (the tile counters per group)
     ((1, 1280, 1, 1), (1000, 1280, 1, 1), 1),  # the classifier
 ]
 
@@ -219,6 +286,41 @@ def test_splitk_fused_launch_on_concurrent_streams():
     for stream in streams:
         stream.synchronize()
     for i in range(2):
+        assert all(bool(cp.array_equal(y, expected[i])) for y in results[i])
+
+
+def test_splitk_fused_launch_on_per_thread_default_streams():
+    """The per-thread default stream is one handle but a stream per thread: each thread keeps its own buffers."""
+    import cupy as cp
+
+    ptds = getattr(cp.cuda.Stream, "ptds", None)
+    if ptds is None:
+        pytest.skip("this CuPy has no per-thread default stream (cupy.cuda.Stream.ptds)")
+    rng = np.random.default_rng(10)
+    w = cp.asarray(rng.standard_normal((96, 384, 1, 1), dtype=np.float32))
+    xs = [cp.asarray(rng.standard_normal((1, 384, 14, 14), dtype=np.float32)) for _ in range(4)]
+    plan = cs.plan(xs[0], w, backend="cupy", algorithm="pointwise_splitk")
+    expected = [_splitk_two_launches(plan, x, w, None) for x in xs]
+    cp.cuda.Device().synchronize()
+    results: dict = {}
+    errors: list = []
+
+    def work(i):
+        try:
+            with ptds:
+                ys = [plan(xs[i], w) for _ in range(30)]
+                ptds.synchronize()
+            results[i] = ys
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(xs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for i in range(len(xs)):
         assert all(bool(cp.array_equal(y, expected[i])) for y in results[i])
 
 

@@ -27,6 +27,7 @@ from typing import Callable
 
 import numpy as np
 
+from .._capture import capturing
 from .._spec import ConvSpec
 from . import _cupy_runtime as rt
 from ._cuda_sources import (
@@ -1169,8 +1170,10 @@ def _plan_pointwise_splitk(spec: ConvSpec, direction: str) -> Launch:
     kept = rt.PerStream(lambda: (cp.empty((slices, n), dtype=spec.dtype), cp.zeros(tiles, dtype=cp.uint32)))
 
     def forward(x, w, bias, out):
-        state = kept.get()
-        if state is None:  # capturing a graph: its own buffers, as before
+        # Under graph_capture (CapturedNetwork's warm-up passes and its capture alike) the two launches,
+        # so that warm-up allocates what the capture will; a stream capturing otherwise: the same.
+        state = None if capturing() else kept.get()
+        if state is None:
             two_launches(x, w, bias, out)
         else:
             part, counters = state

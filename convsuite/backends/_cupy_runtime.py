@@ -276,7 +276,7 @@ class PackedLaunch:
         "_params_ptr",
         "_runs",
         "_lock",
-        "_keep",
+        "_slots",
         "_driver_launch",
         "_driver_error",
         "_get_device",
@@ -299,7 +299,7 @@ class PackedLaunch:
                 size, raw = arg.dtype.itemsize, arg.tobytes()
             else:
                 raise TypeError(f"a packed kernel argument must be ARG, a NumPy scalar or a CuPy array; got {arg!r}")
-            end = -(-end // size) * size  # each argument at its natural alignment, as the ABI wants
+            end = -(-end // size) * size  # aligned slots (the driver copies each from its own pointer)
             offsets.append(end)
             sizes.append(size)
             fixed.append(raw)
@@ -321,7 +321,7 @@ class PackedLaunch:
                 self._runs.append((struct.Struct(f"={j - start}Q"), offsets[first], start, j))
                 start = j
         self._lock = threading.Lock()
-        self._keep = [a for a in self._args if a is not ARG and not isinstance(a, np.generic)]
+        self._slots = len(slots)  # arrays per call (fixed CuPy arrays stay referenced by _args)
         # CuPy's entry points, looked up once (an attribute chain per call costs more than the launch's packing).
         self._driver_launch, self._driver_error = cp.cuda.driver.launchKernel, cp.cuda.driver.CUDADriverError
         self._get_device = cp.cuda.runtime.getDevice
@@ -331,6 +331,8 @@ class PackedLaunch:
 
     def __call__(self, *arrays) -> None:
         """Launch on the current stream with ``arrays`` in the :data:`ARG` places, in order."""
+        if len(arrays) != self._slots:
+            raise TypeError(f"this launch takes {self._slots} arrays; got {len(arrays)}")
         if self._get_device() != self._device:
             return self._cupy_call(arrays)
         pointers = [a.data.ptr for a in arrays]
@@ -342,8 +344,10 @@ class PackedLaunch:
             try:
                 self._driver_launch(self._fptr, gx, gy, gz, bx, by, bz, self._shared_mem, stream, self._params_ptr, 0)
                 return None
-            except self._driver_error:
-                pass  # e.g. no context current on this thread yet: CuPy's path below sets one or says why
+            except self._driver_error as exc:
+                if getattr(exc, "status", None) not in _RETRY_THROUGH_CUPY:
+                    raise
+        # No context current on this thread yet: CuPy's path sets one up (the launch did not happen).
         return self._cupy_call(arrays)
 
     def _cupy_call(self, arrays) -> None:
@@ -358,17 +362,27 @@ def bind(function, grid, block, args, shared_mem: int = 0) -> PackedLaunch:
     return PackedLaunch(function, grid, block, args, shared_mem)
 
 
+#: cudaStreamPerThread: the handle of every thread's own default stream.
+PER_THREAD_STREAM = 2
+
+#: Driver errors after which a packed launch goes through CuPy's path instead: no context current
+#: on this thread yet (CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_INVALID_CONTEXT). Any other is raised.
+_RETRY_THROUGH_CUPY = frozenset({3, 201})
+
+
 class PerStream:
     """Device buffers a plan keeps for each CUDA stream it runs on, made on first use there.
 
     Work on one stream runs in order, so buffers that one launch writes and
     reads (split-K partial sums, tile counters) can serve the next launch on
     that stream without a fresh allocation; launches on two streams may
-    overlap, so each stream gets its own. Streams are held weakly (a
-    destroyed stream's buffers go with it). While the current stream is
-    capturing a CUDA graph, :meth:`get` returns None: a graph may be replayed
-    on any stream, concurrently with calls on this one, so captured work must
-    not share these buffers.
+    overlap, so each stream gets its own. Streams are keyed as CuPy compares
+    them (by handle) and held weakly, so the buffers of a stream object that
+    is collected go with it. The per-thread default stream is one handle but
+    a different stream in every thread: its buffers are kept per thread.
+    While the current stream is capturing a CUDA graph, :meth:`get` returns
+    None: a graph may be replayed on any stream, concurrently with calls on
+    this one, so captured work must not share these buffers.
 
     Parameters
     ----------
@@ -376,11 +390,12 @@ class PerStream:
         Returns the buffers for a new stream (on the current device).
     """
 
-    __slots__ = ("_make", "_by_stream", "_lock", "_current")
+    __slots__ = ("_make", "_by_stream", "_per_thread", "_lock", "_current")
 
     def __init__(self, make) -> None:
         self._make = make
         self._by_stream = weakref.WeakKeyDictionary()
+        self._per_thread = threading.local()
         self._lock = threading.Lock()
         self._current = cupy().cuda.get_current_stream
 
@@ -392,6 +407,11 @@ class PerStream:
                 return None
         except Exception:  # e.g. the legacy stream queried while another stream captures: take the safe path
             return None
+        if stream.ptr == PER_THREAD_STREAM:
+            found = getattr(self._per_thread, "buffers", None)
+            if found is None:
+                found = self._per_thread.buffers = self._make()
+            return found
         found = self._by_stream.get(stream)
         if found is None:
             with self._lock:

@@ -141,7 +141,10 @@ class CupyBackend(Backend):
 
     def is_c_contiguous(self, array) -> bool:
         """CuPy's own flag: ``array.flags`` builds a Flags object per access (0.63 us against 0.09, H100 host)."""
-        return array._c_contiguous
+        try:
+            return array._c_contiguous
+        except AttributeError:  # a CuPy without the attribute: the public flag
+            return array.flags.c_contiguous
 
     def to_device(self, array):
         """``array`` copied to the current device."""
