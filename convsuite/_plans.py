@@ -242,8 +242,9 @@ class Plan:
         self._x_shape, self._w_shape, self._bias_shape = user_shapes
         self._in_type = in_type
         self._xp_in = xp_in
-        # Whether an operand is C-contiguous, asked of the backend that owns the caller's arrays.
-        self._contiguous = contiguous or _numpy_contiguous
+        # Whether a device operand is C-contiguous, asked of the backend that owns the caller's arrays
+        # (None: NumPy operands, whose flag the per-call path reads inline).
+        self._contiguous = contiguous
         self._xp_out = backend.array_module()
         self._to_device = to_device
         self._to_caller = to_caller
@@ -339,12 +340,15 @@ class Plan:
             check_call_memory(self, "forward", (x, w, bias))
         # Attribute checks first: a conversion call costs microseconds even when
         # it has nothing to do (CuPy's especially), and most operands are ready.
+        # NumPy's flag inline (no call); a device array's through its backend (CuPy's flags object is slow).
         ready = self._contiguous
-        if x.dtype != dtype or not ready(x):
+        if x.dtype != dtype or not (x.flags.c_contiguous if ready is None else ready(x)):
             x = contiguous(x, dtype=dtype)
-        if w.dtype != dtype or not ready(w):
+        if w.dtype != dtype or not (w.flags.c_contiguous if ready is None else ready(w)):
             w = contiguous(w, dtype=dtype)
-        if bias is not None and (bias.dtype != dtype or not ready(bias)):
+        if bias is not None and (
+            bias.dtype != dtype or not (bias.flags.c_contiguous if ready is None else ready(bias))
+        ):
             bias = contiguous(bias, dtype=dtype)
         if self._to_device is not None:
             to_device = self._to_device
@@ -457,11 +461,6 @@ class Plan:
             f"{s.dtype} on {self.backend.name}/{self.algorithm}{_format_params(self.params)} "
             f"({self.decision.decided_by})>"
         )
-
-
-def _numpy_contiguous(array) -> bool:
-    """Whether a NumPy array is C-contiguous."""
-    return array.flags.c_contiguous
 
 
 def _format_params(params: dict) -> str:
