@@ -39,6 +39,25 @@ def _check(y, x, w, **kw):
     assert_within(y.get(), reference_forward(spec, xh, wh), forward_tolerance(spec, xh, wh))
 
 
+def _in_threads(work, n: int) -> list:
+    """``[work(0), ..., work(n - 1)]``, each in a thread of its own, all at once; a thread's error is raised."""
+    results, errors = [None] * n, []
+
+    def run(i):
+        try:
+            results[i] = work(i)
+        except BaseException as exc:  # raised below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    return results
+
+
 def _kernel():
     import cupy as cp
 
@@ -162,25 +181,15 @@ def test_packed_launch_from_many_threads_at_once():
     rng = np.random.default_rng(2)
     w = cp.asarray(rng.standard_normal((8, 4, 3, 3), dtype=np.float32))
     inputs = [cp.asarray(rng.standard_normal((1, 4, 16, 16), dtype=np.float32)) for _ in range(8)]
-    results: dict[int, object] = {}
-    errors: list[BaseException] = []
 
     def work(i):
-        try:
-            with cp.cuda.Stream(non_blocking=True) as stream:
-                for _ in range(50):
-                    y = cs.conv2d(inputs[i], w, padding=1, backend="cupy")
-                stream.synchronize()
-                results[i] = y
-        except BaseException as exc:  # surfaced below with the thread's index
-            errors.append(exc)
+        with cp.cuda.Stream(non_blocking=True) as stream:
+            for _ in range(50):
+                y = cs.conv2d(inputs[i], w, padding=1, backend="cupy")
+            stream.synchronize()
+        return y
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(inputs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    results = _in_threads(work, len(inputs))
     for i, x in enumerate(inputs):
         _check(results[i], x, w, padding=1)
 
@@ -302,24 +311,14 @@ def test_splitk_fused_launch_on_per_thread_default_streams():
     plan = cs.plan(xs[0], w, backend="cupy", algorithm="pointwise_splitk")
     expected = [_splitk_two_launches(plan, x, w, None) for x in xs]
     cp.cuda.Device().synchronize()
-    results: dict = {}
-    errors: list = []
 
     def work(i):
-        try:
-            with ptds:
-                ys = [plan(xs[i], w) for _ in range(30)]
-                ptds.synchronize()
-            results[i] = ys
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
+        with ptds:
+            ys = [plan(xs[i], w) for _ in range(30)]
+            ptds.synchronize()
+        return ys
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(xs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    results = _in_threads(work, len(xs))
     for i in range(len(xs)):
         assert all(bool(cp.array_equal(y, expected[i])) for y in results[i])
 

@@ -129,34 +129,27 @@ for name, knobs in compiled.items():
                         wrong.append((name, direction, f"{knob}={value}", x_shape))
                     ran.add((name, f"{knob}={value}"))
         break
-# pointwise_splitk with groups and several slices per group: the fused launch, then below its
-# two-launch path (what a graph capture runs).
-if "pointwise_splitk" in table:
-    for x_shape, w_shape, kw in ([(2, 256, 7, 9), (64, 128, 1, 1), {"groups": 2}],):
-        x = rng.standard_normal(x_shape).astype(np.float32)
-        w = rng.standard_normal(w_shape).astype(np.float32)
-        spec = cs.explain(x, w, backend="numpy", **kw).spec
-        for _ in range(2):  # the tile counters must be back at zero for the second call
-            y = cs.conv2d(x, w, backend="cupy", algorithm="pointwise_splitk", **kw)
-            if not agrees(y, reference_forward(spec, x, w), forward_tolerance(spec, x, w)):
-                wrong.append(("pointwise_splitk", "fused, groups", x_shape))
-
+# pointwise_splitk's two forms: the fused launch (with groups and several slices per group, called
+# twice: the tile counters must be back at zero), and the two launches a graph capture runs.
 if "pointwise_splitk" in table:
     from convsuite.backends import _cupy_runtime
 
-    kept, _cupy_runtime.PerStream.get = _cupy_runtime.PerStream.get, lambda self: None
-    try:
-        splitk_cases = ([(1, 100, 7, 7), (70, 100, 1, 1), {}], [(2, 256, 7, 9), (64, 128, 1, 1), {"groups": 2}])
-        for x_shape, w_shape, kw in splitk_cases:
-            x = rng.standard_normal(x_shape).astype(np.float32)
-            w = rng.standard_normal(w_shape).astype(np.float32)
-            spec = cs.explain(x, w, backend="numpy", **kw).spec
-            y = cs.conv2d(x, w, backend="cupy", algorithm="pointwise_splitk", **kw)
-            if not agrees(y, reference_forward(spec, x, w), forward_tolerance(spec, x, w)):
-                wrong.append(("pointwise_splitk", "two launches", x_shape))
-            ran.add(("pointwise_splitk", "two launches"))
-    finally:
-        _cupy_runtime.PerStream.get = kept
+    kept = _cupy_runtime.PerStream.get
+    splitk_cases = ([(1, 100, 7, 7), (70, 100, 1, 1), {}], [(2, 256, 7, 9), (64, 128, 1, 1), {"groups": 2}])
+    for form, get in (("fused", kept), ("two launches", lambda self: None)):
+        _cupy_runtime.PerStream.get = get
+        try:
+            for x_shape, w_shape, kw in splitk_cases:
+                x = rng.standard_normal(x_shape).astype(np.float32)
+                w = rng.standard_normal(w_shape).astype(np.float32)
+                spec = cs.explain(x, w, backend="numpy", **kw).spec
+                for _ in range(2):
+                    y = cs.conv2d(x, w, backend="cupy", algorithm="pointwise_splitk", **kw)
+                    if not agrees(y, reference_forward(spec, x, w), forward_tolerance(spec, x, w)):
+                        wrong.append(("pointwise_splitk", form, x_shape))
+                ran.add(("pointwise_splitk", form))
+        finally:
+            _cupy_runtime.PerStream.get = kept
 expected = {(name, d) for name, record in table.items() for d in record.directions}
 expected |= {(name, "backward+relu") for name in table if name in backend_masks}
 print("ran:", sorted(ran))

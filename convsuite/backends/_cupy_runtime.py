@@ -280,7 +280,7 @@ class PackedLaunch:
         "_driver_launch",
         "_driver_error",
         "_get_device",
-        "_stream_ptr",
+        "_current_stream",
     )
 
     def __init__(self, function, grid, block, args, shared_mem: int = 0) -> None:
@@ -291,7 +291,7 @@ class PackedLaunch:
         self._fptr = function.kernel.ptr  # the CUfunction of the current device
         self._dims = (*grid, *(1,) * (3 - len(grid)), *block, *(1,) * (3 - len(block)))
         cp = cupy()
-        offsets, sizes, fixed, end = [], [], [], 0
+        offsets, fixed, end = [], [], 0
         for arg in self._args:
             if arg is ARG or isinstance(arg, cp.ndarray):
                 size, raw = 8, None if arg is ARG else struct.pack("=Q", arg.data.ptr)
@@ -301,7 +301,6 @@ class PackedLaunch:
                 raise TypeError(f"a packed kernel argument must be ARG, a NumPy scalar or a CuPy array; got {arg!r}")
             end = -(-end // size) * size  # aligned slots (the driver copies each from its own pointer)
             offsets.append(end)
-            sizes.append(size)
             fixed.append(raw)
             end += size
         self._buffer = bytearray(max(8, end))
@@ -325,9 +324,7 @@ class PackedLaunch:
         # CuPy's entry points, looked up once (an attribute chain per call costs more than the launch's packing).
         self._driver_launch, self._driver_error = cp.cuda.driver.launchKernel, cp.cuda.driver.CUDADriverError
         self._get_device = cp.cuda.runtime.getDevice
-        self._stream_ptr = getattr(cp.cuda.stream, "get_current_stream_ptr", None) or (
-            lambda: cp.cuda.get_current_stream().ptr
-        )
+        self._current_stream = cp.cuda.get_current_stream
 
     def __call__(self, *arrays) -> None:
         """Launch on the current stream with ``arrays`` in the :data:`ARG` places, in order."""
@@ -337,7 +334,7 @@ class PackedLaunch:
             return self._cupy_call(arrays)
         pointers = [a.data.ptr for a in arrays]
         gx, gy, gz, bx, by, bz = self._dims
-        stream = self._stream_ptr()
+        stream = self._current_stream().ptr
         with self._lock:
             for packer, offset, first, last in self._runs:
                 packer.pack_into(self._buffer, offset, *pointers[first:last])
