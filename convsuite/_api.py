@@ -323,12 +323,14 @@ _FORWARD_DOC = """{ndim}-D convolution (deep-learning cross-correlation, as in P
         default ``use_backend``/``set_backend``/``$CONVSUITE_BACKEND``/auto.
     algorithm : str, default 'auto'
         Pin one of the backend's algorithms.
-    activation : {{None, 'relu'}}, default None
+    activation : {{None, 'relu', 'relu6'}}, default None
         An epilogue applied to ``y`` (after the bias): ``'relu'`` returns
-        ``relu(conv + bias)`` (``v < 0 -> 0``; NaN stays NaN, as ``torch.relu``).
-        The cupy backend fuses it into the kernel of its implicit-GEMM
-        algorithms; other backends and algorithms apply it after the kernel.
-        Its gradient: ``conv{ndim}d_backward(..., relu_output=y)``.
+        ``relu(conv + bias)`` (``v < 0 -> 0``; NaN stays NaN, as ``torch.relu``),
+        ``'relu6'`` ``min(relu(conv + bias), 6)`` (as ``torch.nn.ReLU6``).
+        The cupy backend fuses it into the kernel of its implicit-GEMM,
+        depthwise and pointwise algorithms; other backends and algorithms
+        apply it after the kernel, in place. The gradient through the ReLU:
+        ``conv{ndim}d_backward(..., relu_output=y)``.
 
     Returns
     -------

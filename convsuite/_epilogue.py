@@ -1,12 +1,13 @@
-"""Activation epilogues of the layer API: ``activation="relu"`` and ``relu_output=``.
+"""Activation epilogues of the layer API: ``activation="relu"`` / ``"relu6"`` and ``relu_output=``.
 
 A backend that fuses an epilogue into its kernel says so through an optional
 method ``fuses_activation(spec, algorithm, activation) -> bool`` and takes the
 ``activation`` keyword in ``forward``; every other backend (and algorithm)
 gets the epilogue applied here, after its kernel, so every backend supports
-the option with the same semantics (those of ``torch.relu`` and its
-gradient): ``relu(v) = 0 if v < 0 else v`` keeps NaN, and the gradient is
-passed where the ReLU output is not ``<= 0`` (``torch.threshold_backward``).
+the option with the same semantics (those of ``torch.relu`` and
+``torch.nn.functional.relu6``): ``relu(v) = 0 if v < 0 else v`` and
+``relu6(v) = min(relu(v), 6)`` keep NaN. Backward, the ReLU's gradient is
+passed where its output is not ``<= 0`` (``torch.threshold_backward``).
 
 The gradient through the ReLU (``relu_output=`` of the backward functions)
 likewise: a backend whose backward kernels read grad_y through the ReLU
@@ -22,6 +23,7 @@ from typing import Any
 
 __all__ = [
     "ACTIVATIONS",
+    "ACTIVATION_CODES",
     "apply_activation",
     "apply_activation_lazy",
     "backend_fuses",
@@ -32,7 +34,11 @@ __all__ = [
 ]
 
 #: What ``activation=`` accepts.
-ACTIVATIONS = (None, "relu")
+ACTIVATIONS = (None, "relu", "relu6")
+
+#: The compile-time switch of the CUDA kernels' epilogue for each activation
+#: (template argument ACT, ``activate<ACT>`` in ``cuda_src/common.cuh``).
+ACTIVATION_CODES = {None: 0, "relu": 1, "relu6": 2}
 
 
 def backend_fuses(backend: Any, spec, algorithm: str, activation: str | None) -> bool:
@@ -62,6 +68,8 @@ def apply_activation(activation: str | None, out, xp) -> None:
     """Apply ``activation`` to ``out`` in place (after an unfused kernel): one elementwise pass."""
     if activation == "relu":
         xp.maximum(out, 0, out=out)  # NaN propagates, as in torch.relu and the fused kernels
+    elif activation == "relu6":
+        xp.clip(out, 0, 6, out=out)  # NaN propagates, as in torch's relu6 and the fused kernels
 
 
 def mask_relu_gradient(grad_y, relu_output, xp):
@@ -71,10 +79,11 @@ def mask_relu_gradient(grad_y, relu_output, xp):
 
 def apply_activation_lazy(activation: str | None, y):
     """``activation`` of a lazy (Dask) result, still lazy."""
-    if activation == "relu":
+    if activation in ("relu", "relu6"):
         import dask.array as da
 
-        return da.maximum(y, 0)  # NaN propagates, as in the eager path
+        # NaN propagates, as in the eager path
+        return da.maximum(y, 0) if activation == "relu" else da.clip(y, 0, 6)
     return y
 
 

@@ -26,6 +26,18 @@ __device__ __forceinline__ T relu_masked(const T* __restrict__ gy, const T* __re
     return (MASK && yr[i] <= T(0)) ? T(0) : gy[i];
 }
 
+// The activation epilogue of a forward kernel, a compile-time switch (the
+// codes of convsuite._epilogue.ACTIVATION_CODES): 0 none, 1 ReLU
+// (v < 0 ? 0 : v), 2 ReLU6 (ReLU, then v > 6 ? 6 : v). Both keep NaN, as
+// torch.relu and torch.nn.functional.relu6 do; ACT = 0 compiles to nothing.
+template <int ACT, typename T>
+__device__ __forceinline__ T activate(T v) {
+    static_assert(ACT >= 0 && ACT <= 2, "activation codes: 0 none, 1 relu, 2 relu6");
+    if constexpr (ACT >= 1) v = v < T(0) ? T(0) : v;
+    if constexpr (ACT == 2) v = v > T(6) ? T(6) : v;
+    return v;
+}
+
 // Constants shared with the launch code arrive as -D options from one table
 // (convsuite/backends/_cuda_sources.py, DEFINES); never define them here.
 #if !defined(CS_THREADS) || !defined(CS_CONST_BYTES) || !defined(CS_BLOCKED_V) || !defined(CS_RT_PX) || \

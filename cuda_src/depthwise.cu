@@ -13,7 +13,8 @@
 // K*K weights of its channel sit in registers too. K == 0 is the general
 // path (any kernel, stride, dilation), still several outputs per thread.
 // Consecutive threads take consecutive column blocks of one row (coalesced).
-template <typename T, int K, int S>
+// ACT: the activation epilogue (activate<ACT>, common.cuh).
+template <typename T, int K, int S, int ACT>
 __global__ void __launch_bounds__(CS_THREADS) depthwise_forward(const T* __restrict__ x, const T* __restrict__ w,
                                                                const T* __restrict__ bias, T* __restrict__ y,
                                                                CONV_PARAMS) {
@@ -88,7 +89,7 @@ __global__ void __launch_bounds__(CS_THREADS) depthwise_forward(const T* __restr
             if (oy0 + py >= Ho) break;
 #pragma unroll
             for (int u = 0; u < PX; ++u)
-                if (ox0 + u < Wo) yp[(i64)(oy0 + py) * Wo + ox0 + u] = acc[py][u];
+                if (ox0 + u < Wo) yp[(i64)(oy0 + py) * Wo + ox0 + u] = activate<ACT>(acc[py][u]);
         }
     }
 }

@@ -18,7 +18,7 @@
 #endif
 #define GEMM_LOADS (GEMM_BK / 4)   // elements of each operand a thread loads per stage
 
-// ACT = 1 fuses ReLU into the epilogue (v < 0 ? 0 : v keeps NaN, as torch.relu does).
+// ACT fuses an activation into the epilogue (activate<ACT> in common.cuh: 1 ReLU, 2 ReLU6).
 // MASK = 1 reads x through a ReLU mask xmask of x's shape (relu_masked): the
 // stride-1 input gradient of a layer followed by a ReLU runs this kernel on
 // grad_y with the layer's ReLU output as the mask (conv2d_implicit_gemm_masked).
@@ -100,7 +100,7 @@ __device__ __forceinline__ void implicit_gemm_body(const T* __restrict__ x, cons
             if (m < Mg) {
                 const int mo = g * Mg + m;
                 const T v = acc[i][j] + bias[mo];
-                y[(b * M + mo) * HoWo + r] = (ACT && v < T(0)) ? T(0) : v;
+                y[(b * M + mo) * HoWo + r] = activate<ACT>(v);
             }
         }
     }

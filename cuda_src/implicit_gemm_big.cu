@@ -53,7 +53,7 @@ __device__ __forceinline__ void big_tile_multiply(const T (*As)[BM + BIG_PAD], c
 // Tile row (half = BM/2) or column (half = 64) that register index i (0..7) of thread t holds.
 __device__ __forceinline__ int big_lane(int t, int i, int half) { return t * 4 + (i & 3) + (i >> 2) * half; }
 
-// ACT = 1 fuses ReLU into the epilogue (v < 0 ? 0 : v keeps NaN, as torch.relu does).
+// ACT fuses an activation into the epilogue (activate<ACT> in common.cuh: 1 ReLU, 2 ReLU6).
 // MASK = 1 reads x through a ReLU mask xmask of x's shape (relu_masked): the
 // stride-1 input gradient of a layer followed by a ReLU runs this kernel on
 // grad_y with the layer's ReLU output as the mask (conv2d_igemm_fwd_masked).
@@ -142,7 +142,7 @@ __device__ __forceinline__ void igemm_fwd_body(const T* __restrict__ x, const T*
             if (m < Mg) {
                 const int mo = g * Mg + m;
                 const T v = acc[i][j] + bias[mo];
-                y[(b * M + mo) * HoWo + r] = (ACT && v < T(0)) ? T(0) : v;
+                y[(b * M + mo) * HoWo + r] = activate<ACT>(v);
             }
         }
     }

@@ -30,7 +30,7 @@
 // recomputation of blocks with special values.
 //
 // Y_g (Mg x N) = W_g (Mg x Kd) X_g (Kd x N), N = B*Ho*Wo; grid = (ceil(N/128),
-// ceil(Mg/BM), groups). ACT = 1 fuses ReLU into the epilogue. The double
+// ceil(Mg/BM), groups). ACT fuses ReLU (1) or ReLU6 (2) into the epilogue. The double
 // instantiation exists only so every kernel template has one (the backend
 // never launches it): it traps.
 #include "common.cuh"
@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(2 * BM)
                         if (m < Mg) {
                             const int mo = g * Mg + m;
                             const float v = acc[i][j][h * 2 + c] + bias[mo];
-                            y[(b * M + mo) * HoWo + r] = (ACT && v < 0.0f) ? 0.0f : v;
+                            y[(b * M + mo) * HoWo + r] = activate<ACT>(v);
                         }
                     }
             }

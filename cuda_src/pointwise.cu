@@ -5,11 +5,12 @@
 // MT output channels: per input channel it loads its pixels once (a 16-byte
 // load for float32 where the rows are aligned) and that channel's MT weights
 // from shared memory (a broadcast), MT * PX FMAs per load. Weights are staged
-// through shared memory in chunks of 32 input channels.
+// through shared memory in chunks of 32 input channels. ACT: the activation
+// epilogue (activate<ACT>, common.cuh), here and in the split-K kernels below.
 // grid = (tiles * B * groups, ceil(Mg / MT)) with tiles = ceil(L / (blockDim.x * PX)).
 #include "common.cuh"
 
-template <typename T, int MT>
+template <typename T, int MT, int ACT>
 __global__ void __launch_bounds__(CS_THREADS) conv2d_pointwise(const T* __restrict__ x, const T* __restrict__ w,
                                                               const T* __restrict__ bias, T* __restrict__ y,
                                                               int C, int L, int M, int Cg) {
@@ -73,13 +74,14 @@ __global__ void __launch_bounds__(CS_THREADS) conv2d_pointwise(const T* __restri
         T* yr = y + (b * M + mo) * (i64)L + i0;
         if constexpr (sizeof(T) == 4 && PX == 4) {
             if (vec && i0 + 3 < L) {
-                *reinterpret_cast<float4*>(yr) = make_float4(acc[mm][0] + bm, acc[mm][1] + bm, acc[mm][2] + bm, acc[mm][3] + bm);
+                *reinterpret_cast<float4*>(yr) = make_float4(activate<ACT>(acc[mm][0] + bm), activate<ACT>(acc[mm][1] + bm),
+                                                              activate<ACT>(acc[mm][2] + bm), activate<ACT>(acc[mm][3] + bm));
                 continue;
             }
         }
 #pragma unroll
         for (int u = 0; u < PX; ++u)
-            if (i0 + u < L) yr[u] = acc[mm][u] + bm;
+            if (i0 + u < L) yr[u] = activate<ACT>(acc[mm][u] + bm);
     }
 }
 
@@ -176,7 +178,7 @@ __global__ void __launch_bounds__(CS_THREADS) conv2d_pointwise_splitk(const T* _
 // then sets the counter back to 0 for the next launch on the stream. One
 // counter per (pixel tile, channel tile); the counters start at 0 (zeroed once
 // when the plan's state is made) and a launch leaves them at 0.
-template <typename T>
+template <typename T, int ACT>
 __global__ void __launch_bounds__(CS_THREADS) conv2d_pointwise_splitk_fused(
     const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias, T* __restrict__ part,
     T* __restrict__ y, unsigned int* __restrict__ counters, int B, int C, int L, int M, int Cg, int slice) {
@@ -199,14 +201,14 @@ __global__ void __launch_bounds__(CS_THREADS) conv2d_pointwise_splitk_fused(
             const i64 i = tile.row + (i64)j * L;
             T s = T(0);
             for (unsigned int k = 0; k < slices; ++k) s += __ldcg(part + (i64)k * n + i);
-            y[i] = s + bias[(int)((i / L) % M)];
+            y[i] = activate<ACT>(s + bias[(int)((i / L) % M)]);
         }
     }
     if (threadIdx.x == 0) counters[id] = 0u;
 }
 
-// y[i] = bias[m] + sum over slices of part[s][i], slices in order (deterministic).
-template <typename T>
+// y[i] = activation of (bias[m] + sum over slices of part[s][i]), slices in order (deterministic).
+template <typename T, int ACT>
 __global__ void __launch_bounds__(CS_THREADS) conv2d_pointwise_splitk_reduce(const T* __restrict__ part,
                                                                             const T* __restrict__ bias,
                                                                             T* __restrict__ y, i64 n, int M, int L,
@@ -215,6 +217,6 @@ __global__ void __launch_bounds__(CS_THREADS) conv2d_pointwise_splitk_reduce(con
         const int m = (int)((i / L) % M);
         T s = T(0);
         for (int k = 0; k < slices; ++k) s += part[(i64)k * n + i];
-        y[i] = s + bias[m];
+        y[i] = activate<ACT>(s + bias[m]);
     }
 }

@@ -226,9 +226,9 @@ def test_bad_parameters_raise_naming_what_is_accepted():
     with pytest.raises(ValueError, match=r"'fused_gemm' has no tunable parameter 'bm' \(its parameters: bk\)"):
         backend.plan(SPECS[8], "fused_gemm", "forward+relu", {"bm": 64})
     with pytest.raises(ValueError, match=r"'fused_gemm' parameter 'bk' accepts 8, 16, 32; got 12"):
-        algs.plan_forward_relu(SPECS[8], "fused_gemm", {"bk": 12})
+        algs.plan_forward_activation(SPECS[8], "fused_gemm", "relu", {"bk": 12})
     with pytest.raises(ValueError, match=r"'igemm_big' parameter 'bm' accepts 64, 128; got 32"):
-        algs.plan_forward_relu(SPECS[8], "igemm_big", {"bm": 32})
+        algs.plan_forward_activation(SPECS[8], "igemm_big", "relu6", {"bm": 32})
 
 
 def test_template_and_define_values_are_compiled():

@@ -161,6 +161,20 @@ def test_result_is_lazy_and_computed_by_the_backend_the_settings_chose():
         cs.unregister_backend("counting")
 
 
+@pytest.mark.parametrize("activation", ["relu", "relu6"])
+def test_activation_of_a_lazy_result_stays_lazy_and_equals_the_eager_call(activation):
+    rng = np.random.default_rng(4)
+    x = 4 * rng.standard_normal((2, 3, 12, 13))
+    w, b = rng.standard_normal((5, 3, 3, 3)), rng.standard_normal(5)
+    y = cs.conv2d(da.from_array(x, chunks=(1, 3, 6, 13)), w, b, padding=1, activation=activation)
+    assert isinstance(y, da.Array)
+    with dask.config.set(scheduler="synchronous"):
+        got = y.compute()
+    eager = cs.conv2d(x, w, b, padding=1, activation=activation)
+    assert (eager == 0).any() and (activation == "relu" or (eager == 6).any())
+    np.testing.assert_allclose(got, eager, rtol=1e-12, atol=1e-12)
+
+
 def test_weights_are_one_graph_key_not_copied_into_every_task():
     w = np.random.default_rng(1).standard_normal((8, 3, 3, 3))
     x = da.ones((4, 3, 32, 32), chunks=(1, 3, 8, 8))

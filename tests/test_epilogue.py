@@ -1,4 +1,4 @@
-"""activation='relu' and relu_output=: every backend, against the float64 reference."""
+"""activation='relu' / 'relu6' and relu_output=: every backend, against the float64 reference."""
 
 from __future__ import annotations
 
@@ -32,19 +32,29 @@ def _relu(a):
     return np.where(a < 0, 0, a)
 
 
+#: The activations as the float64 reference applies them (both are 1-Lipschitz, so the
+#: convolution's tolerance holds after them).
+ACTIVATIONS = {"relu": _relu, "relu6": lambda a: np.clip(a, 0, 6)}
+
+
 @pytest.mark.parametrize("x_shape, w_shape, kw", CASES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_forward_relu_matches_reference(backend, x_shape, w_shape, kw, dtype):
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+def test_forward_activation_matches_reference(backend, x_shape, w_shape, kw, dtype, activation):
     rng = np.random.default_rng(len(x_shape) + sum(w_shape))
     x, w = rng.standard_normal(x_shape).astype(dtype), rng.standard_normal(w_shape).astype(dtype)
+    x *= 4  # outputs beyond 6 too, so relu6's upper bound is exercised
     bias = rng.standard_normal(w_shape[0]).astype(dtype) if w.ndim > 2 else None
     fwd, _ = _ops(w)
     spec = cs.explain(x, w, bias, **kw).spec
-    y = np.asarray(fwd(x, w, bias, backend=backend, activation="relu", **kw))
+    y = np.asarray(fwd(x, w, bias, backend=backend, activation=activation, **kw))
     assert y.dtype == dtype and (y >= 0).all()
     ref = reference_forward(spec, x, w, bias)
-    assert (ref < 0).any() and (ref > 0).any()  # the case exercises both sides of the ReLU
-    assert_within(y.reshape(spec.y_shape), _relu(ref), forward_tolerance(spec, x, w, bias), f"{backend} relu")
+    assert (ref < 0).any() and (ref > 6).any()  # the case exercises every piece of the activation
+    if activation == "relu6":
+        assert (y <= 6).all()
+    tol = forward_tolerance(spec, x, w, bias)
+    assert_within(y.reshape(spec.y_shape), ACTIVATIONS[activation](ref), tol, f"{backend} {activation}")
 
 
 @pytest.mark.parametrize("x_shape, w_shape, kw", CASES)
@@ -71,6 +81,10 @@ def test_relu_keeps_nan_and_masks_like_torch():
     _epilogue.apply_activation("relu", out, np)
     np.testing.assert_array_equal(out[:4], [0.0, 0.0, 0.0, 2.0])
     assert np.isnan(out[4])
+    out = np.array([-np.inf, -1.0, 0.0, 2.5, 6.0, 7.0, np.inf, np.nan], dtype=np.float32)
+    _epilogue.apply_activation("relu6", out, np)  # torch.nn.functional.relu6 (hardtanh(0, 6))
+    np.testing.assert_array_equal(out[:7], [0.0, 0.0, 0.0, 2.5, 6.0, 6.0, 6.0])
+    assert np.isnan(out[7]) and out.dtype == np.float32
     # threshold_backward: the gradient passes where the output is not <= 0 (NaN outputs pass it)
     y = np.array([0.0, 3.0, np.nan, -0.0])
     np.testing.assert_array_equal(_epilogue.mask_relu_gradient(np.ones(4), y, np), [0.0, 1.0, 1.0, 0.0])
@@ -95,7 +109,8 @@ def test_cpu_backends_apply_the_epilogue_after_their_kernel():
 @pytest.mark.parametrize(
     "value, error, words",
     [
-        ("tanh", ValueError, ["`activation`", "'relu'", "'tanh'"]),
+        ("tanh", ValueError, ["`activation`", "'relu'", "'relu6'", "'tanh'"]),
+        ("relu7", ValueError, ["`activation`", "'relu6'", "'relu7'"]),
         ("ReLU", ValueError, ["`activation`", "'relu'", "'ReLU'"]),
         (1, TypeError, ["`activation`", "None", "1"]),
         (np.array([1.0]), TypeError, ["`activation`", "ndarray"]),

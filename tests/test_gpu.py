@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 
 import convsuite as cs
-from convsuite.backends._cupy_algorithms import FUSED_RELU
+from convsuite.backends._cupy_algorithms import FUSED_ACTIVATION
 from convsuite.backends.cupy_backend import ALGORITHMS, ONE_D_ALGORITHMS
 from convsuite.testing import (
     assert_within,
@@ -630,28 +630,33 @@ def test_ladder_agrees_with_the_deterministic_default():
     ],
 )
 def test_forward_relu_every_algorithm(algorithm, dtype):
-    """activation='relu': fused in the implicit GEMMs' epilogue, applied after every other kernel."""
+    """activation='relu' and 'relu6': fused in the epilogue of FUSED_ACTIVATION's kernels, applied after
+    every other kernel; outputs on every piece of both (x scaled so that some exceed 6)."""
     backend = cs._registry.get_backend("cupy")
     rng = np.random.default_rng(5)
     ran = []
     for x_shape, w_shape, kw in [
         ((2, 8, 19, 21), (16, 8, 3, 3), dict(padding=1)),
         ((2, 6, 14, 13), (6, 1, 3, 3), dict(padding=1, groups=6)),
+        ((2, 6, 15, 14), (12, 1, 3, 3), dict(padding=1, stride=2, groups=6)),
         ((2, 8, 9, 10), (12, 8, 1, 1), {}),
+        ((1, 96, 7, 7), (40, 96, 1, 1), {}),  # pointwise_splitk: several slices, partial tiles
         ((2, 3, 300), (4, 3, 5), dict(padding="same")),
     ]:
-        x, w = rng.standard_normal(x_shape).astype(dtype), rng.standard_normal(w_shape).astype(dtype)
+        x, w = 3 * rng.standard_normal(x_shape).astype(dtype), rng.standard_normal(w_shape).astype(dtype)
         bias = rng.standard_normal(w_shape[0]).astype(dtype)
         spec = cs.explain(x, w, bias, **kw).spec
         if _can_run(spec, algorithm) is not True:
             continue
-        assert backend.fuses_activation(spec, algorithm, "relu") == (algorithm in FUSED_RELU)
-        fwd = cs.conv1d if x.ndim == 3 else cs.conv2d
-        with cs.testing.poisoned_outputs():
-            y = fwd(x, w, bias, backend="cupy", algorithm=algorithm, activation="relu", **kw)
         ref = reference_forward(spec, x, w, bias)
-        assert (y >= 0).all()
-        assert_within(y, np.where(ref < 0, 0, ref), forward_tolerance(spec, x, w, bias), f"{algorithm} + relu")
+        assert (ref < 0).any() and (ref > 6).any()
+        for activation, applied in (("relu", np.where(ref < 0, 0, ref)), ("relu6", np.clip(ref, 0, 6))):
+            assert backend.fuses_activation(spec, algorithm, activation) == (algorithm in FUSED_ACTIVATION)
+            fwd = cs.conv1d if x.ndim == 3 else cs.conv2d
+            with cs.testing.poisoned_outputs():
+                y = fwd(x, w, bias, backend="cupy", algorithm=algorithm, activation=activation, **kw)
+            assert (y >= 0).all() and (activation == "relu" or (y <= 6).all())
+            assert_within(y, applied, forward_tolerance(spec, x, w, bias), f"{algorithm} + {activation}")
         ran.append(x_shape)
     assert ran, f"no case ran {algorithm!r}"
 
@@ -780,10 +785,13 @@ def test_tunable_configurations_match_reference(algorithm, dtype):
             assert_within(y, ref.reshape(spec.y_shape), tol.reshape(spec.y_shape), f"{algorithm} {params} {spec}")
             covered.update(params.items())
             ran += 1
-            if algorithm in FUSED_RELU:
+            if algorithm in FUSED_ACTIVATION:
                 (y,) = _run_plan(spec, algorithm, "forward+relu", params, xs, ws, bias)
                 relu = np.where(ref < 0, 0, ref).reshape(spec.y_shape)
                 assert_within(y, relu, tol.reshape(spec.y_shape), f"{algorithm}+relu {params}")
+                (y,) = _run_plan(spec, algorithm, "forward+relu6", params, xs, ws, bias)
+                relu6 = np.clip(ref, 0, 6).reshape(spec.y_shape)
+                assert_within(y, relu6, tol.reshape(spec.y_shape), f"{algorithm}+relu6 {params}")
         if "backward" not in record.directions:
             continue
         gy = rng.standard_normal(spec.y_shape).astype(dtype)

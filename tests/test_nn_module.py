@@ -167,7 +167,8 @@ def test_to_cpu_keeps_numpy_and_rejects_unknown_devices():
 
 @pytest.mark.parametrize("backend", ["numpy", "cython"])
 def test_sequential_fuses_conv_and_relu_like_the_separate_layers(backend):
-    """Conv2D + ReLU run as one call with activation='relu' give the separate layers' values and gradients."""
+    """Conv2D + ReLU and Conv2D + (Identity) + ReLU6 run as one call each (activation='relu' / 'relu6')
+    give the separate layers' values and gradients."""
     from convsuite import nn
 
     def net(fuse):
@@ -175,15 +176,19 @@ def test_sequential_fuses_conv_and_relu_like_the_separate_layers(backend):
             nn.Conv2D(3, 5, 3, padding=1, backend=backend, seed=1),
             nn.ReLU(),
             nn.Conv2D(5, 4, 3, backend=backend, seed=2),
+            nn.Identity(),  # what a folded BatchNorm leaves: the pair is still fused
             nn.ReLU6(),
+            nn.Conv2D(4, 4, 1, backend=backend, seed=3),
             fuse_activations=fuse,
         )
 
-    x = np.random.default_rng(0).standard_normal((2, 3, 9, 8)).astype(np.float32)
+    x = 20 * np.random.default_rng(0).standard_normal((2, 3, 9, 8)).astype(np.float32)
     fused, plain = net(True), net(False)
     y_fused, y_plain = fused(x), plain(x)
-    assert fused._fused == {0} and plain._fused == frozenset()  # the ReLU6 pair is not fused
-    np.testing.assert_allclose(y_fused, y_plain, rtol=1e-6, atol=1e-6)
+    assert fused._fused == {1: 0, 4: 2} and plain._fused == {}
+    inner = plain[4](plain[3](plain[2](plain[1](plain[0](x)))))  # recomputes plain's caches alike
+    assert (inner == 0).any() and (inner == 6).any() and ((inner > 0) & (inner < 6)).any()  # every piece of ReLU6
+    np.testing.assert_allclose(y_fused, y_plain, rtol=1e-6, atol=1e-5)
     grad = np.random.default_rng(1).standard_normal(y_plain.shape).astype(np.float32)
     gx_fused, gx_plain = fused.backward(grad), plain.backward(grad)
     np.testing.assert_allclose(gx_fused, gx_plain, rtol=1e-5, atol=1e-6)

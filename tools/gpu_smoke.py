@@ -68,10 +68,12 @@ for dtype in (np.float32, np.float64):
                 if not agrees(y, ref, tol):
                     wrong.append((name, "forward", x_shape))
                 ran.add((name, "forward"))
-                if backend.fuses_activation(spec, name, "relu"):
-                    y = fn(x, w, backend="cupy", algorithm=name, activation="relu", **kw)
-                    if not agrees(y, np.maximum(ref, 0), tol):
-                        wrong.append((name, "forward+relu", x_shape))
+                for activation, applied in (("relu", np.maximum(ref, 0)), ("relu6", np.clip(ref, 0, 6))):
+                    if backend.fuses_activation(spec, name, activation):
+                        y = fn(x, w, backend="cupy", algorithm=name, activation=activation, **kw)
+                        if not agrees(y, applied, tol):
+                            wrong.append((name, f"forward+{activation}", x_shape))
+                        ran.add((name, f"forward+{activation}"))
             if backend.can_run(spec, name, "backward") is True:
                 grads = bwd(gy, x, w, backend="cupy", algorithm=name, **kw)
                 if not grads_agree(grads, ref_grads, grad_tols):

@@ -21,6 +21,7 @@ __all__ = [
     "DEFINES",
     "DEPTHWISE_FIXED",
     "DEPTHWISE_WGRAD_KMAX",
+    "EPILOGUES",
     "KERNELS",
     "LADDER_KERNELS",
     "OVERRIDABLE",
@@ -92,6 +93,10 @@ DEPTHWISE_FIXED = ((3, 1), (3, 2), (5, 1), (5, 2), (7, 1), (7, 2), (0, 0))
 #: Output channels per thread of conv2d_pointwise (template argument MT).
 POINTWISE_TILES = (8, 16, 24, 32)
 
+#: Activation epilogue codes the forward kernels are compiled for (template
+#: argument ACT; ``convsuite._epilogue.ACTIVATION_CODES``): 0 none, 1 ReLU, 2 ReLU6.
+EPILOGUES = (0, 1, 2)
+
 #: Largest kernel extents the depthwise weight gradient keeps in registers.
 DEPTHWISE_WGRAD_KMAX = (3, 5, 7)
 
@@ -114,28 +119,28 @@ KERNELS = {
         *[f"conv2d_register_tiled@{mt}" for mt in REGISTER_TILES],
     ],
     "depthwise.cu": [
-        *[f"depthwise_forward@{k},{s}" for k, s in DEPTHWISE_FIXED],
+        *[f"depthwise_forward@{k},{s},{act}" for k, s in DEPTHWISE_FIXED for act in EPILOGUES],
         *[f"depthwise_grad_input@{k},{s}" for k, s in DEPTHWISE_FIXED],
         *[f"depthwise_grad_weight@{k}" for k in DEPTHWISE_WGRAD_KMAX],
     ],
     "im2col.cu": ["im2col|I", "col2im"],
     "pointwise.cu": [
-        *[f"conv2d_pointwise@{mt}" for mt in POINTWISE_TILES],
+        *[f"conv2d_pointwise@{mt},{act}" for mt in POINTWISE_TILES for act in EPILOGUES],
         "conv2d_pointwise_splitk",
-        "conv2d_pointwise_splitk_reduce",
-        "conv2d_pointwise_splitk_fused",
+        *[f"conv2d_pointwise_splitk_reduce@{act}" for act in EPILOGUES],
+        *[f"conv2d_pointwise_splitk_fused@{act}" for act in EPILOGUES],
     ],
     "implicit_gemm.cu": [
-        *[f"conv2d_implicit_gemm@{act}" for act in (0, 1)],  # 1: ReLU fused into the epilogue
+        *[f"conv2d_implicit_gemm@{act}" for act in EPILOGUES],  # the activation fused into the epilogue
         "conv2d_dgrad_implicit_gemm",
         "conv2d_wgrad_implicit_gemm",
     ],
     "implicit_gemm_big.cu": [
-        *[f"conv2d_igemm_fwd@{bm},{act}" for bm in (64, 128) for act in (0, 1)],
+        *[f"conv2d_igemm_fwd@{bm},{act}" for bm in (64, 128) for act in EPILOGUES],
         *[f"conv2d_igemm_wgrad@{bm}" for bm in (64, 128)],
     ],
     "implicit_gemm_tf32x3.cu": [
-        *[f"conv2d_tf32x3_fwd@{bm},{act}" for bm in (64, 128) for act in (0, 1)],
+        *[f"conv2d_tf32x3_fwd@{bm},{act}" for bm in (64, 128) for act in EPILOGUES],
         *[f"conv2d_tf32x3_wgrad@{bm}" for bm in (64, 128)],
     ],
     "wgrad_ladder.cu": [

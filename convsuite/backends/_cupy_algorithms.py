@@ -28,6 +28,7 @@ from typing import Callable
 import numpy as np
 
 from .._capture import capturing
+from .._epilogue import ACTIVATION_CODES
 from .._spec import ConvSpec
 from . import _cupy_runtime as rt
 from ._cuda_sources import (
@@ -48,9 +49,9 @@ __all__ = [
     "TWO_D_ALGORITHMS",
     "ALGORITHMS",
     "LADDER",
-    "FUSED_RELU",
+    "FUSED_ACTIVATION",
     "FUSED_RELU_MASK",
-    "plan_forward_relu",
+    "plan_forward_activation",
     "plan_backward_relu",
     "ladder_weight_gradient",
     "register_tiled_blocks",
@@ -657,16 +658,18 @@ def _plan_implicit_gemm(
     spec: ConvSpec,
     direction: str,
     big: bool,
-    relu: bool = False,
+    masked: bool = False,
     bm: int | None = None,
     bk: int = GEMM_BK,
     kind: str = "simt",
+    act: int = 0,
 ) -> Launch:
     """fused_gemm (64x64 tiles, both dtypes) or igemm_big (float32, BM x 128 tiles, pipelined).
 
-    ``relu`` instantiates, forward, the kernel with ReLU fused into its
-    epilogue; backward, the ``_masked`` kernels that read grad_y through the
-    ReLU output (the launch then takes ``relu_output`` as a seventh operand);
+    ``act`` (forward): the activation code of the kernel's epilogue
+    (``_epilogue.ACTIVATION_CODES``); ``masked`` (backward): the ``_masked``
+    kernels that read grad_y through the ReLU output (the launch then takes
+    ``relu_output`` as a seventh operand);
     ``bm`` sets igemm_big's block-tile rows (default: the hand rule); ``bk``
     fused_gemm's reduction slice (the ``-D CS_GEMM_BK`` module);
     ``kind="tf32x3"`` runs the forward product, the weight gradient and the
@@ -689,19 +692,19 @@ def _plan_implicit_gemm(
             koff = _filter_offsets(Cg, (H, W), (KH, KW), s.dilation)
             grid = (math.ceil(n / BIG_BN), math.ceil(Mg / bm), G)
             if kind == "tf32x3":
-                fn = rt.kernel("implicit_gemm_tf32x3.cu", f"conv2d_tf32x3_fwd@{bm},{int(relu)}", s.dtype)
+                fn = rt.kernel("implicit_gemm_tf32x3.cu", f"conv2d_tf32x3_fwd@{bm},{act}", s.dtype)
             else:
-                fn = rt.kernel("implicit_gemm_big.cu", f"conv2d_igemm_fwd@{bm},{int(relu)}", s.dtype)
+                fn = rt.kernel("implicit_gemm_big.cu", f"conv2d_igemm_fwd@{bm},{act}", s.dtype)
             return _with_bias(s, rt.bind(fn, grid, (2 * bm,), (*_ARRAYS4, koff, *p)))
         grid = (math.ceil(n / GEMM_BN), math.ceil(Mg / GEMM_BM), G)
-        fn = rt.kernel("implicit_gemm.cu", f"conv2d_implicit_gemm@{int(relu)}", s.dtype, overrides=slice_depth)
+        fn = rt.kernel("implicit_gemm.cu", f"conv2d_implicit_gemm@{act}", s.dtype, overrides=slice_depth)
         return _with_bias(s, rt.bind(fn, grid, (256,), (*_ARRAYS4, *p)))
     cp = rt.cupy()
     kd = Cg * KH * KW
-    if relu and kind == "tf32x3":
+    if masked and kind == "tf32x3":
         raise ValueError("tf32x3 has no kernels that read grad_y through a ReLU mask")
-    dgrad = _plan_input_gradient(s, big, slice_depth, masked=relu, tensor_cores=kind == "tf32x3")
-    masked = "_masked" if relu else ""
+    dgrad = _plan_input_gradient(s, big, slice_depth, masked=masked, tensor_cores=kind == "tf32x3")
+    suffix = "_masked" if masked else ""
     if bm is not None:
         koff = _filter_offsets(Cg, (H, W), (KH, KW), s.dilation)
         if kind == "tf32x3":  # three blocks of 64 rows (one of 128) fit a multiprocessor at 168 registers
@@ -709,20 +712,20 @@ def _plan_implicit_gemm(
             wgrad = rt.kernel("implicit_gemm_tf32x3.cu", f"conv2d_tf32x3_wgrad@{bm}", s.dtype)
         else:
             splits = _wgrad_splits(s, bm, BIG_BN, 256 // bm)
-            wgrad = rt.kernel(f"implicit_gemm_big{masked}.cu", f"conv2d_igemm_wgrad{masked}@{bm}", s.dtype)
+            wgrad = rt.kernel(f"implicit_gemm_big{suffix}.cu", f"conv2d_igemm_wgrad{suffix}@{bm}", s.dtype)
         wblock = (2 * bm,)
         wgrid = (math.ceil(kd / BIG_BN), math.ceil(Mg / bm), splits * G)
         wargs = (koff, *rt.i32(splits), *p)
     else:
         splits = _wgrad_splits(s, GEMM_BM, GEMM_BN, 4)
         wgrad = rt.kernel(
-            f"implicit_gemm{masked}.cu", f"conv2d_wgrad_implicit_gemm{masked}", s.dtype, overrides=slice_depth
+            f"implicit_gemm{suffix}.cu", f"conv2d_wgrad_implicit_gemm{suffix}", s.dtype, overrides=slice_depth
         )
         wgrid = (math.ceil(kd / GEMM_BN), math.ceil(Mg / GEMM_BM), splits * G)
         wargs = (*rt.i32(splits), *p)
         wblock = (256,)
 
-    if relu:
+    if masked:
 
         def backward_through_relu(grad_y, x, w, grad_x, grad_w, grad_b, relu_output):
             dgrad(grad_y, w, grad_x, relu_output)
@@ -868,8 +871,8 @@ def _plan_forward_masked(spec: ConvSpec, algorithm: str) -> Callable:
     return run
 
 
-#: Forward algorithms whose kernel can apply ReLU in its epilogue (``activation="relu"``).
-FUSED_RELU = ("fused_gemm", "igemm_big", "tf32x3")
+#: Forward algorithms whose kernel applies ``activation=`` ("relu", "relu6") in its epilogue.
+FUSED_ACTIVATION = ("fused_gemm", "igemm_big", "tf32x3", "depthwise", "pointwise", "pointwise_splitk")
 
 #: Backward algorithms whose every grad_y load (dX, dW and the db reduction)
 #: can read through the ReLU output (``relu_output=``): :func:`plan_backward_relu`.
@@ -886,23 +889,36 @@ FUSED_RELU_MASK = (
 )
 
 
-def plan_forward_relu(spec: ConvSpec, algorithm: str, params: dict | None = None) -> Launch:
-    """The forward launch of a :data:`FUSED_RELU` algorithm with ReLU fused into the kernel's epilogue.
+def plan_forward_activation(spec: ConvSpec, algorithm: str, activation: str, params: dict | None = None) -> Launch:
+    """The forward launch of a :data:`FUSED_ACTIVATION` algorithm with ``activation`` in the kernel's epilogue.
 
-    ``params`` sets the algorithm's tunables as for the plain forward plan
-    (resolved here: defaults filled in, names and values checked).
+    ``activation``: ``"relu"`` or ``"relu6"``. ``params`` sets the
+    algorithm's tunables as for the plain forward plan (resolved here:
+    defaults filled in, names and values checked).
     """
-    if algorithm not in FUSED_RELU:
-        raise ValueError(f"{algorithm!r} has no fused ReLU; those that do: {', '.join(FUSED_RELU)}")
+    if algorithm not in FUSED_ACTIVATION:
+        raise ValueError(
+            f"{algorithm!r} fuses no activation into its kernel; those that do: {', '.join(FUSED_ACTIVATION)}"
+        )
+    act = ACTIVATION_CODES.get(activation) if isinstance(activation, str) else None
+    if not act:
+        fused = ", ".join(repr(a) for a in ACTIVATION_CODES if a)
+        raise ValueError(f"`activation` of a fused epilogue must be one of {fused}; got {activation!r}")
     resolved = RECORDS[algorithm].resolve(spec, "forward", params)
+    if algorithm == "depthwise":
+        return _plan_depthwise(spec, "forward", resolved, act=act)
+    if algorithm == "pointwise":
+        return _plan_pointwise_kernel(spec, "forward", resolved, act=act)
+    if algorithm == "pointwise_splitk":
+        return _plan_pointwise_splitk(spec, "forward", act=act)
     return _plan_implicit_gemm(
         spec,
         "forward",
         algorithm != "fused_gemm",
-        relu=True,
         bm=resolved.get("bm"),
         bk=resolved.get("bk", GEMM_BK),
         kind="tf32x3" if algorithm == "tf32x3" else "simt",
+        act=act,
     )
 
 
@@ -925,7 +941,7 @@ def plan_backward_relu(spec: ConvSpec, algorithm: str, params: dict | None = Non
     if algorithm == "depthwise":
         return _plan_depthwise(spec, "backward", resolved, masked=True)
     return _plan_implicit_gemm(
-        spec, "backward", algorithm == "igemm_big", relu=True, bm=resolved.get("bm"), bk=resolved.get("bk", GEMM_BK)
+        spec, "backward", algorithm == "igemm_big", masked=True, bm=resolved.get("bm"), bk=resolved.get("bk", GEMM_BK)
     )
 
 
@@ -1083,12 +1099,14 @@ POINTWISE_TUNABLES = (
 )
 
 
-def _plan_pointwise_kernel(spec: ConvSpec, direction: str, params: dict) -> Launch:
-    """conv2d_pointwise: pixels x MT output channels per thread, weights broadcast from shared memory."""
+def _plan_pointwise_kernel(spec: ConvSpec, direction: str, params: dict, act: int = 0) -> Launch:
+    """conv2d_pointwise: pixels x MT output channels per thread, weights broadcast from shared memory
+    (``act``: the activation code of its epilogue).
+    """
     mt = params["mt"]
     L = math.prod(spec.in_size)
     grid = (math.ceil(L / (THREADS * PW_PX)) * spec.batch * spec.groups, math.ceil(spec.out_channels_per_group / mt))
-    fn = rt.kernel("pointwise.cu", f"conv2d_pointwise@{mt}", spec.dtype)
+    fn = rt.kernel("pointwise.cu", f"conv2d_pointwise@{mt},{act}", spec.dtype)
     p = rt.i32(spec.in_channels, L, spec.out_channels, spec.channels_per_group)
     return _with_bias(spec, rt.bind(fn, grid, (THREADS,), (*_ARRAYS4, *p)))
 
@@ -1125,8 +1143,9 @@ def _check_pointwise_splitk(spec: ConvSpec, direction: str) -> Verdict:
     return True
 
 
-def _plan_pointwise_splitk(spec: ConvSpec, direction: str) -> Launch:
-    """conv2d_pointwise_splitk into per-slice partial tiles, then the fixed-order reduce with the bias.
+def _plan_pointwise_splitk(spec: ConvSpec, direction: str, act: int = 0) -> Launch:
+    """conv2d_pointwise_splitk into per-slice partial tiles, then the fixed-order reduce with the bias
+    (and the activation of code ``act``).
 
     Where the partial sums are small (:data:`SPLITK_KEPT_BYTES`), one fused
     launch does both (the last block of each tile sums it), with partial sums
@@ -1143,7 +1162,7 @@ def _plan_pointwise_splitk(spec: ConvSpec, direction: str) -> Launch:
         slices,
     )
     fn = rt.kernel("pointwise.cu", "conv2d_pointwise_splitk", spec.dtype)
-    reduce = rt.kernel("pointwise.cu", "conv2d_pointwise_splitk_reduce", spec.dtype)
+    reduce = rt.kernel("pointwise.cu", f"conv2d_pointwise_splitk_reduce@{act}", spec.dtype)
     n = spec.batch * spec.out_channels * L
     p = rt.i32(spec.batch, spec.in_channels, L, spec.out_channels, spec.channels_per_group, width)
     tail = (np.int64(n), *rt.i32(spec.out_channels, L, slices))
@@ -1162,7 +1181,7 @@ def _plan_pointwise_splitk(spec: ConvSpec, direction: str) -> Launch:
     # Small partial sums stay with the plan, one set per stream, with the tiles' counters
     # (zeroed once; each launch leaves them at zero): one launch per call, nothing allocated.
     fused = rt.bind(
-        rt.kernel("pointwise.cu", "conv2d_pointwise_splitk_fused", spec.dtype),
+        rt.kernel("pointwise.cu", f"conv2d_pointwise_splitk_fused@{act}", spec.dtype),
         grid,
         (THREADS,),
         (ARG, ARG, ARG, ARG, ARG, ARG, *p),  # x, w, bias, part, out, counters
@@ -1245,8 +1264,10 @@ def _constraint_depthwise(spec: ConvSpec, direction: str, params) -> Verdict:
     return True
 
 
-def _plan_depthwise(spec: ConvSpec, direction: str, params: dict, masked: bool = False) -> Launch:
-    """The depthwise forward, or backward (``masked``: grad_y read through a seventh operand, the ReLU output)."""
+def _plan_depthwise(spec: ConvSpec, direction: str, params: dict, masked: bool = False, act: int = 0) -> Launch:
+    """The depthwise forward (``act``: the activation code of its epilogue), or backward
+    (``masked``: grad_y read through a seventh operand, the ReLU output).
+    """
     s = spec.as_2d()
     p = _params(s)
     k, st = _depthwise_fixed(s)
@@ -1255,7 +1276,7 @@ def _plan_depthwise(spec: ConvSpec, direction: str, params: dict, masked: bool =
         px, py = params["px"], params["py"]
         total = s.batch * s.out_channels * math.ceil(Ho / py) * math.ceil(Wo / px)
         overrides = (("CS_DW_PX", px), ("CS_DW_PY", py))
-        fn = rt.kernel("depthwise.cu", f"depthwise_forward@{k},{st}", s.dtype, overrides=overrides)
+        fn = rt.kernel("depthwise.cu", f"depthwise_forward@{k},{st},{act}", s.dtype, overrides=overrides)
         blocks = (rt.grid_stride_blocks(total),)
         return _with_bias(s, rt.bind(fn, blocks, (THREADS,), (*_ARRAYS4, *p)))
     cp = rt.cupy()

@@ -43,8 +43,10 @@ The weight-gradient ladder of the "Optimizing a CNN in CUDA" write-up
 (``wgrad_atomic``, ``wgrad_shuffle``, ``wgrad_registers``, ``wgrad_padded``)
 is pinnable only: it sums with atomics (not bit-reproducible), so its
 records say ``deterministic=False`` and neither auto's rule nor measured
-selection (autotune, ``cs.tune``) ever picks it. ``activation="relu"`` is fused into the epilogue of ``fused_gemm``,
-``igemm_big`` and ``tf32x3`` (:meth:`CupyBackend.fuses_activation`). ``relu_output=`` (the
+selection (autotune, ``cs.tune``) ever picks it. ``activation="relu"`` and
+``"relu6"`` are fused into the epilogue of ``fused_gemm``, ``igemm_big``,
+``tf32x3``, ``depthwise``, ``pointwise`` and ``pointwise_splitk``
+(:meth:`CupyBackend.fuses_activation`). ``relu_output=`` (the
 gradient through that ReLU) can be read at every grad_y load of the backward
 kernels of ``fused_gemm``, ``igemm_big``, ``depthwise`` and the dW ladder, db
 included; it was slower than one masked copy of grad_y on the measured layers,
@@ -62,14 +64,14 @@ from .._spec import ConvSpec
 from . import _cupy_runtime as rt
 from ._cupy_algorithms import (
     ALGORITHMS,
-    FUSED_RELU,
+    FUSED_ACTIVATION,
     FUSED_RELU_MASK,
     ONE_D_ALGORITHMS,
     RECORDS,
     TWO_D_ALGORITHMS,
     _depthwise_fixed,
     plan_backward_relu,
-    plan_forward_relu,
+    plan_forward_activation,
 )
 from ._cupy_rule import choose
 from .base import Backend, Launch, Verdict
@@ -229,8 +231,9 @@ class CupyBackend(Backend):
         """The launch of ``algorithm`` for ``spec`` on the current device, built once and kept (LRU).
 
         ``params`` sets some of the algorithm's tunable parameters (the rest
-        take the hand-chosen defaults); ``direction`` ``"forward+relu"``
-        (ReLU in the epilogue) and ``"backward+relu"`` (grad_y read through
+        take the hand-chosen defaults); ``direction`` ``"forward+relu"`` or
+        ``"forward+relu6"`` (the activation in the epilogue: :meth:`fuses_activation`)
+        and ``"backward+relu"`` (grad_y read through
         the ReLU output, a seventh operand: :meth:`fuses_relu_mask`) honour
         them too. Plans are cached per resolved parameter set, so
         ``params=None`` and the defaults spelled out share one plan.
@@ -249,8 +252,8 @@ class CupyBackend(Backend):
             if launch is not None:
                 self._plans.move_to_end(key)
                 return launch
-        if direction == "forward+relu":
-            launch = plan_forward_relu(spec, algorithm, resolved)
+        if direction.startswith("forward+"):
+            launch = plan_forward_activation(spec, algorithm, direction[len("forward+") :], resolved)
         elif direction == "backward+relu":
             launch = plan_backward_relu(spec, algorithm, resolved)
         elif record.tunables:
@@ -264,8 +267,8 @@ class CupyBackend(Backend):
         return launch
 
     def fuses_activation(self, spec: ConvSpec, algorithm: str, activation: str) -> bool:
-        """Whether ``algorithm``'s forward kernel applies ``activation`` in its epilogue (the implicit GEMMs, ReLU)."""
-        return activation == "relu" and algorithm in FUSED_RELU
+        """Whether ``algorithm``'s forward kernel applies ``activation`` ("relu", "relu6") in its epilogue."""
+        return activation in ("relu", "relu6") and algorithm in FUSED_ACTIVATION
 
     #: Whether ``relu_output=`` runs the masked kernels (True) or a masked copy
     #: of grad_y then the plain kernels (False, the default). The algorithms of

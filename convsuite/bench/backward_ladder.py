@@ -357,7 +357,7 @@ def _fused_pair(backend, spec, name: str, x, w, b, out, repeat: int) -> dict:
     from ..backends import _cupy_algorithms as algs
 
     plain = backend.plan(spec, name, "forward")
-    fused = algs.plan_forward_relu(spec, name)
+    fused = algs.plan_forward_activation(spec, name, "relu")
 
     def unfused():
         plain(x, w, b, out)
@@ -396,7 +396,7 @@ def fused_relu(repeat: int = 15) -> list[dict]:
         b = rs.standard_normal(M, dtype=cp.float32)
         spec = cs.explain(x, w, b, padding=pad).spec
         out = cp.empty(spec.y_shape, cp.float32)
-        for name in algs.FUSED_RELU:
+        for name in algs.FUSED_ACTIVATION:
             if backend.can_run(spec, name, "forward") is True:
                 row = _fused_pair(backend, spec, name, x, w, b, out, repeat)
                 rows.append(dict(layer=f"{lname} B={B} C={C} M={M} {H}x{W} K={K}", **row))

@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import _api
 from .._validation import as_int_tuple, float_dtype, parse_padding, positive_int, weight_generator
+from ._xp import array_module
 from .module import Module, Parameter
 
 __all__ = ["Conv1D", "Conv2D"]
@@ -19,8 +20,8 @@ class _Conv(Module):
 
     _ndim: ClassVar[int]
     category = "convolution"
-    #: Activations ``forward`` can apply as an epilogue (``Sequential`` fuses a following ReLU).
-    fusable_activations: ClassVar[tuple[str, ...]] = ("relu",)
+    #: Activations ``forward`` can apply as an epilogue (``Sequential`` fuses a following ReLU or ReLU6).
+    fusable_activations: ClassVar[tuple[str, ...]] = ("relu", "relu6")
 
     def __init__(
         self,
@@ -66,7 +67,8 @@ class _Conv(Module):
         self.weight = Parameter(rng.uniform(-bound, bound, size=shape).astype(dtype))
         self.bias = Parameter(rng.uniform(-bound, bound, size=self.out_channels).astype(dtype)) if bias else None
         self._x = None
-        self._relu_y = None
+        self._act_y = None  # the output of a fused activation, for its gradient mask
+        self._activation = None
 
     def _keywords(self) -> dict[str, Any]:
         return dict(
@@ -81,16 +83,18 @@ class _Conv(Module):
     def forward(self, x, activation: str | None = None):
         """Convolve ``x`` of shape ``(B, C, ...)`` with the layer's weights.
 
-        ``activation="relu"`` returns ``relu(conv(x))`` in one call (see
-        :func:`convsuite.conv2d`); :meth:`backward` then takes ``grad_y`` with
-        respect to that output and applies the ReLU's mask itself.
+        ``activation="relu"`` (or ``"relu6"``) returns ``relu(conv(x))`` (or
+        ``relu6``) in one call (see :func:`convsuite.conv2d`); :meth:`backward`
+        then takes ``grad_y`` with respect to that output and applies the
+        activation's gradient mask itself.
         """
         conv = _api.conv1d if self._ndim == 1 else _api.conv2d
         keep = self._need_cache()
         self._x = x if keep else None
         bias = None if self.bias is None else self.bias.data
         y = conv(x, self.weight.data, bias, activation=activation, **self._keywords())
-        self._relu_y = y if (keep and activation == "relu") else None
+        self._act_y = y if (keep and activation is not None) else None
+        self._activation = activation if keep else None
         return y
 
     def backward(self, grad_y):
@@ -98,8 +102,17 @@ class _Conv(Module):
         if self._x is None:
             raise RuntimeError(f"{type(self).__name__}.backward needs a forward pass with gradients enabled first")
         conv_backward = _api.conv1d_backward if self._ndim == 1 else _api.conv2d_backward
+        relu_output = None
+        if self._activation == "relu":  # the mask inside the backward (or one masked copy), by the library
+            relu_output = self._act_y
+        elif self._activation == "relu6":
+            # ReLU6's gradient passes where its output lies strictly between 0 and 6
+            # (torch's hardtanh_backward, from the output: a NaN output passes it).
+            y = self._act_y
+            xp = array_module(y)
+            grad_y = xp.where((y <= 0) | (y >= 6), xp.zeros((), dtype=grad_y.dtype), grad_y)
         grad_x, grad_w, grad_b = conv_backward(
-            grad_y, self._x, self.weight.data, relu_output=self._relu_y, **self._keywords()
+            grad_y, self._x, self.weight.data, relu_output=relu_output, **self._keywords()
         )
         self.weight.accumulate(grad_w)
         if self.bias is not None:
@@ -108,7 +121,8 @@ class _Conv(Module):
 
     def _moved(self, device: str) -> None:
         self._x = None
-        self._relu_y = None
+        self._act_y = None
+        self._activation = None
 
     def extra_repr(self) -> str:
         nd = self._ndim

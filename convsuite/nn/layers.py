@@ -19,6 +19,8 @@ class Identity(Module):
     """Returns its input (what a folded batch norm leaves behind)."""
 
     category = "reshape"
+    #: ``Sequential`` fuses a convolution with an activation across this layer.
+    fusion_transparent = True
 
     def forward(self, x):
         """Return ``x`` unchanged."""
@@ -62,7 +64,7 @@ class ReLU6(ReLU):
     """``min(max(x, 0), 6)``, like ``torch.nn.ReLU6`` (MobileNetV2's activation)."""
 
     _upper = 6.0
-    fusable_activation = None  # no ReLU6 epilogue: runs as its own layer
+    fusable_activation = "relu6"
 
 
 class Dropout(Module):

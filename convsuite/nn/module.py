@@ -330,11 +330,13 @@ class Sequential(Module):
     ----------
     *layers : Module
     fuse_activations : bool, default True
-        Run a convolution followed directly by ``ReLU`` as one call with
-        ``activation="relu"`` (fused into the kernel where the backend can,
-        see :func:`convsuite.conv2d`), and its backward with
-        ``relu_output=`` (the ReLU's gradient mask applied once). Results are
-        those of the separate layers; the ReLU's own timing row is then empty.
+        Run a convolution followed by ``ReLU`` or ``ReLU6`` as one call with
+        ``activation="relu"`` / ``"relu6"`` (fused into the kernel where the
+        backend can, see :func:`convsuite.conv2d`), and its backward with the
+        activation's gradient mask applied once. ``Identity`` layers between
+        the two (a BatchNorm folded into the convolution) do not prevent it.
+        Results are those of the separate layers; the activation's (and the
+        skipped ``Identity`` layers') timing rows are then empty.
     """
 
     def __init__(self, *layers: Module, fuse_activations: bool = True) -> None:
@@ -346,7 +348,7 @@ class Sequential(Module):
         if not isinstance(fuse_activations, bool):
             raise TypeError(f"`fuse_activations` must be True or False; got {fuse_activations!r}")
         object.__setattr__(self, "fuse_activations", fuse_activations)
-        object.__setattr__(self, "_fused", frozenset())
+        object.__setattr__(self, "_fused", {})
 
     def __len__(self) -> int:
         return len(self._modules)
@@ -357,13 +359,20 @@ class Sequential(Module):
     def __iter__(self) -> Iterator[Module]:
         return iter(list(self._modules.values()))
 
-    def _fusable(self, layers: list[Module], index: int) -> str | None:
-        """The activation layer ``index + 1`` applies, if layer ``index`` can take it fused."""
-        if not self.fuse_activations or index + 1 >= len(layers):
+    def _fusable(self, layers: list[Module], index: int) -> tuple[str, int] | None:
+        """``(activation, end)`` if layer ``index`` can take, fused, the activation of layer ``end``:
+        the next layer, or the first after only ``Identity`` layers.
+        """
+        if not self.fuse_activations or not getattr(layers[index], "fusable_activations", ()):
             return None
-        activation = getattr(layers[index + 1], "fusable_activation", None)
-        if activation is not None and activation in getattr(layers[index], "fusable_activations", ()):
-            return activation
+        end = index + 1
+        while end < len(layers) and getattr(layers[end], "fusion_transparent", False):
+            end += 1
+        if end >= len(layers):
+            return None
+        activation = getattr(layers[end], "fusable_activation", None)
+        if activation is not None and activation in layers[index].fusable_activations:
+            return activation, end
         return None
 
     @staticmethod
@@ -374,21 +383,23 @@ class Sequential(Module):
             recorder.add(layer, direction, 0.0)
 
     def forward(self, x):
-        """Apply the layers in order, fusing a convolution with a following ReLU where possible."""
+        """Apply the layers in order, fusing a convolution with a following activation where possible."""
         layers = list(self._modules.values())
-        fused = set()
+        fused = {}  # last layer of a fused run -> its convolution
         index = 0
         while index < len(layers):
-            activation = self._fusable(layers, index)
-            if activation is None:
+            found = self._fusable(layers, index)
+            if found is None:
                 x = layers[index](x)
                 index += 1
-            else:  # conv + ReLU as one call; the ReLU layer is skipped
+            else:  # conv + activation as one call; the layers up to the activation are skipped
+                activation, end = found
                 x = layers[index](x, activation=activation)
-                self._record_fused(layers[index + 1], "forward")
-                fused.add(index)
-                index += 2
-        object.__setattr__(self, "_fused", frozenset(fused))
+                for skipped in layers[index + 1 : end + 1]:
+                    self._record_fused(skipped, "forward")
+                fused[end] = index
+                index = end + 1
+        object.__setattr__(self, "_fused", fused)
         return x
 
     def backward(self, grad_y):
@@ -396,10 +407,12 @@ class Sequential(Module):
         layers = list(self._modules.values())
         index = len(layers) - 1
         while index >= 0:
-            if index - 1 in self._fused:  # the conv applies the ReLU's gradient mask itself
-                self._record_fused(layers[index], "backward")
-                grad_y = layers[index - 1].run_backward(grad_y)
-                index -= 2
+            start = self._fused.get(index)
+            if start is not None:  # the conv applies the activation's gradient mask itself
+                for skipped in layers[start + 1 : index + 1]:
+                    self._record_fused(skipped, "backward")
+                grad_y = layers[start].run_backward(grad_y)
+                index = start - 1
             else:
                 grad_y = layers[index].run_backward(grad_y)
                 index -= 1
