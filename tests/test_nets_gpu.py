@@ -50,7 +50,35 @@ def test_mobilenet_on_the_gpu_matches_torchvision(size):
     logits = net(cupy.asarray(_input(size)))
     assert isinstance(logits, cupy.ndarray) and logits.dtype == np.float32  # CuPy in, CuPy out
     assert _rel(logits, FIXTURE[f"logits_float64_{size}"]) <= 1e-4
+    with nn.no_grad():  # the batch norms' inference pass: one affine kernel each
+        assert _rel(net(cupy.asarray(_input(size))), FIXTURE[f"logits_float64_{size}"]) <= 1e-4
     assert _rel(nn.fold_batchnorms(net)(cupy.asarray(_input(size))), FIXTURE[f"logits_float64_{size}"]) <= 1e-4
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_batchnorm_inference_kernel_equals_the_host_pass(dtype):
+    import cupy
+
+    rng = np.random.default_rng(2)
+    bn = nn.BatchNorm2D(6, dtype=dtype).eval()
+    bn.load_state_dict(
+        {
+            "weight": rng.uniform(0.5, 2, 6),
+            "bias": rng.normal(size=6),
+            "running_mean": rng.normal(size=6),
+            "running_var": rng.uniform(0.5, 2, 6),
+        }
+    )
+    x = rng.standard_normal((2, 6, 5, 7)).astype(dtype)
+    x[1, 3, 2, 2] = np.nan
+    with nn.no_grad():
+        host = bn(x)
+        bn.to("gpu")
+        device = bn(cupy.asarray(x))
+    assert isinstance(device, cupy.ndarray) and device.dtype == dtype
+    eps = np.finfo(dtype).eps  # the kernel may fuse x * a + c into one FMA: an ulp or two apart
+    cupy.testing.assert_allclose(device, host, rtol=4 * eps, atol=4 * eps * np.nanmax(np.abs(host)))
+    assert bool(cupy.isnan(device[1, 3, 2, 2]))
 
 
 def test_lenet5_trains_on_the_gpu():

@@ -166,6 +166,24 @@ def test_batchnorm_running_statistics_follow_pytorch_rule():
         bn(np.ones((1, 2, 1, 1)))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_batchnorm_inference_pass_equals_the_normalising_form(dtype):
+    """Without gradients, eval mode runs one affine pass per channel (PyTorch's inference form)."""
+    bn = _trained_bn_n(5)
+    for name in ("weight", "bias"):
+        getattr(bn, name).data = getattr(bn, name).data.astype(dtype)
+    bn.running_mean, bn.running_var = bn.running_mean.astype(dtype), bn.running_var.astype(dtype)
+    x = _x((2, 5, 4, 3)).astype(dtype)
+    x[0, 1, 0, 0], x[1, 2, 3, 2] = np.nan, np.inf
+    y_kept = bn(x)  # gradients enabled: the normalising form, with its cache
+    with nn.no_grad():
+        y = bn(x)
+    assert y.dtype == dtype and bn._cache is None
+    eps = np.finfo(dtype).eps
+    np.testing.assert_allclose(y, y_kept, rtol=8 * eps, atol=8 * eps * np.abs(y_kept[np.isfinite(y_kept)]).max())
+    assert np.isnan(y[0, 1, 0, 0]) and np.isinf(y[1, 2, 3, 2])
+
+
 def test_fold_batchnorm_equals_conv_then_bn():
     conv = nn.Conv2D(3, 4, 3, stride=2, padding=1, seed=0, **F64)
     bn = _trained_bn_n(4)

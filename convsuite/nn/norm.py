@@ -16,6 +16,41 @@ from .module import Module, Parameter, Sequential
 __all__ = ["BatchNorm2D", "fold_batchnorm", "fold_batchnorms"]
 
 
+#: The GPU's one-kernel form of _running_affine (a cupy.ElementwiseKernel, made on first use).
+_AFFINE_KERNEL: list = []
+
+
+def _running_affine(x, mean, var, weight, bias, eps: float):
+    """Batch norm with running statistics as one affine map per channel, PyTorch's inference form:
+    ``y = x * a + (bias - mean * a)`` with ``a = weight / sqrt(var + eps)``.
+
+    One pass over ``x`` (one kernel on the GPU) instead of the four of
+    ``(x - mean) * inv_std * weight + bias``: at batch 1 on the GPU each of
+    those is a CuPy call of ~10-20 us of host time, which made MobileNetV2
+    with unfolded batch norms 3x slower than with them folded.
+    """
+    xp = array_module(x)
+    shape = (1, -1, 1, 1)
+    dtype = x.dtype
+    eps = dtype.type(eps)
+    mean, var, weight, bias = (a.astype(dtype, copy=False).reshape(shape) for a in (mean, var, weight, bias))
+    if xp is np:
+        scale = weight / np.sqrt(var + eps)
+        y = x * scale
+        y += bias - mean * scale
+        return y
+    if not _AFFINE_KERNEL:
+        _AFFINE_KERNEL.append(
+            xp.ElementwiseKernel(
+                "T x, T mean, T var, T weight, T bias, T eps",
+                "T y",
+                "const T a = weight / sqrt(var + eps); y = x * a + (bias - mean * a)",
+                "convsuite_batchnorm_inference",
+            )
+        )
+    return _AFFINE_KERNEL[0](x, mean, var, weight, bias, eps)
+
+
 class BatchNorm2D(Module):
     """Per-channel normalisation of ``(B, C, H, W)``, like ``torch.nn.BatchNorm2d``.
 
@@ -81,6 +116,9 @@ class BatchNorm2D(Module):
             m = self.momentum
             self.running_mean = ((1 - m) * self.running_mean + m * mean).astype(x.dtype)
             self.running_var = ((1 - m) * self.running_var + m * var * (count / (count - 1))).astype(x.dtype)
+        elif not self._need_cache():  # inference: one affine pass, nothing kept
+            self._cache = None
+            return _running_affine(x, self.running_mean, self.running_var, self.weight.data, self.bias.data, self.eps)
         else:
             mean, var = self.running_mean, self.running_var
         inv_std = (1 / xp.sqrt(var + x.dtype.type(self.eps))).astype(x.dtype)
