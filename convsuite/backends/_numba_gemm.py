@@ -92,8 +92,9 @@ def _col2im_add(dcols, gx, b, c0, Cg, KH, KW, r0, rt, Wo, sh, sw, dh, dw, pad_to
 
 
 @njit(**_FLAGS)
-def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows):
-    """out[b, m] = bias[m] + (W_g @ im2col(x[b, group]))[m], ``rows`` output rows per tile."""
+def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows, mrows):
+    """out[b, m] = bias[m] + (W_g @ im2col(x[b, group]))[m], ``rows`` output rows and ``mrows``
+    output channels per work item."""
     B, C, H, W = x.shape
     M, Cg, KH, KW = w.shape
     Ho, Wo = out.shape[2], out.shape[3]
@@ -101,28 +102,33 @@ def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows):
     K = Cg * KH * KW
     wm = w.reshape(M, K)
     tiles = (Ho + rows - 1) // rows
-    items = B * groups * tiles
+    mtiles = (Mg + mrows - 1) // mrows
+    items = B * groups * tiles * mtiles
     pointwise = KH == 1 and KW == 1 and sh == 1 and sw == 1 and pad_top == 0 and pad_left == 0 and Ho == H
     pointwise = pointwise and Wo == W and rows == Ho
     x2 = x.reshape(B * C, H * W)
     for item in prange(items):
-        t = item % tiles
-        rest = item // tiles
+        mt = item % mtiles
+        rest = item // mtiles
+        t = rest % tiles
+        rest = rest // tiles
         g = rest % groups
         b = rest // groups
         r0 = t * rows
         rt = min(rows, Ho - r0)
         L = rt * Wo
-        wg = np.ascontiguousarray(wm[g * Mg : (g + 1) * Mg])
+        m0 = g * Mg + mt * mrows
+        mn = min(mrows, (g + 1) * Mg - m0)
+        wg = wm[m0 : m0 + mn]  # rows of a C-contiguous matrix: contiguous
         if pointwise:
             # 1x1, stride 1, no padding: the channels of image b are the matrix.
-            cols = np.ascontiguousarray(x2[b * C + g * Cg : b * C + (g + 1) * Cg])
+            cols = x2[b * C + g * Cg : b * C + (g + 1) * Cg]
         else:
             cols = np.empty((K, L), dtype=out.dtype)
             _im2col(x, b, g * Cg, Cg, KH, KW, r0, rt, Wo, sh, sw, dh, dw, pad_top, pad_left, cols)
         res = np.dot(wg, cols)
-        for i in range(Mg):
-            m = g * Mg + i
+        for i in range(mn):
+            m = m0 + i
             bv = bias[m]
             for rr in range(rt):
                 for ow in range(Wo):
