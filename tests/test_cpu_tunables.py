@@ -270,7 +270,11 @@ def test_numba_defaults_are_the_hand_chosen_values():
     min_tiles = -(-2 * threads // (s.batch * s.groups))
     rows_fwd = max(1, min(_tiles.WORKSPACE_BYTES // (s.reduction_length * Wo * s.itemsize), -(-Ho // min_tiles), Ho))
     rows_bwd = max(1, min(_tiles.WORKSPACE_BYTES // (s.reduction_length * Wo * s.itemsize), Ho))
-    assert numba_backend._gemm_extra(s, "forward", table["gemm"].defaults(spec, "forward")) == (rows_fwd,)
+    assert numba_backend._gemm_extra(s, "forward", table["gemm"].defaults(spec, "forward")) == (rows_fwd, 32)
+    # A 1x1 layer with more output channels than pixels: whole images, split by output channels.
+    wide = _spec_of_shapes((1, 160, 7, 7), (960, 160, 1, 1)).as_2d()
+    mrows = max(8, -(-960 // -(-2 * threads // 1)))
+    assert numba_backend._gemm_extra(wide, "forward", table["gemm"].defaults(wide, "forward")) == (7, mrows)
     partials = max(1, min(32, numba_backend.PARTIALS_BYTES // (s.out_channels * s.reduction_length * s.itemsize)))
     assert numba_backend._gemm_extra(s, "backward", table["gemm"].defaults(spec, "backward")) == (rows_bwd, partials)
 

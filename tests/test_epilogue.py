@@ -99,6 +99,46 @@ def test_no_activation_is_the_plain_convolution():
         np.testing.assert_array_equal(a, b)
 
 
+FUSED_CASES = [
+    ((2, 6, 9, 8), (10, 6, 3, 3), dict(padding=1, stride=(1, 2))),
+    ((1, 8, 3, 4), (40, 8, 1, 1), {}),  # 1x1 with more output channels than pixels: split by channels
+    ((2, 8, 12, 11), (16, 8, 1, 1), {}),
+    ((2, 6, 13, 12), (12, 1, 3, 3), dict(padding=1, groups=6)),
+    ((1, 4, 15, 14), (4, 1, 5, 5), dict(stride=2, padding=2, groups=4)),
+    ((2, 3, 40), (6, 3, 5), dict(padding="same")),
+]
+
+
+@pytest.mark.parametrize("name", ["numba", "cython", "numpy", "python", "joblib"])
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+def test_kernels_that_fuse_the_epilogue_match_the_reference(name, activation):
+    """Every CPU algorithm that applies the activation inside its kernel, pinned, on every case it runs."""
+    info = {b.name: b for b in cs.list_backends()}.get(name)
+    if info is None or not info.available:
+        pytest.skip(f"backend {name!r} unavailable")
+    backend = cs._registry.get_backend(name)
+    rng = np.random.default_rng(11)
+    fused = set()
+    for x_shape, w_shape, kw in FUSED_CASES:
+        x = 4 * rng.standard_normal(x_shape).astype(np.float32)
+        w, bias = rng.standard_normal(w_shape).astype(np.float32), rng.standard_normal(w_shape[0]).astype(np.float32)
+        fwd, _ = _ops(w)
+        spec = cs.explain(x, w, bias, backend=name, **kw).spec
+        ref = reference_forward(spec, x, w, bias)
+        for algorithm in backend.algorithms:
+            if backend.can_run(spec, algorithm, "forward") is not True:
+                continue
+            if not _epilogue.backend_fuses(backend, spec, algorithm, activation):
+                continue
+            with cs.testing.poisoned_outputs():
+                y = fwd(x, w, bias, backend=name, algorithm=algorithm, activation=activation, **kw)
+            tol = forward_tolerance(spec, x, w, bias)
+            assert_within(y, ACTIVATIONS[activation](ref), tol, f"{name} {algorithm} {activation} {x_shape}")
+            fused.add(algorithm)
+    # The kernels with an epilogue (each run on some case); every other CPU algorithm applies it after.
+    assert fused == ({"gemm", "depthwise"} if name == "numba" else set())
+
+
 def test_cpu_backends_apply_the_epilogue_after_their_kernel():
     for name in ("python", "numpy"):
         backend = cs._registry.get_backend(name)

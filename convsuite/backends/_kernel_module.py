@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from .._epilogue import ACTIVATION_CODES
 from .._spec import ConvSpec
 from .base import Algorithm, Backend, Constraint, Launch, Tunable, Verdict
 
@@ -49,6 +50,10 @@ class KernelSpec:
     blas : bool
         The kernels call BLAS: a launch then limits BLAS to one thread (the
         backend's own threads are the parallelism; see ``_blas_threads``).
+    activation : bool
+        The forward kernel takes a last argument, the code of an activation
+        epilogue it applies (``_epilogue.ACTIVATION_CODES``; 0 for none):
+        ``activation="relu"`` / ``"relu6"`` then run inside it.
     """
 
     module: str
@@ -56,6 +61,7 @@ class KernelSpec:
     backward: str | None = "backward"
     extra: Callable[..., tuple] | None = None
     blas: bool = False
+    activation: bool = False
 
 
 def _with_one_blas_thread(launch):
@@ -119,6 +125,7 @@ class KernelModuleBackend(Backend):
         keep their two-argument form.
         """
         directions = tuple(d for d in ("forward", "backward") if getattr(kernels, d) is not None)
+        self.__dict__.setdefault("_kernel_specs", {})[name] = kernels
 
         if tunables:
 
@@ -141,6 +148,28 @@ class KernelModuleBackend(Backend):
             constraint=constraint,
         )
 
+    def fuses_activation(self, spec: ConvSpec, algorithm: str, activation: str) -> bool:
+        """Whether ``algorithm``'s forward kernel applies ``activation`` ("relu", "relu6") itself."""
+        self.algorithm_table()  # fills the kernel specs
+        kernels = self.__dict__["_kernel_specs"].get(algorithm)
+        return kernels is not None and kernels.activation and activation in ("relu", "relu6")
+
+    def plan(self, spec: ConvSpec, algorithm: str, direction: str, params: Mapping[str, Any] | None = None) -> Launch:
+        """As :meth:`Backend.plan`; ``direction`` ``"forward+relu"`` / ``"forward+relu6"`` too
+        (the activation inside the kernel: :meth:`fuses_activation`).
+        """
+        base, _, activation = direction.partition("+")
+        if not activation:
+            return super().plan(spec, algorithm, direction, params)
+        if base != "forward" or not self.fuses_activation(spec, algorithm, activation):
+            raise ValueError(f"{algorithm!r} of backend {self.name!r} does not fuse {direction!r}")
+        record = self.algorithm_table()[algorithm]
+        resolved = record.resolve(spec, "forward", params) if record.tunables else None
+        if not record.tunables and params:
+            record.resolve(spec, "forward", params)  # raises: names no tunable
+        kernels = self.__dict__["_kernel_specs"][algorithm]
+        return self._plan_kernel(spec, "forward", kernels, resolved, act=ACTIVATION_CODES[activation])
+
     def _launch(self, kernel, *args) -> None:
         """Run one kernel call; subclasses add thread settings or locks."""
         kernel(*args)
@@ -151,9 +180,16 @@ class KernelModuleBackend(Backend):
         return (sh, sw, dh, dw, s.padding[0][0], s.padding[1][0], s.groups)
 
     def _plan_kernel(
-        self, spec: ConvSpec, direction: str, kernels: KernelSpec, params: Mapping[str, Any] | None = None
+        self,
+        spec: ConvSpec,
+        direction: str,
+        kernels: KernelSpec,
+        params: Mapping[str, Any] | None = None,
+        act: int = 0,
     ) -> Launch:
-        """Resolve the kernel and every spec-dependent argument once; return the launch."""
+        """Resolve the kernel and every spec-dependent argument once; return the launch
+        (``act``: the activation code a forward kernel with an epilogue applies).
+        """
         s = spec.as_2d()
         kernel = getattr(self.kernels(kernels.module), getattr(kernels, direction))
         if kernels.extra is None:
@@ -163,6 +199,8 @@ class KernelModuleBackend(Backend):
         else:
             extra = kernels.extra(s, direction, params)
         tail = self._geometry(s) + tuple(extra)
+        if direction == "forward" and kernels.activation:
+            tail += (act,)
         launch_one = self._launch
         if kernels.blas:
             launch_one = _with_one_blas_thread(self._launch)

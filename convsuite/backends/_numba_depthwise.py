@@ -42,6 +42,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from ._numba_epilogue import activate
+
 __all__ = ["forward", "ACC"]
 
 #: Flat outputs accumulated per pass (8 KiB in float32): stays in L1 with the streamed plane.
@@ -114,14 +116,16 @@ def _fill(x, buf, b, c, r0, c0, nrows, wq, plen, sh, sw, dh, dw, KH, KW, pad_top
 
 
 @njit(inline="always", fastmath={"contract"}, error_model="numpy")
-def _outputs(w, bias, out, buf, acc, taps, b, m, r0, c0, nr, nc, wq, plen):
-    """out[b, m, r0:r0+nr, c0:c0+nc] from the filled phase planes, ACC flat outputs per pass.
+def _outputs(w, bias, out, buf, acc, taps, b, m, r0, c0, nr, nc, wq, plen, act):
+    """out[b, m, r0:r0+nr, c0:c0+nc] from the filled phase planes, ACC flat outputs per pass,
+    through the activation ``act`` (``_numba_epilogue``).
 
     Each AXPY runs over a multiple of VEC elements: a 7x7 plane's 63 flat
     outputs would otherwise leave 31 to LLVM's scalar remainder loop (the
     extra outputs read the planes' zeroed slack and are dropped).
     """
     KW = w.shape[3]
+    zero, six = out.dtype.type(0), out.dtype.type(6)
     total = nr * wq
     for seg in range(0, total, ACC):
         n = min(ACC, total - seg)
@@ -146,12 +150,13 @@ def _outputs(w, bias, out, buf, acc, taps, b, m, r0, c0, nr, nc, wq, plen):
             ua = np.uint64(lo - seg)
             for f in range(hi - lo):
                 uf = np.uint64(f)
-                orow[uo + uf] = acc[ua + uf]
+                orow[uo + uf] = activate(acc[ua + uf], act, zero, six)
 
 
 @njit(**_FLAGS)
-def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows, cols, chunks):
-    """Depthwise out[b, m] = bias[m] + sum_{p,q} xpad[b, m // Mg, ...] * w[m, 0, p, q].
+def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows, cols, chunks, act):
+    """Depthwise out[b, m] = bias[m] + sum_{p,q} xpad[b, m // Mg, ...] * w[m, 0, p, q], through
+    the activation ``act`` (``_numba_epilogue``).
 
     ``rows`` and ``cols`` are the output band sizes (the planes' budget) and
     ``chunks`` how many pieces the items are dealt into; all are runtime
@@ -202,4 +207,4 @@ def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows, co
             for k in range(VEC):  # the last plane's padded AXPYs read up to VEC - 1 past it
                 buf[end + k] = buf.dtype.type(0)
             for m in range(c * Mg, (c + 1) * Mg):
-                _outputs(w, bias, out, buf, acc, taps, b, m, r0, c0, nr, nc, wq, plen)
+                _outputs(w, bias, out, buf, acc, taps, b, m, r0, c0, nr, nc, wq, plen, act)

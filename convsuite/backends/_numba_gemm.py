@@ -29,6 +29,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from ._numba_epilogue import activate
+
 __all__ = ["forward", "backward"]
 
 _FLAGS = dict(parallel=True, cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
@@ -92,9 +94,10 @@ def _col2im_add(dcols, gx, b, c0, Cg, KH, KW, r0, rt, Wo, sh, sw, dh, dw, pad_to
 
 
 @njit(**_FLAGS)
-def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows, mrows):
+def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows, mrows, act):
     """out[b, m] = bias[m] + (W_g @ im2col(x[b, group]))[m], ``rows`` output rows and ``mrows``
-    output channels per work item."""
+    output channels per work item, through the activation ``act`` (``_numba_epilogue``).
+    """
     B, C, H, W = x.shape
     M, Cg, KH, KW = w.shape
     Ho, Wo = out.shape[2], out.shape[3]
@@ -107,6 +110,7 @@ def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows, mr
     pointwise = KH == 1 and KW == 1 and sh == 1 and sw == 1 and pad_top == 0 and pad_left == 0 and Ho == H
     pointwise = pointwise and Wo == W and rows == Ho
     x2 = x.reshape(B * C, H * W)
+    zero, six = out.dtype.type(0), out.dtype.type(6)
     for item in prange(items):
         mt = item % mtiles
         rest = item // mtiles
@@ -132,7 +136,7 @@ def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows, mr
             bv = bias[m]
             for rr in range(rt):
                 for ow in range(Wo):
-                    out[b, m, r0 + rr, ow] = res[i, rr * Wo + ow] + bv
+                    out[b, m, r0 + rr, ow] = activate(res[i, rr * Wo + ow] + bv, act, zero, six)
 
 
 @njit(**_FLAGS)

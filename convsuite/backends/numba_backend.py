@@ -215,7 +215,7 @@ class NumbaBackend(KernelModuleBackend):
                 "gemm",
                 "im2col tile per (image, group, row block) times the weights by np.dot (BLAS); "
                 "1x1 without a copy; backward dW/dX from the same tile",
-                KernelSpec(_GEMM, extra=_gemm_extra, blas=True),
+                KernelSpec(_GEMM, extra=_gemm_extra, blas=True, activation=True),
                 check=gemm_check,
                 tunables=(_GEMM_TILE, _GEMM_PARTIALS),
                 constraint=_gemm_constraint,
@@ -238,7 +238,7 @@ class NumbaBackend(KernelModuleBackend):
             self.record(
                 "depthwise",
                 SUMMARY,
-                KernelSpec(_DEPTHWISE, backward=None, extra=_depthwise_extra),
+                KernelSpec(_DEPTHWISE, backward=None, extra=_depthwise_extra, activation=True),
                 check=depthwise_check,
                 tunables=(BAND, _CHUNKS),
             ),
