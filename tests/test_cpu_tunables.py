@@ -268,7 +268,8 @@ def test_numba_defaults_are_the_hand_chosen_values():
     assert table["gemm"].defaults(spec, "forward") == {"tile_kib": 256, "max_partials": 32}
     # The rows the kernels receive are those of the rule before the parameters existed.
     min_tiles = -(-2 * threads // (s.batch * s.groups))
-    rows_fwd = max(1, min(_tiles.WORKSPACE_BYTES // (s.reduction_length * Wo * s.itemsize), -(-Ho // min_tiles), Ho))
+    per_column = s.reduction_length + s.out_channels_per_group  # forward: the tile's results share the budget
+    rows_fwd = max(1, min(_tiles.WORKSPACE_BYTES // (per_column * Wo * s.itemsize), -(-Ho // min_tiles), Ho))
     rows_bwd = max(1, min(_tiles.WORKSPACE_BYTES // (s.reduction_length * Wo * s.itemsize), Ho))
     assert numba_backend._gemm_extra(s, "forward", table["gemm"].defaults(spec, "forward")) == (rows_fwd, 32)
     # A 1x1 layer with more output channels than pixels: whole images, split by output channels.
