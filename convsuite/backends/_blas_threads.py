@@ -21,7 +21,8 @@ __all__ = ["one_blas_thread"]
 _controller = None
 _lock = threading.Lock()
 _active = 0  # launches in flight; the limit is set by the first and lifted by the last
-_limiter = None
+_limiter = None  # (library, its thread count before the first launch) while launches are in flight
+_libraries = None
 
 
 def _get_controller():
@@ -38,12 +39,27 @@ def _get_controller():
     return _controller or None
 
 
+def _blas_libraries(controller) -> list:
+    """The BLAS libraries' controllers (threadpoolctl's per-library objects), listed once."""
+    global _libraries
+    if _libraries is None:
+        _libraries = [lib for lib in controller.lib_controllers if lib.user_api == "blas"]
+    return _libraries
+
+
 @contextmanager
 def _limited(controller):
+    # Each library's own get/set calls (~3 us for both of a NumPy + SciPy
+    # install) instead of threadpoolctl's limit/restore (~11 us: it rebuilds
+    # its library info each time): at batch 1 a network makes dozens of such
+    # launches (MobileNetV2: 35 on the gemm algorithm).
     global _active, _limiter
     with _lock:
         if _active == 0:
-            _limiter = controller.limit(limits=1, user_api="blas")
+            libraries = _blas_libraries(controller)
+            _limiter = [(lib, lib.get_num_threads()) for lib in libraries]
+            for lib in libraries:
+                lib.set_num_threads(1)
         _active += 1
     try:
         yield
@@ -51,7 +67,8 @@ def _limited(controller):
         with _lock:
             _active -= 1
             if _active == 0:
-                _limiter.restore_original_limits()
+                for lib, threads in _limiter:
+                    lib.set_num_threads(threads)
                 _limiter = None
 
 
