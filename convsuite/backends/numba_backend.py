@@ -294,4 +294,7 @@ class NumbaBackend(KernelModuleBackend):
         import numba
 
         numba.set_num_threads(get_num_threads())  # numba's setting is per calling thread
-        self.kernels().run_serialised(kernel, *args)
+        run = self.__dict__.get("_run_serialised")
+        if run is None:  # looked up once: importlib.import_module costs ~2 us a launch
+            run = self.__dict__["_run_serialised"] = self.kernels().run_serialised
+        run(kernel, *args)

@@ -90,11 +90,13 @@ class _Conv(Module):
         """
         conv = _api.conv1d if self._ndim == 1 else _api.conv2d
         keep = self._need_cache()
-        self._x = x if keep else None
         bias = None if self.bias is None else self.bias.data
         y = conv(x, self.weight.data, bias, activation=activation, **self._keywords())
-        self._act_y = y if (keep and activation is not None) else None
-        self._activation = activation if keep else None
+        # Plain caches, not state: set without Module.__setattr__'s bookkeeping (~1 us each).
+        cache = self.__dict__
+        cache["_x"] = x if keep else None
+        cache["_act_y"] = y if (keep and activation is not None) else None
+        cache["_activation"] = activation if keep else None
         return y
 
     def backward(self, grad_y):

@@ -382,23 +382,43 @@ class Sequential(Module):
         if recorder is not None:
             recorder.add(layer, direction, 0.0)
 
-    def forward(self, x):
-        """Apply the layers in order, fusing a convolution with a following activation where possible."""
-        layers = list(self._modules.values())
-        fused = {}  # last layer of a fused run -> its convolution
+    def _runs(self, layers: list[Module]) -> list[tuple[int, str | None, int]]:
+        """``(first, activation, last)`` per call of a forward pass: a layer alone (``activation``
+        None, ``first == last``) or a convolution with the activation of layer ``last`` fused.
+
+        Kept until a module attribute or parameter is replaced (``state_generation``) or the
+        fusion setting changes: at batch 1 the walk cost ~1 us per layer on every pass.
+        """
+        key = (_generation[0], self.fuse_activations, len(layers))
+        cached = self.__dict__.get("_runs_cache")
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        runs = []
         index = 0
         while index < len(layers):
             found = self._fusable(layers, index)
             if found is None:
-                x = layers[index](x)
+                runs.append((index, None, index))
                 index += 1
-            else:  # conv + activation as one call; the layers up to the activation are skipped
+            else:
                 activation, end = found
-                x = layers[index](x, activation=activation)
-                for skipped in layers[index + 1 : end + 1]:
-                    self._record_fused(skipped, "forward")
-                fused[end] = index
+                runs.append((index, activation, end))
                 index = end + 1
+        object.__setattr__(self, "_runs_cache", (key, runs))
+        return runs
+
+    def forward(self, x):
+        """Apply the layers in order, fusing a convolution with a following activation where possible."""
+        layers = list(self._modules.values())
+        fused = {}  # last layer of a fused run -> its convolution
+        for first, activation, last in self._runs(layers):
+            if activation is None:
+                x = layers[first](x)
+            else:  # conv + activation as one call; the layers up to the activation are skipped
+                x = layers[first](x, activation=activation)
+                for skipped in layers[first + 1 : last + 1]:
+                    self._record_fused(skipped, "forward")
+                fused[last] = first
         object.__setattr__(self, "_fused", fused)
         return x
 
