@@ -331,7 +331,8 @@ _FORWARD_DOC = """{ndim}-D convolution (deep-learning cross-correlation, as in P
         The cupy backend fuses it into the kernel of its implicit-GEMM,
         depthwise and pointwise algorithms; other backends and algorithms
         apply it after the kernel, in place. The gradient through the ReLU:
-        ``conv{ndim}d_backward(..., relu_output=y)``.
+        ``conv{ndim}d_backward(..., relu_output=y)`` (ReLU only: for ReLU6, mask
+        ``grad_y`` where ``y <= 0`` or ``y >= 6`` first, as ``nn.Conv2D`` does).
 
     Returns
     -------

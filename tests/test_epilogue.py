@@ -102,6 +102,8 @@ def test_no_activation_is_the_plain_convolution():
 FUSED_CASES = [
     ((2, 6, 9, 8), (10, 6, 3, 3), dict(padding=1, stride=(1, 2))),
     ((1, 8, 3, 4), (40, 8, 1, 1), {}),  # 1x1 with more output channels than pixels: split by channels
+    ((1, 8, 3, 4), (44, 8, 1, 1), {}),  # ... with a partial last channel block
+    ((2, 8, 2, 3), (42, 4, 1, 1), dict(groups=2)),  # ... per group
     ((2, 8, 12, 11), (16, 8, 1, 1), {}),
     ((2, 6, 13, 12), (12, 1, 3, 3), dict(padding=1, groups=6)),
     ((1, 4, 15, 14), (4, 1, 5, 5), dict(stride=2, padding=2, groups=4)),

@@ -789,8 +789,11 @@ def test_tunable_configurations_match_reference(algorithm, dtype):
                 (y,) = _run_plan(spec, algorithm, "forward+relu", params, xs, ws, bias)
                 relu = np.where(ref < 0, 0, ref).reshape(spec.y_shape)
                 assert_within(y, relu, tol.reshape(spec.y_shape), f"{algorithm}+relu {params}")
-                (y,) = _run_plan(spec, algorithm, "forward+relu6", params, xs, ws, bias)
-                relu6 = np.clip(ref, 0, 6).reshape(spec.y_shape)
+                # The bias shifted by 5: many outputs beyond 6, so the upper clamp is exercised too.
+                shifted = ref + 5
+                assert (shifted > 6).any() and (shifted < 6).any()
+                (y,) = _run_plan(spec, algorithm, "forward+relu6", params, xs, ws, bias + 5)
+                relu6 = np.clip(shifted, 0, 6).reshape(spec.y_shape)
                 assert_within(y, relu6, tol.reshape(spec.y_shape), f"{algorithm}+relu6 {params}")
         if "backward" not in record.directions:
             continue

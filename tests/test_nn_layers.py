@@ -116,6 +116,34 @@ def test_cross_entropy_rejects_bad_targets(bad, message):
         nn.CrossEntropyLoss()(np.zeros((2, 4)), bad)
 
 
+def test_relu_family_gradients_at_the_kinks_nan_and_inf_follow_torch():
+    """threshold_backward / hardtanh_backward: cut at and beyond the kinks, passed at a NaN input,
+    an inf gradient kept where it passes (no inf * 0)."""
+    x = np.array([-1.0, 0.0, 3.0, 6.0, 7.0, np.nan])
+    g = np.array([1.0, 1.0, np.inf, 1.0, 1.0, 2.0])
+    for layer, passed in ((nn.ReLU(), [0, 0, np.inf, 1, 1, 2]), (nn.ReLU6(), [0, 0, np.inf, 0, 0, 2])):
+        layer(x)
+        np.testing.assert_array_equal(layer.backward(g), passed)
+    torch = pytest.importorskip("torch")
+    for layer, fn in ((nn.ReLU(), torch.relu), (nn.ReLU6(), torch.nn.functional.relu6)):
+        t = torch.tensor(x, requires_grad=True)
+        fn(t).backward(torch.tensor(g))
+        layer(x)
+        np.testing.assert_array_equal(layer.backward(g), t.grad.numpy())
+
+
+def test_sequential_does_not_fuse_across_a_layer_that_computes():
+    class Shift(nn.Identity):
+        def forward(self, x):
+            return x - 10
+
+    net = nn.Sequential(nn.Conv2D(1, 2, 3, seed=0, **F64), Shift(), nn.ReLU())
+    x = _x((1, 1, 6, 6))
+    assert nn.Identity().fusion_transparent and not Shift().fusion_transparent
+    np.testing.assert_array_equal(net(x), np.maximum(net[0](x) - 10, 0))
+    assert net._fused == {}
+
+
 def test_relu_family_values():
     x = np.array([-2.0, 0.0, 3.0, 6.0, 7.5])
     np.testing.assert_array_equal(nn.ReLU()(x), [0, 0, 3, 6, 7.5])

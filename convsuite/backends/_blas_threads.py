@@ -47,6 +47,21 @@ def _blas_libraries(controller) -> list:
     return _libraries
 
 
+def _set_threads(lib, n: int) -> None:
+    """Set ``lib``'s thread count from whichever Python thread launches.
+
+    threadpoolctl's OpenBLAS ``set_num_threads`` obeys only its "controlling"
+    Python thread (a bookkeeping of its own ``threadpool_limits``): from a
+    Dask or joblib worker, or when the launch that lifts the limit is not the
+    one that set it, the call would be ignored (the limit skipped, or left at
+    one thread for the whole process). The library's own setter is
+    process-wide and this module's lock already orders the calls, so it is
+    called directly where threadpoolctl exposes it.
+    """
+    setter = getattr(lib, "_real_set_num_threads", None) or lib.set_num_threads
+    setter(n)
+
+
 @contextmanager
 def _limited(controller):
     # Each library's own get/set calls (~3 us for both of a NumPy + SciPy
@@ -57,9 +72,9 @@ def _limited(controller):
     with _lock:
         if _active == 0:
             libraries = _blas_libraries(controller)
-            _limiter = [(lib, lib.get_num_threads()) for lib in libraries]
-            for lib in libraries:
-                lib.set_num_threads(1)
+            _limiter = [(lib, n) for lib in libraries if (n := lib.get_num_threads()) is not None]
+            for lib, _ in _limiter:
+                _set_threads(lib, 1)
         _active += 1
     try:
         yield
@@ -68,7 +83,7 @@ def _limited(controller):
             _active -= 1
             if _active == 0:
                 for lib, threads in _limiter:
-                    lib.set_num_threads(threads)
+                    _set_threads(lib, threads)
                 _limiter = None
 
 

@@ -151,7 +151,7 @@ class KernelModuleBackend(Backend):
     def fuses_activation(self, spec: ConvSpec, algorithm: str, activation: str) -> bool:
         """Whether ``algorithm``'s forward kernel applies ``activation`` ("relu", "relu6") itself."""
         self.algorithm_table()  # fills the kernel specs
-        kernels = self.__dict__["_kernel_specs"].get(algorithm)
+        kernels = self.__dict__.get("_kernel_specs", {}).get(algorithm)
         return kernels is not None and kernels.activation and activation in ("relu", "relu6")
 
     def plan(self, spec: ConvSpec, algorithm: str, direction: str, params: Mapping[str, Any] | None = None) -> Launch:

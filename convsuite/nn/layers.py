@@ -19,8 +19,14 @@ class Identity(Module):
     """Returns its input (what a folded batch norm leaves behind)."""
 
     category = "reshape"
-    #: ``Sequential`` fuses a convolution with an activation across this layer.
-    fusion_transparent = True
+
+    @property
+    def fusion_transparent(self) -> bool:
+        """``Sequential`` fuses a convolution with an activation across this layer (not across a
+        subclass that overrides what it computes).
+        """
+        cls = type(self)
+        return cls.forward is Identity.forward and cls.backward is Identity.backward
 
     def forward(self, x):
         """Return ``x`` unchanged."""
@@ -47,17 +53,19 @@ class ReLU(Module):
         """Clamp ``x`` below at 0 (and above at the upper bound, if any); keep the gradient mask if needed."""
         xp = array_module(x)
         y = xp.maximum(x, 0) if self._upper is None else xp.clip(x, 0, self._upper)
-        # The gradient passes where the input lies strictly inside the linear
-        # piece (PyTorch's convention at the kinks: zero).
+        # The gradient is cut where the input lies at or beyond a kink (PyTorch's
+        # convention at the kinks: zero); a NaN input passes it, as in torch's
+        # threshold_backward and hardtanh_backward, and as the fused epilogues do.
         if self._need_cache():
-            self._mask = (x > 0) if self._upper is None else ((x > 0) & (x < self._upper))
+            self._mask = (x <= 0) if self._upper is None else ((x <= 0) | (x >= self._upper))
         return y.astype(x.dtype, copy=False)
 
     def backward(self, grad_y):
-        """``grad_y`` where the input lay strictly inside the linear piece, zero elsewhere."""
+        """``grad_y`` where the input lay inside the linear piece (or was NaN), zero elsewhere."""
         if self._mask is None:
             raise RuntimeError(f"{type(self).__name__}.backward needs a forward pass with gradients enabled first")
-        return grad_y * self._mask
+        xp = array_module(grad_y)
+        return xp.where(self._mask, xp.zeros((), dtype=grad_y.dtype), grad_y)  # an inf gradient stays inf
 
 
 class ReLU6(ReLU):
