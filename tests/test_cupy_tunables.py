@@ -229,6 +229,12 @@ def test_bad_parameters_raise_naming_what_is_accepted():
         algs.plan_forward_activation(SPECS[8], "fused_gemm", "relu", {"bk": 12})
     with pytest.raises(ValueError, match=r"'igemm_big' parameter 'bm' accepts 64, 128; got 32"):
         algs.plan_forward_activation(SPECS[8], "igemm_big", "relu6", {"bm": 32})
+    with pytest.raises(
+        ValueError, match=r"`activation` of a fused epilogue must be one of 'relu', 'relu6'; got 'tanh'"
+    ):
+        algs.plan_forward_activation(SPECS[8], "fused_gemm", "tanh")
+    with pytest.raises(ValueError, match=r"'register_tiled' fuses no activation into its kernel; those that do: "):
+        algs.plan_forward_activation(conv1, "register_tiled", "relu6")
 
 
 def test_template_and_define_values_are_compiled():

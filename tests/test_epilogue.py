@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -139,6 +141,24 @@ def test_kernels_that_fuse_the_epilogue_match_the_reference(name, activation):
             fused.add(algorithm)
     # The kernels with an epilogue (each run on some case); every other CPU algorithm applies it after.
     assert fused == ({"gemm", "depthwise"} if name == "numba" else set())
+
+
+def test_a_kernel_module_backend_refuses_epilogues_its_kernels_lack():
+    """Direct plan requests name the algorithm and the refused direction; bad parameters name the accepted ones."""
+    info = {b.name: b for b in cs.list_backends()}["numba"]
+    if not info.available:
+        pytest.skip(f"numba unavailable: {info.reason}")
+    backend = cs._registry.get_backend("numba")
+    spec = cs.explain(np.ones((1, 2, 5, 5), np.float32), np.ones((4, 1, 3, 3), np.float32), groups=2, padding=1).spec
+    assert backend.fuses_activation(spec, "depthwise", "relu6") and not backend.fuses_activation(spec, "direct", "relu")
+    assert not backend.fuses_activation(spec, "gemm", "tanh") and not backend.fuses_activation(spec, "gemm", None)
+    for algorithm, direction in (("gemm", "forward+tanh"), ("direct", "forward+relu"), ("gemm", "backward+relu6")):
+        with pytest.raises(
+            ValueError, match=rf"'{algorithm}' of backend 'numba' does not fuse '{re.escape(direction)}'"
+        ):
+            backend.plan(spec, algorithm, direction)
+    with pytest.raises(ValueError, match=r"'gemm' has no tunable parameter 'nope' \(its parameters: tile_kib"):
+        backend.plan(spec, "gemm", "forward+relu", {"nope": 1})
 
 
 def test_cpu_backends_apply_the_epilogue_after_their_kernel():

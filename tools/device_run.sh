@@ -14,7 +14,7 @@
 #   bash tools/device_run.sh tc       tf32x3: its GPU tests, the probe against igemm_big and cuDNN, Nsight Compute on c1
 #   bash tools/device_run.sh mnet     the network GPU tests; MobileNetV2 batch 1: graph call vs replay vs host time,
 #                                     every conv layer vs cuDNN
-#   bash tools/device_run.sh relu6    the epilogue tests (relu, relu6), memcheck, MobileNetV2 with ReLU6 fused or not
+#   bash tools/device_run.sh relu6    the epilogue tests (relu, relu6), memcheck, MobileNetV2 on the GPU (ReLU6 fused or not)
 #   bash tools/device_run.sh launch   the steps of one call and the packed launch vs CuPy's RawKernel call
 #                                     (tiny conv, MobileNetV2's 52 convolutions), with a cProfile
 set -u
@@ -142,8 +142,8 @@ relu6)
   grep -E "^(FAILED|ERROR)|passed|failed" "$LOGS/pytest-epilogues.log" | head -20 | tee -a "$SUMMARY"
   run memcheck 150 compute-sanitizer --tool memcheck python3 tools/gpu_smoke.py
   grep -E "ERROR SUMMARY|wrong|agree" "$LOGS/memcheck.log" | head -5 | tee -a "$SUMMARY"
-  run relu6 200 python3 tools/relu6_probe.py
-  cat "$LOGS/relu6.log" | tee -a "$SUMMARY"
+  run networks 200 python3 -m convsuite.bench.networks --gpu --only mobilenet --backends numpy --out "$LOGS/networks.json"
+  tail -12 "$LOGS/networks.log" | tee -a "$SUMMARY"
   ;;
 launch)
   run launch 200 python3 tools/launch_probe.py --repeat 11

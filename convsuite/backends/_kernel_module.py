@@ -152,7 +152,7 @@ class KernelModuleBackend(Backend):
         """Whether ``algorithm``'s forward kernel applies ``activation`` ("relu", "relu6") itself."""
         self.algorithm_table()  # fills the kernel specs
         kernels = self.__dict__.get("_kernel_specs", {}).get(algorithm)
-        return kernels is not None and kernels.activation and activation in ("relu", "relu6")
+        return kernels is not None and kernels.activation and ACTIVATION_CODES.get(activation, 0) > 0
 
     def plan(self, spec: ConvSpec, algorithm: str, direction: str, params: Mapping[str, Any] | None = None) -> Launch:
         """As :meth:`Backend.plan`; ``direction`` ``"forward+relu"`` / ``"forward+relu6"`` too
@@ -164,11 +164,11 @@ class KernelModuleBackend(Backend):
         if base != "forward" or not self.fuses_activation(spec, algorithm, activation):
             raise ValueError(f"{algorithm!r} of backend {self.name!r} does not fuse {direction!r}")
         record = self.algorithm_table()[algorithm]
-        resolved = record.resolve(spec, "forward", params) if record.tunables else None
-        if not record.tunables and params:
-            record.resolve(spec, "forward", params)  # raises: names no tunable
+        resolved = record.resolve(spec, "forward", params)  # raises on a parameter it does not have
         kernels = self.__dict__["_kernel_specs"][algorithm]
-        return self._plan_kernel(spec, "forward", kernels, resolved, act=ACTIVATION_CODES[activation])
+        return self._plan_kernel(
+            spec, "forward", kernels, resolved if record.tunables else None, act=ACTIVATION_CODES[activation]
+        )
 
     def _launch(self, kernel, *args) -> None:
         """Run one kernel call; subclasses add thread settings or locks."""

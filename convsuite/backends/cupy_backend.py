@@ -60,6 +60,7 @@ import time
 from collections import OrderedDict
 
 from .._capture import capturing
+from .._epilogue import ACTIVATION_CODES
 from .._spec import ConvSpec
 from . import _cupy_runtime as rt
 from ._cupy_algorithms import (
@@ -268,7 +269,7 @@ class CupyBackend(Backend):
 
     def fuses_activation(self, spec: ConvSpec, algorithm: str, activation: str) -> bool:
         """Whether ``algorithm``'s forward kernel applies ``activation`` ("relu", "relu6") in its epilogue."""
-        return activation in ("relu", "relu6") and algorithm in FUSED_ACTIVATION
+        return ACTIVATION_CODES.get(activation, 0) > 0 and algorithm in FUSED_ACTIVATION
 
     #: Whether ``relu_output=`` runs the masked kernels (True) or a masked copy
     #: of grad_y then the plain kernels (False, the default). The algorithms of

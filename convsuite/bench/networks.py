@@ -11,8 +11,9 @@ Prints, for this machine:
 2. One LeNet-5 training step at batch 64 (forward, cross-entropy, backward,
    SGD with momentum) per backend vs torch eager, on real digits.
 3. With ``--gpu``: MobileNetV2 batch 1 on the GPU (cupy eager, BN folded,
-   replayed from a CUDA graph) next to torch eager (cuDNN, TF32 off) and
-   torch's own CUDA graph, CUDA events around each call.
+   ReLU6 fused or as layers, replayed from a CUDA graph) next to torch eager
+   (cuDNN, TF32 off) and torch's own CUDA graph, CUDA events around each
+   call, all contenders interleaved.
 4. With ``--train``: the test accuracy of ``convsuite train``'s defaults on
    every CPU backend (minutes).
 
@@ -190,25 +191,41 @@ def lenet_training_step(backends: list[str], batch: int = 64, repeat: int = 10) 
     }
 
 
-def gpu_mobilenet(repeat: int = 50) -> dict:
-    """MobileNetV2 batch 1 on the GPU, device-resident input: cupy eager, BN folded, CUDA graph, torch.
+def _activations_as_layers(network: nn.Module) -> nn.Module:
+    """``network`` with every ``Sequential``'s activation fusion off: each ReLU/ReLU6 its own layer."""
+    for _, module in network.named_modules():
+        if isinstance(module, nn.Sequential):
+            object.__setattr__(module, "fuse_activations", False)
+    return network
 
-    Every figure is the median of ``repeat`` calls between CUDA events
-    (warm-up first); torch runs cuDNN with TF32 off (``cudnn.benchmark``
-    on), eager and replaying its own CUDA graph, when torch has CUDA.
+
+def gpu_mobilenet(repeat: int = 50) -> dict:
+    """MobileNetV2 batch 1 on the GPU, device-resident input: cupy eager and CUDA graph, torch eager and graph.
+
+    cupy runs as built, with its batch norms folded, and folded with each
+    ReLU6 as its own layer instead of fused into the convolution before it
+    (the epilogue's ablation), eagerly and replayed from a CUDA graph; torch
+    runs cuDNN with TF32 off (``cudnn.benchmark`` on), eager and replaying its
+    own CUDA graph, when torch has CUDA. Every contender is timed between the
+    cupy backend's CUDA events, in interleaved blocks (``measure_side_by_side``:
+    a slow spell of the host hits every contender alike); medians with the
+    fastest and slowest call.
     """
     import cupy
+    import torch
 
-    from .timing import cuda_events_median
+    from .._registry import get_backend
+    from .._timing import Contender, measure_side_by_side
 
     x_host = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
     x = cupy.asarray(x_host)
     built = nets.mobilenet_v2(backend="cupy", seed=0).eval()
     folded = nn.fold_batchnorms(built)
+    unfused = _activations_as_layers(nn.fold_batchnorms(built))
     expected_net = to_torch(built).eval()
-    built.to("gpu")
-    folded.to("gpu")
-    graph = nn.CapturedNetwork(folded)
+    for network in (built, folded, unfused):
+        network.to("gpu")
+    graph, unfused_graph = nn.CapturedNetwork(folded), nn.CapturedNetwork(unfused)
 
     def eager(net):
         def run():
@@ -220,16 +237,13 @@ def gpu_mobilenet(repeat: int = 50) -> dict:
     contenders = {
         "cupy": eager(built),
         "cupy (BN folded)": eager(folded),
+        "cupy (BN folded, ReLU6 as layers)": eager(unfused),
         "cupy (BN folded, CUDA graph)": lambda: graph(x),
+        "cupy (BN folded, ReLU6 as layers, CUDA graph)": lambda: unfused_graph(x),
     }
-    import torch
-
     with torch.inference_mode():
         expected = expected_net(torch.from_numpy(x_host)).numpy()
     errors = {name: _relative_error(cupy.asnumpy(fn()), expected) for name, fn in contenders.items()}
-    result = {"median_s": {}, "max_relative_error": errors, "graph_fallback": graph.fallback_reason}
-    for name, fn in contenders.items():
-        result["median_s"][name] = cuda_events_median(fn, repeat, warmup=3)
     if torch.cuda.is_available():
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
@@ -241,7 +255,6 @@ def gpu_mobilenet(repeat: int = 50) -> dict:
             with torch.inference_mode():
                 return model(tx)
 
-        result["median_s"]["torch eager (cuDNN FP32)"] = cuda_events_median(torch_eager, repeat, warmup=3)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side), torch.inference_mode():
@@ -251,9 +264,28 @@ def gpu_mobilenet(repeat: int = 50) -> dict:
         captured = torch.cuda.CUDAGraph()
         with torch.cuda.graph(captured), torch.inference_mode():
             model(tx)
-        result["median_s"]["torch CUDA graph"] = cuda_events_median(captured.replay, repeat, warmup=3)
-    base = result["median_s"].get("torch eager (cuDNN FP32)")
-    result["speedup_vs_torch_eager"] = {n: base / t for n, t in result["median_s"].items()} if base else {}
+        contenders["torch eager (cuDNN FP32)"] = torch_eager
+        contenders["torch CUDA graph"] = captured.replay
+    timer = get_backend("cupy").timer
+    timings = measure_side_by_side(
+        {name: Contender(fn, timer) for name, fn in contenders.items()},
+        repeat=repeat,
+        warmup=3,
+        rounds=min(repeat, 7),
+    )
+    result = {
+        "median_s": {n: t.median for n, t in timings.items()},
+        "low_s": {n: t.low for n, t in timings.items()},
+        "high_s": {n: t.high for n, t in timings.items()},
+        "max_relative_error": errors,
+        "graph_fallback": graph.fallback_reason or unfused_graph.fallback_reason,
+    }
+    for key, base_name in (
+        ("speedup_vs_torch_eager", "torch eager (cuDNN FP32)"),
+        ("speedup_vs_torch_graph", "torch CUDA graph"),
+    ):
+        base = result["median_s"].get(base_name)
+        result[key] = {n: base / t for n, t in result["median_s"].items()} if base else {}
     return result
 
 
@@ -343,12 +375,16 @@ def main(argv: list[str] | None = None) -> int:
         _print_lenet(report["lenet5_train_step"])
     if args.gpu:
         report["mobilenet_v2_batch1_gpu"] = gpu = gpu_mobilenet(max(args.repeat, 20))
-        print("\nMobileNetV2-1.0, batch 1, GPU, device-resident input (CUDA events, medians)")
+        print("\nMobileNetV2-1.0, batch 1, GPU, device-resident input (CUDA events, interleaved, medians)")
         for name, seconds in gpu["median_s"].items():
-            ratio = gpu["speedup_vs_torch_eager"].get(name)
+            spread = f"({gpu['low_s'][name] * 1e3:.3f}-{gpu['high_s'][name] * 1e3:.3f})"
+            eager = gpu["speedup_vs_torch_eager"].get(name)
+            graph = gpu["speedup_vs_torch_graph"].get(name)
             err = gpu["max_relative_error"].get(name)
             print(
-                f"{name:<30} {seconds * 1e3:>8.3f} ms  {'' if ratio is None else f'{ratio:.2f}x torch eager':>18}"
+                f"{name:<46} {seconds * 1e3:>7.3f} ms {spread:>15}"
+                f"  {'' if eager is None else f'{eager:.2f}x torch eager':>17}"
+                f"  {'' if graph is None else f'{graph:.2f}x torch graph':>17}"
                 f"  {'' if err is None else f'max rel err {err:.1e}'}"
             )
         if gpu["graph_fallback"]:
