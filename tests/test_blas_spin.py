@@ -41,3 +41,48 @@ def test_openblas_accepts_the_setting(value):
     env = {**os.environ, "OPENBLAS_THREAD_TIMEOUT": value}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "300.0"
+
+
+_STATE = "import os; {pre}import convsuite._blas_spin as b; print(b.numpy_blas_spins_long())"
+
+
+@pytest.mark.parametrize(
+    ("pre", "env_value", "long"),
+    [
+        ("", None, "False"),  # set here, before NumPy loads
+        ("import numpy; ", None, "True"),  # NumPy loaded with OpenBLAS's default spin
+        ("import numpy; ", "4", "False"),  # the user's own short setting
+        ("", "28", "True"),
+        ("", "0", "True"),  # OpenBLAS reads 0 as "keep the default"
+        ("", "often", "True"),
+    ],
+)
+def test_spin_state_is_recorded(pre, env_value, long):
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    if env_value is not None:
+        env["OPENBLAS_THREAD_TIMEOUT"] = env_value
+    done = subprocess.run(
+        [sys.executable, "-c", _STATE.format(pre=pre)], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == long
+
+
+_LINEAR_THREADS = """
+import numpy as np
+import convsuite
+from convsuite.nn import layers
+from threadpoolctl import threadpool_info
+def numpy_blas_threads():
+    return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas" and "numpy" in i["filepath"]]
+with layers._products(np.ones(3)):
+    inside = numpy_blas_threads()
+print(inside, numpy_blas_threads())
+"""
+
+
+def test_nn_products_run_on_one_blas_thread_while_the_spin_is_long():
+    # NumPy imported first (the usual script): the layers' products wake no OpenBLAS worker.
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_THREAD_TIMEOUT", "OPENBLAS_NUM_THREADS")}
+    env["OMP_NUM_THREADS"] = "2"
+    done = subprocess.run([sys.executable, "-c", _LINEAR_THREADS], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[1] [2]"

@@ -81,6 +81,28 @@ def test_batchnorm_inference_kernel_equals_the_host_pass(dtype):
     assert bool(cupy.isnan(device[1, 3, 2, 2]))
 
 
+@pytest.mark.parametrize("fill", ["ties", "nan", "-inf"])
+@pytest.mark.parametrize("args", [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1)])
+def test_maxpool_on_the_gpu_equals_the_host_layer(args, fill):
+    """The CuPy pass (NaN tested at every tap, no look first) routes as the NumPy one, which
+    tests/test_nn_torch.py checks against torch.
+    """
+    import cupy
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 3, 9, 8))
+    if fill == "ties":
+        x = np.maximum(np.round(x), 0)
+    else:
+        x[rng.random(x.shape) < 0.3] = np.nan if fill == "nan" else -np.inf
+    G = rng.standard_normal(nn.MaxPool2D(**args)(x).shape)
+    host, device = nn.MaxPool2D(**args), nn.MaxPool2D(**args)
+    expected_y, got_y = host(x), device(cupy.asarray(x))
+    assert isinstance(got_y, cupy.ndarray)
+    np.testing.assert_array_equal(got_y.get(), expected_y)
+    np.testing.assert_allclose(device.backward(cupy.asarray(G)).get(), host.backward(G), rtol=1e-15, atol=1e-15)
+
+
 def test_lenet5_trains_on_the_gpu():
     pytest.importorskip("sklearn")
     result = nets.train_lenet5(nets.TrainConfig(backend="cupy", device="gpu"))

@@ -72,6 +72,48 @@ def test_layer_matches_torch_autograd(name):
         np.testing.assert_allclose(ours.running_var, theirs.running_var.numpy(), rtol=1e-12)
 
 
+_POOL_GEOMETRIES = {
+    "2x2 tiling": dict(kernel_size=2),
+    "2x2 odd size (a row left out)": dict(kernel_size=2),
+    "3x3 s2 p1 overlapping": dict(kernel_size=3, stride=2, padding=1),
+    "3x3 s1 p1": dict(kernel_size=3, stride=1, padding=1),
+    "2x2 s3 (gaps)": dict(kernel_size=2, stride=3),
+    "(3, 2) s(1, 2) p(1, 0)": dict(kernel_size=(3, 2), stride=(1, 2), padding=(1, 0)),
+}
+_POOL_SHAPES = {"2x2 odd size (a row left out)": (2, 3, 7, 9)}
+
+
+@pytest.mark.parametrize("fill", ["ties", "nan", "-inf", "inf", "random"])
+@pytest.mark.parametrize("geometry", sorted(_POOL_GEOMETRIES))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_maxpool_matches_torch_on_ties_and_nonfinite(geometry, fill, dtype):
+    """Values and routed gradients as torch: first maximum of a tie, the last NaN, ``-inf`` windows."""
+    args = _POOL_GEOMETRIES[geometry]
+    shape = _POOL_SHAPES.get(geometry, (2, 3, 8, 6))
+    rng = np.random.default_rng(hash((geometry, fill)) % 2**32)
+    if fill == "ties":  # what ReLU leaves: many zeros, and repeated values
+        x = np.maximum(rng.integers(-3, 3, shape), 0).astype(dtype)
+    else:
+        x = rng.standard_normal(shape).astype(dtype)
+        if fill != "random":
+            special = {"nan": np.nan, "-inf": -np.inf, "inf": np.inf}[fill]
+            x[rng.random(shape) < 0.3] = special
+            x[0, 0] = special  # whole windows of it, padding included
+    tx = torch.tensor(x, requires_grad=True)
+    ty = tnn.MaxPool2d(**args)(tx)
+    G = rng.standard_normal(tuple(ty.shape)).astype(dtype)
+    ty.backward(torch.tensor(G))
+    ours = nn.MaxPool2D(**args)
+    y = ours(x)
+    assert y.dtype == x.dtype and y.shape == tuple(ty.shape)
+    np.testing.assert_array_equal(y, ty.detach().numpy())
+    # Overlapping windows sum gradients in another order than torch: a few ulps apart.
+    rtol = 4 * np.finfo(dtype).eps
+    np.testing.assert_allclose(ours.backward(G), tx.grad.numpy(), rtol=rtol, atol=rtol * np.abs(G).max())
+    with nn.no_grad():  # the path that keeps no arg-max computes the same values
+        np.testing.assert_array_equal(nn.MaxPool2D(**args)(x), y)
+
+
 def test_cross_entropy_matches_torch():
     rng = np.random.default_rng(2)
     logits, targets = rng.standard_normal((6, 5)) * 4, rng.integers(0, 5, 6)

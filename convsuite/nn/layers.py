@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
 
+from .._blas_spin import numpy_blas_spins_long
 from .._capture import capturing
 from .._validation import float_dtype, weight_generator
 from ._xp import array_module
@@ -224,7 +226,8 @@ class Linear(Module):
         self._x = x if self._need_cache() else None
         if capturing():  # CuPy refuses cuBLAS during CUDA-graph capture: a kernel of our own
             return _linear_without_blas(x, self.weight.data, None if self.bias is None else self.bias.data)
-        y = x @ self.weight.data.T
+        with _products(x):
+            y = x @ self.weight.data.T
         if self.bias is not None:
             y += self.bias.data
         return y
@@ -233,10 +236,12 @@ class Linear(Module):
         """Gradient with respect to the input; accumulates the weight and bias gradients."""
         if self._x is None:
             raise RuntimeError("Linear.backward needs a forward pass with gradients enabled first")
-        self.weight.accumulate(grad_y.T @ self._x)
+        with _products(grad_y):
+            self.weight.accumulate(grad_y.T @ self._x)
+            grad_x = grad_y @ self.weight.data
         if self.bias is not None:
             self.bias.accumulate(grad_y.sum(axis=0))
-        return grad_y @ self.weight.data
+        return grad_x
 
     def _moved(self, device: str) -> None:
         self._x = None
@@ -244,6 +249,23 @@ class Linear(Module):
     def extra_repr(self) -> str:
         """Feature counts and whether there is a bias, for ``repr``."""
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+def _products(array):
+    """Where a layer's NumPy products run: on one BLAS thread while NumPy's OpenBLAS spins long.
+
+    A product on two or more OpenBLAS threads leaves the idle ones spinning for
+    ~0.1 s (when NumPy was imported before convsuite, see ``_blas_spin``); the
+    numba backend's convolutions that follow then share the cores with them
+    and ran up to 8x slower (2-core VM, LeNet-5 training step, 2026-11-24).
+    One thread wakes no worker. CuPy arrays, and a shortened spin, keep the
+    library's own threading.
+    """
+    if type(array) is np.ndarray and numpy_blas_spins_long():
+        from ..backends._blas_threads import one_blas_thread
+
+        return one_blas_thread()
+    return nullcontext()
 
 
 class Add(Module):
