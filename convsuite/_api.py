@@ -24,6 +24,7 @@ from ._spec import ConvSpec
 from ._validation import (
     as_real_array,
     check_activation,
+    check_input_grad,
     check_memory,
     check_relu_output,
     prepare_backward,
@@ -86,7 +87,20 @@ def _device_id(array: Any) -> Any:
 
 
 def _plan_key(
-    ndim, direction, a, b, c, stride, padding, dilation, groups, name, source, algorithm, activation=None
+    ndim,
+    direction,
+    a,
+    b,
+    c,
+    stride,
+    padding,
+    dilation,
+    groups,
+    name,
+    source,
+    algorithm,
+    activation=None,
+    input_grad=True,
 ) -> tuple:
     """Everything that determines a plan; raises AttributeError/TypeError when it cannot be keyed."""
     return (
@@ -115,6 +129,7 @@ def _plan_key(
         _tuning.autotune_enabled(),
         _plans._generation,
         activation,
+        input_grad,
         _capture._CAPTURING.get(),  # CUDA-graph capture chooses among capturable kernels only
     )
 
@@ -135,6 +150,7 @@ def _build(
     measure=None,
     activation=None,
     params=None,
+    input_grad=True,
 ) -> Plan:
     """Validate, choose and plan one problem (a plan-cache miss); ``params`` pins tunable parameters."""
     _check_algorithm_type(algorithm)
@@ -181,6 +197,10 @@ def _build(
     else:
         fused = activation == "relu" and _epilogue.backend_fuses_relu_mask(backend, spec, algo)
     planned = f"{direction}+{activation}" if fused else direction
+    # Without an input gradient, a backend that can leave dX out plans dW and db only;
+    # any other runs its full backward and the plan drops grad_x.
+    if not input_grad and backend.skips_input_grad(spec, algo):
+        planned += "+weights"
     # Only a parameter set is passed on: a backend of the older contract may take three arguments.
     launch = backend.plan(spec, algo, planned) if chosen is None else backend.plan(spec, algo, planned, chosen)
     # Where operands move and results go back: asked of the backends, never by library name.
@@ -199,6 +219,7 @@ def _build(
     return Plan(
         activation=activation,
         fused_activation=fused,
+        input_grad=input_grad,
         op=op,
         direction=direction,
         spec=spec,
@@ -241,19 +262,21 @@ def _check_params(params: Any, name: str, algorithm: str) -> dict | None:
     return {k: int(v) if isinstance(v, np.integer) else v for k, v in params.items()}
 
 
-def _planned(ndim, direction, a, b, c, stride, padding, dilation, groups, backend, algorithm, activation=None) -> Plan:
+def _planned(
+    ndim, direction, a, b, c, stride, padding, dilation, groups, backend, algorithm, activation=None, input_grad=True
+) -> Plan:
     """The cached plan of a call, built on a miss."""
     name, source = requested_backend(backend)
     geometry = (stride, padding, dilation, groups, name, source, algorithm)
     try:
-        key = _plan_key(ndim, direction, a, b, c, *geometry, activation)
+        key = _plan_key(ndim, direction, a, b, c, *geometry, activation, input_grad)
         found = _CACHE.get(key)
     except (AttributeError, TypeError):  # lists, or unhashable keywords: validate every time
         key = found = None
     if found is None:
         if activation is not None:
             check_activation(activation)
-        found = _build(ndim, direction, a, b, c, *geometry, activation=activation)
+        found = _build(ndim, direction, a, b, c, *geometry, activation=activation, input_grad=input_grad)
         # Only operands of exactly the array type the plan runs on may take the
         # fast path later: subclasses (masked arrays) and other array-likes
         # (__array__, DLPack) are validated and converted on every call.
@@ -277,12 +300,16 @@ def _forward(ndim, x, w, bias, stride, padding, dilation, groups, backend, algor
     return plan_.run_forward(x, w, bias)
 
 
-def _backward(ndim, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm, relu_output=None):
+def _backward(
+    ndim, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm, relu_output=None, input_grad=True
+):
     # The gradient through a ReLU is its own plan: the backend may read grad_y
     # through relu_output inside its kernels (fuses_relu_mask), else the plan masks it first.
     through = None if relu_output is None else "relu"
+    if input_grad is not True and input_grad is not False:
+        input_grad = check_input_grad(input_grad)
     geometry = (stride, padding, dilation, groups, backend, algorithm)
-    plan_ = _planned(ndim, "backward", grad_y, x, w, *geometry, through)
+    plan_ = _planned(ndim, "backward", grad_y, x, w, *geometry, through, input_grad)
     kind = plan_.in_type
     if type(grad_y) is not kind or type(x) is not kind or type(w) is not kind:
         grad_y, x, w = _as_plan_operands(plan_, ("grad_y", "x", "w"), (grad_y, x, w))
@@ -430,6 +457,12 @@ _BACKWARD_DOC = """Gradients of a {ndim}-D convolution with respect to x, w and 
     ``fused_gemm``, ``igemm_big``, ``depthwise`` and the dW ladder when its
     ``relu_mask_in_kernels`` is set; off by default, measured slower) no
     masked copy is made. Both give the same gradients.
+
+    ``input_grad=False`` returns ``(None, grad_w, grad_b)``: the gradient of
+    a network's first layer, whose input needs none (as torch skips it when
+    the input does not require grad). Backends that can leave dX's work out
+    do (``skips_input_grad``: the ``numba`` backend's ``gemm``); the others
+    compute it and drop it.
     """
 
 
@@ -445,13 +478,16 @@ def conv1d_backward(
     backend: str | None = None,
     algorithm: str = "auto",
     relu_output: ArrayLike | None = None,
+    input_grad: bool = True,
 ) -> tuple[Any, Any, Any]:
     if distributed.is_dask_array(x) or distributed.is_dask_array(grad_y):  # Dask in, Dask out (lazy)
+        input_grad = check_input_grad(input_grad)
         if relu_output is not None:
             grad_y = _epilogue.mask_relu_gradient_lazy(grad_y, relu_output)
         args = (grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
-        return distributed.conv_backward("conv1d", 1, *args)
-    return _backward(1, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm, relu_output)
+        grad_x, grad_w, grad_b = distributed.conv_backward("conv1d", 1, *args)
+        return (grad_x if input_grad else None), grad_w, grad_b  # lazy: dX's tasks never run
+    return _backward(1, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm, relu_output, input_grad)
 
 
 def conv2d_backward(
@@ -466,13 +502,16 @@ def conv2d_backward(
     backend: str | None = None,
     algorithm: str = "auto",
     relu_output: ArrayLike | None = None,
+    input_grad: bool = True,
 ) -> tuple[Any, Any, Any]:
     if distributed.is_dask_array(x) or distributed.is_dask_array(grad_y):  # Dask in, Dask out (lazy)
+        input_grad = check_input_grad(input_grad)
         if relu_output is not None:
             grad_y = _epilogue.mask_relu_gradient_lazy(grad_y, relu_output)
         args = (grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
-        return distributed.conv_backward("conv2d", 2, *args)
-    return _backward(2, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm, relu_output)
+        grad_x, grad_w, grad_b = distributed.conv_backward("conv2d", 2, *args)
+        return (grad_x if input_grad else None), grad_w, grad_b  # lazy: dX's tasks never run
+    return _backward(2, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm, relu_output, input_grad)
 
 
 conv1d_backward.__doc__ = _BACKWARD_DOC.format(ndim=1)

@@ -210,6 +210,7 @@ class Plan:
         "_large",
         "_activation",
         "_fused_activation",
+        "_input_grad",
     )
 
     def __init__(
@@ -232,6 +233,7 @@ class Plan:
         activation: str | None = None,
         fused_activation: bool = False,
         params: dict | None = None,
+        input_grad: bool = True,
     ) -> None:
         self.params = dict(params or {})
         self.op, self.direction, self.spec = op, direction, spec
@@ -273,6 +275,9 @@ class Plan:
         # the ReLU mask of grad_y: read inside the kernels (fused) or a masked copy first.
         self._activation = None if fused_activation else activation
         self._fused_activation = fused_activation
+        # Backward without dX: grad_x is returned as None (its buffer is left unwritten
+        # by a backend that plans "backward+weights", else computed and dropped).
+        self._input_grad = input_grad
 
     @property
     def user_y_shape(self) -> tuple[int, ...]:
@@ -404,8 +409,9 @@ class Plan:
             _instrument.run_kernel(self.backend, self._launch, grad_y, x, w, grad_x, grad_w, grad_b)
         if self._padded:
             _nonfinite.fix_backward(spec, grad_y, grad_w, grad_b, self._xp_out, relu_output)
-        grads = (grad_x.reshape(self._x_shape), grad_w.reshape(self._grad_w_shape), grad_b)
-        return grads if self._to_caller is None else tuple(self._to_caller(g) for g in grads)
+        grad_x = grad_x.reshape(self._x_shape) if self._input_grad else None
+        grads = (grad_x, grad_w.reshape(self._grad_w_shape), grad_b)
+        return grads if self._to_caller is None else tuple(None if g is None else self._to_caller(g) for g in grads)
 
     # --- the public, checked entry point ---------------------------------------
 

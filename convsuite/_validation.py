@@ -529,6 +529,13 @@ def _refuse_if_short(parts: dict, direction: str) -> None:
         )
 
 
+def check_input_grad(input_grad: Any) -> bool:
+    """``input_grad`` as a bool (NumPy's bools too), or a TypeError naming it."""
+    if isinstance(input_grad, (bool, np.bool_)):
+        return bool(input_grad)
+    raise TypeError(f"`input_grad` must be True or False; got {_show(input_grad)}")
+
+
 def check_activation(activation: Any) -> None:
     """``activation`` must be None or one of the fused epilogues' names."""
     from ._epilogue import ACTIVATIONS

@@ -20,6 +20,7 @@ from convsuite._validation import prepare_forward
 from convsuite.backends._depthwise_bands import MAX_MULTIPLIER, MAX_PHASES, bands
 from convsuite.testing import assert_within, forward_tolerance, reference_forward
 
+AVAILABLE = {b.name for b in cs.list_backends() if b.available}
 BACKENDS = [
     pytest.param(b.name, marks=() if b.available else pytest.mark.skip(reason=b.reason))
     for b in cs.list_backends()
@@ -134,7 +135,7 @@ def test_forward_only_backward_goes_elsewhere(backend):
     "x_shape, w_shape, groups, chosen",
     [
         ((1, 960, 7, 7), (960, 1, 3, 3), 960, True),  # MobileNetV2's last depthwise layer
-        ((64, 1, 32, 32), (6, 1, 5, 5), 1, True),  # LeNet-5 conv1: one channel, six filters
+        ((2, 1, 32, 32), (6, 1, 5, 5), 1, True),  # LeNet-5 conv1 at batch 2: one channel, six filters
         ((200, 1, 48, 48), (12, 1, 5, 5), 1, False),  # ECE408 fa19 conv1: a wide multiplier goes to gemm
         ((1, 8, 9, 9), (8, 4, 3, 3), 2, False),  # grouped, not depthwise
     ],
@@ -144,6 +145,18 @@ def test_rule(backend, x_shape, w_shape, groups, chosen):
     algorithm, why = get_backend(backend).choose_algorithm(spec, "forward")
     assert (algorithm == "depthwise") is chosen, (algorithm, why)
     assert w_shape[0] // groups <= MAX_MULTIPLIER or not chosen
+
+
+@pytest.mark.parametrize(
+    ("backend", "chosen"),
+    [("cython", "depthwise"), ("numba", "gemm")],  # numba's faster im2col wins at batch 64 (measured)
+)
+def test_large_single_channel_batches(backend, chosen):
+    """LeNet-5 conv1 at batch 64: numba takes gemm (LARGE_SINGLE_CHANNEL_OUTPUTS), cython stays depthwise."""
+    if backend not in AVAILABLE:
+        pytest.skip(f"{backend} unavailable")
+    spec = prepare_forward("conv2d", 2, np.ones((64, 1, 32, 32)), np.ones((6, 1, 5, 5)), None, 1, 0, 1, 1).spec
+    assert get_backend(backend).choose_algorithm(spec, "forward")[0] == chosen
 
 
 def test_bands_fit_the_budget_and_split_for_threads():

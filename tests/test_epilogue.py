@@ -152,9 +152,18 @@ def test_a_kernel_module_backend_refuses_epilogues_its_kernels_lack():
     spec = cs.explain(np.ones((1, 2, 5, 5), np.float32), np.ones((4, 1, 3, 3), np.float32), groups=2, padding=1).spec
     assert backend.fuses_activation(spec, "depthwise", "relu6") and not backend.fuses_activation(spec, "direct", "relu")
     assert not backend.fuses_activation(spec, "gemm", "tanh") and not backend.fuses_activation(spec, "gemm", None)
-    for algorithm, direction in (("gemm", "forward+tanh"), ("direct", "forward+relu"), ("gemm", "backward+relu6")):
+    refused = (
+        ("gemm", "forward+tanh"),
+        ("direct", "forward+relu"),
+        ("gemm", "backward+relu6"),
+        ("gemm", "forward+weights"),
+        ("direct", "backward+weights"),
+        ("direct", "backward+relu"),
+        ("gemm", "backward+relu+sideways"),
+    )
+    for algorithm, direction in refused:
         with pytest.raises(
-            ValueError, match=rf"'{algorithm}' of backend 'numba' does not fuse '{re.escape(direction)}'"
+            ValueError, match=rf"'{algorithm}' of backend 'numba' does not plan '{re.escape(direction)}'"
         ):
             backend.plan(spec, algorithm, direction)
     with pytest.raises(ValueError, match=r"'gemm' has no tunable parameter 'nope' \(its parameters: tile_kib"):

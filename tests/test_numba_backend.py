@@ -117,11 +117,21 @@ def test_auto_rule_and_its_reasons():
         "64 output channels per group, reduction 576: BLAS wins",
     )
     assert choice((4, 96, 56, 56), (24, 96, 1, 1))[0] == "gemm"
-    # One input channel per group, few filters each: the phase-plane kernel.
-    assert choice((8, 1, 86, 86), (4, 1, 7, 7))[0] == "depthwise"
-    assert choice((4, 96, 56, 56), (96, 1, 3, 3), groups=96, padding=1)[0] == "depthwise"
+    # One input channel per group, few filters each: the phase-plane kernel, until the batch is large.
+    assert choice((2, 1, 86, 86), (4, 1, 7, 7))[0] == "depthwise"
+    assert choice((64, 1, 32, 32), (6, 1, 5, 5))[0] == "gemm"  # LeNet-5 conv1 at batch 64
+    assert choice((4, 96, 56, 56), (96, 1, 3, 3), groups=96, padding=1)[0] == "depthwise"  # depthwise proper
     assert choice((8, 1, 48, 48), (12, 1, 5, 5))[0] == "gemm"  # 12 filters: past depthwise's multiplier bound
-    assert choice((8, 2, 86, 86), (4, 2, 7, 7))[0] == "direct"  # 4 output channels: too thin for BLAS
+    # 4 output channels: too thin for BLAS on a small problem (register-blocked), not on a large one.
+    assert choice((2, 2, 40, 40), (4, 2, 7, 7)) == (
+        "blocked",
+        "4 output channels per group (< 8): too thin a product for BLAS; the register-blocked direct kernel",
+    )
+    assert choice((8, 2, 86, 86), (4, 2, 7, 7))[0] == "gemm"
+    assert choice((2, 4, 8, 8), (2, 4, 1, 1), stride=2)[0] == "direct"  # tiny, reduction 4: nothing to block
+    assert choice((8, 6, 56, 56), (16, 6, 1, 1), stride=2)[0] == "gemm"  # short reduction, many outputs
+    assert choice((64, 16, 86, 86), (2, 16, 7, 7))[0] == "blocked"  # two filters: blocked whatever the size
+    assert choice((1, 4, 86, 86), (4, 4, 5, 5), stride=2, padding=2)[0] == "gemm"  # stride 2: blocked runs scalar
     # Backward: one im2col tile for dW and dX, thin products included.
     assert choice((4, 96, 56, 56), (96, 1, 3, 3), "backward", groups=96, padding=1)[0] == "gemm"
     assert choice((64, 1, 32, 32), (6, 1, 5, 5), "backward")[0] == "gemm"

@@ -2,8 +2,9 @@
 
 Every kernel of the Cython extension and of the numba modules has the shape
 
-    forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, *extra)
-    backward(grad_y, x, w, grad_x, grad_w, grad_b, sh, sw, dh, dw, pad_top, pad_left, groups, *extra)
+    forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, *extra[, act])
+    backward(grad_y, x, w, grad_x, grad_w, grad_b, sh, sw, dh, dw, pad_top, pad_left, groups, *extra
+             [, input_grad][, relu_output, masked])
 
 on 4-D C-contiguous arrays (1-D problems arrive as 2-D with a unit height).
 This class does the lazy import, the availability reason, the reshapes and
@@ -54,6 +55,15 @@ class KernelSpec:
         The forward kernel takes a last argument, the code of an activation
         epilogue it applies (``_epilogue.ACTIVATION_CODES``; 0 for none):
         ``activation="relu"`` / ``"relu6"`` then run inside it.
+    input_grad : bool
+        The backward kernel takes, after ``extra``, a flag: 1 computes all three
+        gradients, 0 only dW and db, leaving ``grad_x`` untouched
+        (``conv2d_backward(..., input_grad=False)``: :meth:`KernelModuleBackend.skips_input_grad`).
+    relu_mask : bool
+        The backward kernel takes two last arguments, a ReLU's output (shape of
+        ``grad_y``; any array of that type when unused) and a flag: 1 reads
+        ``grad_y`` as 0 where that output is ``<= 0`` (the gradient through the
+        ReLU, with no masked copy first: :meth:`KernelModuleBackend.fuses_relu_mask`).
     """
 
     module: str
@@ -62,6 +72,8 @@ class KernelSpec:
     extra: Callable[..., tuple] | None = None
     blas: bool = False
     activation: bool = False
+    input_grad: bool = False
+    relu_mask: bool = False
 
 
 def _with_one_blas_thread(launch):
@@ -148,26 +160,56 @@ class KernelModuleBackend(Backend):
             constraint=constraint,
         )
 
+    def _kernel_spec(self, algorithm: str) -> KernelSpec | None:
+        """The kernels of ``algorithm`` (None for a name the backend does not have)."""
+        self.algorithm_table()  # fills the kernel specs
+        return self.__dict__.get("_kernel_specs", {}).get(algorithm)
+
     def fuses_activation(self, spec: ConvSpec, algorithm: str, activation: str) -> bool:
         """Whether ``algorithm``'s forward kernel applies ``activation`` ("relu", "relu6") itself."""
-        self.algorithm_table()  # fills the kernel specs
-        kernels = self.__dict__.get("_kernel_specs", {}).get(algorithm)
+        kernels = self._kernel_spec(algorithm)
         return kernels is not None and kernels.activation and ACTIVATION_CODES.get(activation, 0) > 0
 
+    def fuses_relu_mask(self, spec: ConvSpec, algorithm: str) -> bool:
+        """Whether ``algorithm``'s backward kernel masks ``grad_y`` by a ReLU's output itself."""
+        kernels = self._kernel_spec(algorithm)
+        return kernels is not None and kernels.relu_mask
+
+    def skips_input_grad(self, spec: ConvSpec, algorithm: str) -> bool:
+        """Whether ``algorithm``'s backward kernel can leave out dX (see :class:`KernelSpec`)."""
+        kernels = self._kernel_spec(algorithm)
+        return kernels is not None and kernels.input_grad
+
     def plan(self, spec: ConvSpec, algorithm: str, direction: str, params: Mapping[str, Any] | None = None) -> Launch:
-        """As :meth:`Backend.plan`; ``direction`` ``"forward+relu"`` / ``"forward+relu6"`` too
-        (the activation inside the kernel: :meth:`fuses_activation`).
+        """As :meth:`Backend.plan`; with options after ``+`` too: ``"forward+relu"`` /
+        ``"forward+relu6"`` (the activation inside the kernel: :meth:`fuses_activation`),
+        ``"backward+relu"`` (the ReLU mask inside: :meth:`fuses_relu_mask`) and
+        ``"backward+weights"`` (dW and db only: :meth:`skips_input_grad`), or both.
         """
-        base, _, activation = direction.partition("+")
-        if not activation:
+        base, *options = direction.split("+")
+        if not options:
             return super().plan(spec, algorithm, direction, params)
-        if base != "forward" or not self.fuses_activation(spec, algorithm, activation):
-            raise ValueError(f"{algorithm!r} of backend {self.name!r} does not fuse {direction!r}")
+        kernels = self._kernel_spec(algorithm)
+        act, input_grad, relu_mask = 0, True, False
+        for option in options:
+            if base == "forward" and self.fuses_activation(spec, algorithm, option):
+                act = ACTIVATION_CODES[option]
+            elif base == "backward" and option == "relu" and self.fuses_relu_mask(spec, algorithm):
+                relu_mask = True
+            elif base == "backward" and option == "weights" and self.skips_input_grad(spec, algorithm):
+                input_grad = False
+            else:
+                raise ValueError(f"{algorithm!r} of backend {self.name!r} does not plan {direction!r}")
         record = self.algorithm_table()[algorithm]
-        resolved = record.resolve(spec, "forward", params)  # raises on a parameter it does not have
-        kernels = self.__dict__["_kernel_specs"][algorithm]
+        resolved = record.resolve(spec, base, params)  # raises on a parameter it does not have
         return self._plan_kernel(
-            spec, "forward", kernels, resolved if record.tunables else None, act=ACTIVATION_CODES[activation]
+            spec,
+            base,
+            kernels,
+            resolved if record.tunables else None,
+            act=act,
+            input_grad=input_grad,
+            relu_mask=relu_mask,
         )
 
     def _launch(self, kernel, *args) -> None:
@@ -186,9 +228,12 @@ class KernelModuleBackend(Backend):
         kernels: KernelSpec,
         params: Mapping[str, Any] | None = None,
         act: int = 0,
+        input_grad: bool = True,
+        relu_mask: bool = False,
     ) -> Launch:
         """Resolve the kernel and every spec-dependent argument once; return the launch
-        (``act``: the activation code a forward kernel with an epilogue applies).
+        (``act``: the activation code a forward kernel with an epilogue applies;
+        ``input_grad``, ``relu_mask``: a backward kernel's options, see :class:`KernelSpec`).
         """
         s = spec.as_2d()
         kernel = getattr(self.kernels(kernels.module), getattr(kernels, direction))
@@ -201,6 +246,8 @@ class KernelModuleBackend(Backend):
         tail = self._geometry(s) + tuple(extra)
         if direction == "forward" and kernels.activation:
             tail += (act,)
+        if direction == "backward" and kernels.input_grad:
+            tail += (int(input_grad),)
         launch_one = self._launch
         if kernels.blas:
             launch_one = _with_one_blas_thread(self._launch)
@@ -219,6 +266,26 @@ class KernelModuleBackend(Backend):
                 launch_one(kernel, x.reshape(x_shape), w.reshape(w_shape), b, out.reshape(y_shape), *tail)
 
             return forward
+
+        if relu_mask:  # the plan passes the ReLU's output, a seventh operand
+
+            def backward_through_relu(grad_y, x, w, grad_x, grad_w, grad_b, relu_output):
+                launch_one(
+                    kernel,
+                    grad_y.reshape(y_shape),
+                    x.reshape(x_shape),
+                    w.reshape(w_shape),
+                    grad_x.reshape(x_shape),
+                    grad_w.reshape(w_shape),
+                    grad_b,
+                    *tail,
+                    relu_output.reshape(y_shape),
+                    1,
+                )
+
+            return backward_through_relu
+        if kernels.relu_mask:  # the kernel's mask arguments, unused
+            tail += (np.ones((1, 1, 1, 1), dtype=s.dtype), 0)
 
         def backward(grad_y, x, w, grad_x, grad_w, grad_b):
             launch_one(

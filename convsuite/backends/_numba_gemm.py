@@ -12,11 +12,13 @@ matrix (the pointwise specialisation).
 Backward, from the same pieces. One item is (batch, group): for each block of
 rows it builds the im2col tile once and uses it twice, ``dW += dY @ cols.T``
 and ``dcols = W.T @ dY``, then scatters ``dcols`` back onto the input
-gradient (col2im, the adjoint of the copy). The item owns ``grad_x[b, group
-channels]``, so scatters never race. ``dW`` and ``db`` are summed into one
-private partial per chunk of items; the chunks are fixed by the problem (not
-by the thread count) and reduced in order at the end, so the result is the
-same bits on 1 or 16 threads and no atomics are needed.
+gradient (col2im, the adjoint of the copy); without an input gradient
+(``input_grad`` 0) the second product and the scatter are skipped. The item
+owns ``grad_x[b, group channels]``, so scatters never race. A ReLU's mask
+of ``dY`` is applied as ``dY`` is copied into the tile. ``dW`` and ``db``
+are summed into one private partial per chunk of items; the chunks are
+fixed by the problem (not by the thread count) and reduced in order at the
+end, so the result is the same bits on 1 or 16 threads and no atomics are needed.
 
 Thread safety of BLAS. Every ``prange`` iteration calls BLAS; the BLAS must
 then run one thread per call (the backend limits it with ``threadpoolctl``
@@ -50,64 +52,83 @@ def _valid_columns(shift, sw, W, Wo):
 def _im2col(x, b, c0, Cg, KH, KW, r0, rt, Wo, sh, sw, dh, dw, pad_top, pad_left, cols):
     """cols[(c, p, q), rr * Wo + ow] = x[b, c0 + c, (r0 + rr)*sh + p*dh - pad_top, ow*sw + q*dw - pad_left].
 
-    The copies index 1-D row views with unsigned indices: numba wraps negative
-    signed indices around (a compare and select per element, which also keeps
-    LLVM from vectorising), and these indices are never negative in [lo, hi).
-    Slice assignment was slower still (a view and a call per run of Wo values).
-    2-core VM, 2026-11-24, im2col of 64 images, one thread: LeNet conv1 599 ->
-    148 us, conv2 814 -> 367, 6 channels 5x5 padding 2 1456 -> 564.
+    Both arrays are read flat (C-contiguous), at unsigned offsets: numba wraps
+    negative signed indices around (a compare and select per element that also
+    kept LLVM from vectorising the copy), and these offsets are never negative
+    in a run's valid columns [lo, hi). Per-run slice assignment was slower
+    still (a view and a call per run of Wo values). 2-core VM, 2026-11-24,
+    64 images, one thread: LeNet conv1 (1 -> 6 5x5, 32x32) 767 -> 147 us,
+    conv2 (6 -> 16 5x5, 14x14) 1429 -> 388, with padding 2 1810 -> 637.
     """
-    H, W = x.shape[2], x.shape[3]
+    C, H, W = x.shape[1], x.shape[2], x.shape[3]
+    flat_x = x.reshape(x.size)
+    flat_cols = cols.reshape(cols.size)
+    L = cols.shape[1]
     for c in range(Cg):
-        image = x[b, c0 + c]
+        plane = ((b * C) + c0 + c) * H * W
         for p in range(KH):
             for q in range(KW):
-                dst = cols[(c * KH + p) * KW + q]
+                row = ((c * KH + p) * KW + q) * L
                 shift = pad_left - q * dw
                 lo, hi = _valid_columns(shift, sw, W, Wo)
                 for rr in range(rt):
-                    base = rr * Wo
+                    d = row + rr * Wo
                     ih = (r0 + rr) * sh + p * dh - pad_top
                     if ih < 0 or ih >= H:
-                        for ow in range(Wo):
-                            dst[base + ow] = 0
+                        flat_cols[d : d + Wo] = 0
                         continue
-                    src = image[ih]
-                    for ow in range(lo):
-                        dst[base + ow] = 0
-                    if sw == 1:
-                        for ow in range(lo, hi):
-                            dst[np.uint64(base + ow)] = src[np.uint64(ow - shift)]
-                    else:
-                        for ow in range(lo, hi):
-                            dst[np.uint64(base + ow)] = src[np.uint64(ow * sw - shift)]
-                    for ow in range(hi, Wo):
-                        dst[base + ow] = 0
+                    if lo > 0:
+                        flat_cols[d : d + lo] = 0
+                    if hi < Wo:
+                        flat_cols[d + hi : d + Wo] = 0
+                    _copy_run(flat_x, plane + ih * W + lo * sw - shift, sw, flat_cols, d + lo, hi - lo)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def _col2im_add(dcols, gx, b, c0, Cg, KH, KW, r0, rt, Wo, sh, sw, dh, dw, pad_top, pad_left):
-    """The adjoint of _im2col: gx[b, c0 + c, ih, iw] += dcols[(c, p, q), rr * Wo + ow] (same indexing)."""
-    H, W = gx.shape[2], gx.shape[3]
+    """The adjoint of _im2col: gx[b, c0 + c, ih, iw] += dcols[(c, p, q), rr * Wo + ow] (same flat offsets)."""
+    C, H, W = gx.shape[1], gx.shape[2], gx.shape[3]
+    flat_gx = gx.reshape(gx.size)
+    flat_dcols = dcols.reshape(dcols.size)
+    L = dcols.shape[1]
     for c in range(Cg):
-        image = gx[b, c0 + c]
+        plane = ((b * C) + c0 + c) * H * W
         for p in range(KH):
             for q in range(KW):
-                src = dcols[(c * KH + p) * KW + q]
+                row = ((c * KH + p) * KW + q) * L
                 shift = pad_left - q * dw
                 lo, hi = _valid_columns(shift, sw, W, Wo)
                 for rr in range(rt):
                     ih = (r0 + rr) * sh + p * dh - pad_top
                     if ih < 0 or ih >= H:
                         continue
-                    base = rr * Wo
-                    dst = image[ih]
-                    if sw == 1:
-                        for ow in range(lo, hi):
-                            dst[np.uint64(ow - shift)] += src[np.uint64(base + ow)]
-                    else:
-                        for ow in range(lo, hi):
-                            dst[np.uint64(ow * sw - shift)] += src[np.uint64(base + ow)]
+                    _add_run(flat_dcols, row + rr * Wo + lo, flat_gx, plane + ih * W + lo * sw - shift, sw, hi - lo)
+
+
+@njit(inline="always")
+def _copy_run(src, start, step, dst, at, n):
+    """dst[at + i] = src[start + i * step] for i < n; ``start`` and ``at`` non-negative."""
+    s, d = np.uint64(start), np.uint64(at)
+    if step == 1:
+        for i in range(n):
+            dst[d + np.uint64(i)] = src[s + np.uint64(i)]
+    else:
+        st = np.uint64(step)
+        for i in range(n):
+            dst[d + np.uint64(i)] = src[s + np.uint64(i) * st]
+
+
+@njit(inline="always")
+def _add_run(src, start, dst, at, step, n):
+    """dst[at + i * step] += src[start + i] for i < n; ``start`` and ``at`` non-negative."""
+    s, d = np.uint64(start), np.uint64(at)
+    if step == 1:
+        for i in range(n):
+            dst[d + np.uint64(i)] += src[s + np.uint64(i)]
+    else:
+        st = np.uint64(step)
+        for i in range(n):
+            dst[d + np.uint64(i) * st] += src[s + np.uint64(i)]
 
 
 @njit(**_FLAGS)
@@ -160,8 +181,35 @@ def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows, mr
 
 
 @njit(**_FLAGS)
-def backward(grad_y, x, w, grad_x, grad_w, grad_b, sh, sw, dh, dw, pad_top, pad_left, groups, rows, chunks):
-    """Gradients of sum(y * grad_y): dW, db by per-chunk partials, dX by col2im of W.T @ dY."""
+def backward(
+    grad_y,
+    x,
+    w,
+    grad_x,
+    grad_w,
+    grad_b,
+    sh,
+    sw,
+    dh,
+    dw,
+    pad_top,
+    pad_left,
+    groups,
+    rows,
+    chunks,
+    input_grad,
+    relu,
+    masked,
+):
+    """Gradients of sum(y * grad_y): dW, db by per-chunk partials, dX by col2im of W.T @ dY.
+
+    ``input_grad`` 0: dW and db only, ``grad_x`` left untouched (a network's
+    first layer, whose input needs no gradient). ``masked`` 1: the gradient
+    through a ReLU whose output is ``relu`` (shape of ``grad_y``): ``grad_y``
+    counts as 0 where ``relu <= 0`` (a NaN output passes), applied while
+    ``grad_y`` is copied into each tile, with no masked copy of it first;
+    ``masked`` 0 ignores ``relu`` (any array of its type).
+    """
     B, C, H, W = x.shape
     M, Cg, KH, KW = w.shape
     Ho, Wo = grad_y.shape[2], grad_y.shape[3]
@@ -170,18 +218,20 @@ def backward(grad_y, x, w, grad_x, grad_w, grad_b, sh, sw, dh, dw, pad_top, pad_
     wm = w.reshape(M, K)
     items = B * groups
     gy_flat = grad_y.reshape(B, M, Ho * Wo)
+    relu_flat = relu.reshape(B, M, Ho * Wo) if masked else relu.reshape(1, 1, relu.size)
+    zero = grad_y.dtype.type(0)
     chunks = max(1, min(items, chunks))
-    part_w = np.zeros((chunks, M, K), dtype=grad_w.dtype)
+    part_w = np.zeros((chunks, K, M), dtype=grad_w.dtype)  # dW transposed: see below
     part_b = np.zeros((chunks, M), dtype=grad_b.dtype)
     for chunk in prange(chunks):
         for item in range(chunk * items // chunks, (chunk + 1) * items // chunks):
             g = item % groups
             b = item // groups
             wg_t = np.ascontiguousarray(wm[g * Mg : (g + 1) * Mg].T)
-            for i in range(Cg):
-                for ih in range(H):
-                    for iw in range(W):
-                        grad_x[b, g * Cg + i, ih, iw] = 0
+            if input_grad:
+                planes = grad_x[b].reshape(C * H * W)  # this item's channels: one contiguous run
+                for i in range(g * Cg * H * W, (g + 1) * Cg * H * W):
+                    planes[i] = 0
             for r0 in range(0, Ho, rows):
                 rt = min(rows, Ho - r0)
                 L = rt * Wo
@@ -194,12 +244,25 @@ def backward(grad_y, x, w, grad_x, grad_w, grad_b, sh, sw, dh, dw, pad_top, pad_
                     src = gy_flat[b, m]
                     dst = gy[i]
                     total = grad_b.dtype.type(0)
-                    for k in range(L):  # unsigned indices: see _im2col
-                        v = src[np.uint64(start + k)]
-                        dst[np.uint64(k)] = v
-                        total += v
+                    if masked:
+                        through = relu_flat[b, m]
+                        for k in range(L):  # unsigned indices: see _im2col
+                            at = np.uint64(start + k)
+                            v = zero if through[at] <= 0 else src[at]
+                            dst[np.uint64(k)] = v
+                            total += v
+                    else:
+                        for k in range(L):
+                            v = src[np.uint64(start + k)]
+                            dst[np.uint64(k)] = v
+                            total += v
                     part_b[chunk, m] += total
-                part_w[chunk, g * Mg : (g + 1) * Mg] += np.dot(gy, cols.T)
+                # dW.T = cols @ gy.T: BLAS's long-reduction product is ~2.3x faster this
+                # way round than gy @ cols.T (2-core VM, one thread, LeNet conv2: 16 x 150
+                # from 100 pixels, 861 -> 371 us per 64 images).
+                part_w[chunk, :, g * Mg : (g + 1) * Mg] += np.dot(cols, gy.T)
+                if not input_grad:
+                    continue
                 dcols = np.dot(wg_t, gy)
                 _col2im_add(dcols, grad_x, b, g * Cg, Cg, KH, KW, r0, rt, Wo, sh, sw, dh, dw, pad_top, pad_left)
     # Fixed-order reduction of the partials: deterministic, whatever the threads.
@@ -208,7 +271,7 @@ def backward(grad_y, x, w, grad_x, grad_w, grad_b, sh, sw, dh, dw, pad_top, pad_
         for k in range(K):
             total = grad_w.dtype.type(0)
             for chunk in range(chunks):
-                total += part_w[chunk, m, k]
+                total += part_w[chunk, k, m]
             gw[m, k] = total
         total = grad_b.dtype.type(0)
         for chunk in range(chunks):

@@ -414,6 +414,15 @@ class Backend(abc.ABC):
         """
         return False
 
+    def skips_input_grad(self, spec: ConvSpec, algorithm: str) -> bool:
+        """Whether ``algorithm`` plans ``"backward+weights"``: dW and db only, ``grad_x`` untouched.
+
+        ``conv2d_backward(..., input_grad=False)`` then saves dX's work (a
+        network's first layer); otherwise the front end runs the full
+        backward and drops ``grad_x``. Default: False.
+        """
+        return False
+
     def workspace_bytes(self, spec: ConvSpec, algorithm: str, direction: str) -> int:
         """Host bytes of scratch memory one call allocates beyond its outputs.
 

@@ -46,7 +46,7 @@ from . import _tiles
 from ._depthwise_bands import BAND, DEPTHWISE_WHY, SUMMARY, bands, depthwise_check
 from ._depthwise_bands import prefer as _prefer_depthwise
 from ._kernel_module import KernelModuleBackend, KernelSpec
-from ._tiles import TILE_KIB_VALUES, gemm_check, prefer_gemm
+from ._tiles import GEMM_MIN_REDUCTION, TILE_KIB_VALUES, gemm_check, prefer_gemm
 from .base import Tunable
 
 __all__ = ["NumbaBackend"]
@@ -64,6 +64,19 @@ PARTIALS_BYTES = 64 * 2**20
 
 _DIRECT = "convsuite.backends._numba_kernels"
 _GEMM = "convsuite.backends._numba_gemm"
+
+#: Forward, one input channel and few filters: from this many outputs (batch x
+#: pixels x filters) ``gemm`` beats ``depthwise`` (2-core VM, 2026-11-24: LeNet conv1
+#: at batch 64, 301k outputs, 174 vs 236 us; 1 -> 8 7x7 on 2 x 86x86, 118k, 113 vs
+#: 150; 1 -> 6 5x5 at batch 2, 12k, 29 vs 22 us).
+LARGE_SINGLE_CHANNEL_OUTPUTS = 2**16
+#: Forward, few filters per group (below ``GEMM_MIN_OUT_CHANNELS``): from this many
+#: output pixels ``gemm`` beats ``blocked`` (16 x 4 -> 4 7x7 on 40x40, 18k pixels: 448
+#: vs 497 us; 2 x 3 -> 2 7x7 on 56x56, 6k: 111 vs 96).
+LARGE_THIN_PIXELS = 2**13
+#: Forward, a product too thin or short for ``prefer_gemm``: from this many outputs
+#: (pixels x filters per group) ``gemm`` still wins (see ``_thin_forward``).
+THIN_GEMM_OUTPUTS = 2**15
 _LINE = "convsuite.backends._numba_line"
 _BLOCKED = "convsuite.backends._numba_blocked"
 _DEPTHWISE = "convsuite.backends._numba_depthwise"
@@ -196,6 +209,34 @@ def _line_check(s: ConvSpec, direction: str) -> bool | str:
     return True
 
 
+def _thin_forward(s: ConvSpec, pixels: int, why: str) -> tuple[str, str]:
+    """Forward, where ``prefer_gemm`` finds the product too thin or short: ``blocked``, ``gemm`` or ``direct``.
+
+    2-core VM, 2026-11-24, 36 random cases (forward, float32): ``blocked`` beat
+    ``direct`` on every stride-1 case with a reduction of 16 or more (1.0-2.1x),
+    and beat ``gemm`` there on small outputs and with one or two filters per
+    group whatever the size (64 x 16 -> 2 7x7 on 86x86: 27 vs 36 ms), or four
+    over a long reduction (32 x 32 -> 4 7x7 on 56x56: 15 vs 31 ms); with a
+    stride it runs scalar and ``gemm`` won but on tiny cases (4 -> 4 5x5 s2 on
+    86x86: 55 vs 116 us); short reductions with many outputs went to ``gemm``
+    too (8 x 6 -> 16 1x1 s2 on 56x56: 37 vs direct's 221 us).
+    """
+    Mg, reduction = s.out_channels_per_group, s.reduction_length
+    unit_stride = all(v == 1 for v in s.stride)
+    blockable = reduction >= GEMM_MIN_REDUCTION
+    if blockable and unit_stride:
+        if Mg <= 2 or pixels < LARGE_THIN_PIXELS or (Mg <= 4 and reduction >= 512):
+            return "blocked", f"{why}; the register-blocked direct kernel"
+        return "gemm", f"{why}, but {pixels} output pixels: im2col + BLAS still wins"
+    if blockable and pixels * reduction >= 2**13:  # strided: blocked's scalar path loses but on tiny cases
+        return "gemm", f"{why}, but strided ({s.stride}): im2col + BLAS still wins"
+    if blockable:
+        return "blocked", f"{why}; the register-blocked direct kernel"
+    if pixels * Mg >= THIN_GEMM_OUTPUTS:
+        return "gemm", f"{why}, but {pixels} output pixels x {Mg} filters: im2col + BLAS still wins"
+    return "direct", why
+
+
 class NumbaBackend(KernelModuleBackend):
     """Multicore JIT kernels: ``@njit(parallel=True)`` with ``prange`` over owned outputs."""
 
@@ -220,7 +261,7 @@ class NumbaBackend(KernelModuleBackend):
                 "gemm",
                 "im2col tile per (image, group, row block) times the weights by np.dot (BLAS); "
                 "1x1 without a copy; backward dW/dX from the same tile",
-                KernelSpec(_GEMM, extra=_gemm_extra, blas=True, activation=True),
+                KernelSpec(_GEMM, extra=_gemm_extra, blas=True, activation=True, input_grad=True, relu_mask=True),
                 check=gemm_check,
                 tunables=(_GEMM_TILE, _GEMM_PARTIALS),
                 constraint=_gemm_constraint,
@@ -251,20 +292,33 @@ class NumbaBackend(KernelModuleBackend):
 
     def choose_algorithm(self, spec: ConvSpec, direction: str) -> tuple[str, str]:
         """The measured rule: ``line1d`` for 1-D signals, ``depthwise`` for one input channel per group
-        and few filters each, ``gemm`` where the product is wide and deep enough for BLAS, else ``direct``.
+        and few filters each (``gemm`` for a large single-channel image batch), ``gemm`` where the
+        product is wide and deep enough for BLAS or the work is large, else ``blocked`` or ``direct``.
+
+        Measured on the 2-core VM (2026-11-24, forward, medians of 9 interleaved calls on 36
+        random cases) after im2col's copies got ~4x faster: LeNet conv1 (64 x 1 -> 6, 5x5, 32x32)
+        gemm 174 us vs depthwise 236; the thin cases below ``prefer_gemm``'s bounds: see
+        :func:`_thin_forward`.
         """
         s = spec.as_2d()
-        if direction == "forward" and spec.ndim == 1 and _line_check(s, direction) is True:
+        forward = direction == "forward"
+        if forward and spec.ndim == 1 and _line_check(s, direction) is True:
             return "line1d", "1-D, one channel per group: one pass at memory speed"
-        if direction == "forward" and _prefer_depthwise(s):
-            return "depthwise", DEPTHWISE_WHY
+        pixels = s.batch * s.out_size[0] * s.out_size[1]
+        if forward and _prefer_depthwise(s):
+            outputs = pixels * s.out_channels
+            if s.groups > 1 or outputs < LARGE_SINGLE_CHANNEL_OUTPUTS or gemm_check(s, direction) is not True:
+                return "depthwise", DEPTHWISE_WHY
+            return "gemm", f"one input channel, {outputs} outputs (>= {LARGE_SINGLE_CHANNEL_OUTPUTS}): BLAS wins"
         gemm, why = prefer_gemm(s, direction)
-        if gemm:
+        name = "gemm" if gemm else "direct"
+        if not gemm and forward:
+            name, why = _thin_forward(s, pixels, why)
+        if name == "gemm":
             verdict = gemm_check(s, direction)
-            if verdict is True:
-                return "gemm", why
-            return "direct", verdict
-        return "direct", why
+            if verdict is not True:
+                return "direct", verdict
+        return name, why
 
     def warm_up(self, dtype) -> float:
         """Compile or load from cache the kernels for ``dtype``; returns seconds spent."""

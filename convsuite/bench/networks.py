@@ -168,7 +168,7 @@ def lenet_training_step(backends: list[str], batch: int = 64, repeat: int = 10) 
         def step(net=net, criterion=criterion, optimiser=optimiser):
             optimiser.zero_grad()
             criterion(net(x), y)
-            net.backward(criterion.backward())
+            net.backward(criterion.backward(), input_grad=False)  # as torch: the images need none
             optimiser.step()
 
         contenders[name] = step

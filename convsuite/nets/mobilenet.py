@@ -115,11 +115,15 @@ class MobileNetV2(nn.Module):
         """Logits of shape ``(B, num_classes)`` for images ``x`` of shape ``(B, 3, H, W)``."""
         return self.classifier(self.flatten(self.pool(self.features(x))))
 
-    def backward(self, grad_y):
-        """Gradient with respect to the input images, given the gradient of the logits."""
+    skips_input_grad = True
+
+    def backward(self, grad_y, input_grad: bool = True):
+        """Gradient with respect to the input images, given the gradient of the logits
+        (``input_grad=False``: parameter gradients only, None returned).
+        """
         grad = self.classifier.backward(grad_y)
         grad = self.pool.run_backward(self.flatten.run_backward(grad))
-        return self.features.backward(grad)
+        return self.features.backward(grad, input_grad=input_grad)
 
 
 def _torchvision_init(network: nn.Module, rng: np.random.Generator) -> None:

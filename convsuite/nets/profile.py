@@ -135,7 +135,7 @@ def profile(network: nn.Module, x, repeat: int = 5, *, backward: bool = False, w
         Timed passes; medians are reported.
     backward : bool, default False
         Also time the backward pass (output gradient: ones), as in a
-        training step.
+        training step (no gradient with respect to the input).
     warmup : int, default 1
         Untimed passes first (JIT compilation, kernel loading, plans).
 
@@ -164,7 +164,8 @@ def profile(network: nn.Module, x, repeat: int = 5, *, backward: bool = False, w
             y, seconds["forward"] = _timed(lambda: network(xd), device)
         if backward:
             grad = array_module(y).ones_like(y)
-            _, seconds["backward"] = _timed(lambda: network.backward(grad), device)
+            # As a training step: the input needs no gradient (the first layer leaves it out).
+            _, seconds["backward"] = _timed(lambda: network.run_backward(grad, input_grad=False), device)
         if upload is not None:
             _, t = _timed(lambda: y.get(), "gpu")
             transfers["device_to_host"].append(t)

@@ -140,7 +140,7 @@ def train_lenet5(
                 y = _on_device(data.y_train[index], config.device)
                 optimiser.zero_grad()
                 loss = float(criterion(network(x), y))
-                network.backward(criterion.backward())
+                network.backward(criterion.backward(), input_grad=False)  # the images need none
                 optimiser.step()
                 epoch_loss += loss * len(index)
                 running = loss if running is None else 0.9 * running + 0.1 * loss

@@ -99,8 +99,14 @@ class _Conv(Module):
         cache["_activation"] = activation if keep else None
         return y
 
-    def backward(self, grad_y):
-        """Gradient with respect to the input; weight and bias gradients accumulate."""
+    skips_input_grad = True
+
+    def backward(self, grad_y, input_grad: bool = True):
+        """Gradient with respect to the input; weight and bias gradients accumulate.
+
+        ``input_grad=False`` returns None and leaves the input gradient's work
+        out where the backend can (``convsuite.conv2d_backward(..., input_grad=False)``).
+        """
         if self._x is None:
             raise RuntimeError(f"{type(self).__name__}.backward needs a forward pass with gradients enabled first")
         conv_backward = _api.conv1d_backward if self._ndim == 1 else _api.conv2d_backward
@@ -114,7 +120,7 @@ class _Conv(Module):
             xp = array_module(y)
             grad_y = xp.where((y <= 0) | (y >= 6), xp.zeros((), dtype=grad_y.dtype), grad_y)
         grad_x, grad_w, grad_b = conv_backward(
-            grad_y, self._x, self.weight.data, relu_output=relu_output, **self._keywords()
+            grad_y, self._x, self.weight.data, relu_output=relu_output, input_grad=input_grad, **self._keywords()
         )
         self.weight.accumulate(grad_w)
         if self.bias is not None:

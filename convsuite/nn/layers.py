@@ -232,13 +232,18 @@ class Linear(Module):
             y += self.bias.data
         return y
 
-    def backward(self, grad_y):
-        """Gradient with respect to the input; accumulates the weight and bias gradients."""
+    skips_input_grad = True
+
+    def backward(self, grad_y, input_grad: bool = True):
+        """Gradient with respect to the input; accumulates the weight and bias gradients.
+
+        ``input_grad=False``: the weight and bias gradients only; returns None.
+        """
         if self._x is None:
             raise RuntimeError("Linear.backward needs a forward pass with gradients enabled first")
         with _products(grad_y):
             self.weight.accumulate(grad_y.T @ self._x)
-            grad_x = grad_y @ self.weight.data
+            grad_x = grad_y @ self.weight.data if input_grad else None
         if self.bias is not None:
             self.bias.accumulate(grad_y.sum(axis=0))
         return grad_x

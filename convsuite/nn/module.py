@@ -5,6 +5,13 @@ There is no autograd engine. A layer's ``forward`` keeps what its
 ``backward(grad_y)`` returns the gradient with respect to the layer's input
 and *adds* the gradients of its parameters into ``Parameter.grad``, as
 ``loss.backward()`` does in PyTorch (``SGD.zero_grad`` clears them).
+
+``network.backward(grad, input_grad=False)`` is the training step's form: the
+input (the data) needs no gradient, so the first layer leaves its input
+gradient out (as torch does for an input that does not require grad) and
+``None`` is returned. Layers that can save that work say so with
+``skips_input_grad`` and take ``backward(grad_y, input_grad=False)``; for
+the others :meth:`Module.run_backward` computes it and drops it.
 """
 
 from __future__ import annotations
@@ -156,6 +163,9 @@ class Module:
         """The layer's computation; sub-classes define it."""
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
+    #: Whether :meth:`backward` takes ``input_grad=False`` (parameter gradients only, returns None).
+    skips_input_grad: bool = False
+
     def backward(self, grad_y):
         """Gradient with respect to the input, given ``grad_y``; accumulates parameter gradients."""
         raise NotImplementedError(f"{type(self).__name__} does not define backward()")
@@ -171,16 +181,28 @@ class Module:
         recorder.add(self, "forward", timer.stop())
         return out
 
-    def run_backward(self, grad_y):
-        """``backward(grad_y)``, timed like ``__call__`` when a recorder is open."""
+    def run_backward(self, grad_y, input_grad: bool = True):
+        """``backward(grad_y)``, timed like ``__call__`` when a recorder is open.
+
+        ``input_grad=False``: parameter gradients only, None returned (the
+        input gradient is left out where the layer can, else dropped).
+        """
         recorder = _timing.current_recorder()
         if recorder is None or self._modules:
-            return self.backward(grad_y)
+            return self._backward(grad_y, input_grad)
         timer = _timing.timer_for(grad_y)
         timer.start()
-        out = self.backward(grad_y)
+        out = self._backward(grad_y, input_grad)
         recorder.add(self, "backward", timer.stop())
         return out
+
+    def _backward(self, grad_y, input_grad: bool):
+        if input_grad:
+            return self.backward(grad_y)
+        if self.skips_input_grad:
+            return self.backward(grad_y, input_grad=False)
+        self.backward(grad_y)
+        return None
 
     def _need_cache(self) -> bool:
         """Whether forward should keep what backward needs."""
@@ -422,18 +444,23 @@ class Sequential(Module):
         object.__setattr__(self, "_fused", fused)
         return x
 
-    def backward(self, grad_y):
-        """Gradient through the layers in reverse order, honouring the fusions of the last forward."""
+    skips_input_grad = True
+
+    def backward(self, grad_y, input_grad: bool = True):
+        """Gradient through the layers in reverse order, honouring the fusions of the last forward.
+
+        ``input_grad=False``: the first layer leaves out the gradient with
+        respect to the network's input (None is returned); see the module doc.
+        """
         layers = list(self._modules.values())
         index = len(layers) - 1
         while index >= 0:
             start = self._fused.get(index)
+            first = index if start is None else start
+            wanted = input_grad or first > 0
             if start is not None:  # the conv applies the activation's gradient mask itself
                 for skipped in layers[start + 1 : index + 1]:
                     self._record_fused(skipped, "backward")
-                grad_y = layers[start].run_backward(grad_y)
-                index = start - 1
-            else:
-                grad_y = layers[index].run_backward(grad_y)
-                index -= 1
+            grad_y = layers[first].run_backward(grad_y, wanted)
+            index = first - 1
         return grad_y
