@@ -201,3 +201,13 @@ def test_layer_without_the_option_computes_and_drops():
 
     assert Doubling().run_backward(np.ones(3), input_grad=False) is None
     np.testing.assert_array_equal(Doubling().run_backward(np.ones(3)), 2 * np.ones(3))
+
+
+@pytest.mark.parametrize("value", ["no", None, 1])
+def test_network_backward_checks_input_grad(value):
+    net = _small_net("conv", "numpy")
+    out = net(np.ones((1, 2, 6, 6)))
+    with pytest.raises(TypeError, match=r"`input_grad` must be True or False"):
+        net.backward(np.ones_like(out), input_grad=value)
+    with pytest.raises(TypeError, match=r"`input_grad` must be True or False"):
+        net[0].run_backward(np.ones((1, 4, 6, 6)), input_grad=value)

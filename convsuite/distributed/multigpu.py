@@ -242,7 +242,8 @@ def _backward(ndim, grad_y, x, w, devices, keywords):
     gy = scatter(grad_y, [s.device for s in shards])
     results = conv_shards(shards, w, ndim=ndim, direction="backward", grad_y=gy, **keywords)
     device = _caller_device(x)
-    grad_x = gather([r[0] for r in results], device)
+    parts = [r[0] for r in results]
+    grad_x = None if parts[0].array is None else gather(parts, device)  # None: input_grad=False
     return grad_x, _sum_on([r[1] for r in results], device), _sum_on([r[2] for r in results], device)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from .._blas_spin import numpy_blas_spins_long
 from .._capture import capturing
-from .._validation import float_dtype, weight_generator
+from .._validation import check_input_grad, float_dtype, weight_generator
 from ._xp import array_module
 from .module import Module, Parameter
 
@@ -241,6 +241,7 @@ class Linear(Module):
         """
         if self._x is None:
             raise RuntimeError("Linear.backward needs a forward pass with gradients enabled first")
+        input_grad = check_input_grad(input_grad)
         with _products(grad_y):
             self.weight.accumulate(grad_y.T @ self._x)
             grad_x = grad_y @ self.weight.data if input_grad else None

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from .._arrays import is_cupy_array
+from .._validation import check_input_grad
 from . import _timing
 from ._xp import array_module, to_numpy
 
@@ -187,6 +188,8 @@ class Module:
         ``input_grad=False``: parameter gradients only, None returned (the
         input gradient is left out where the layer can, else dropped).
         """
+        if input_grad is not True and input_grad is not False:
+            input_grad = check_input_grad(input_grad)
         recorder = _timing.current_recorder()
         if recorder is None or self._modules:
             return self._backward(grad_y, input_grad)
@@ -452,6 +455,8 @@ class Sequential(Module):
         ``input_grad=False``: the first layer leaves out the gradient with
         respect to the network's input (None is returned); see the module doc.
         """
+        if input_grad is not True and input_grad is not False:
+            input_grad = check_input_grad(input_grad)
         layers = list(self._modules.values())
         index = len(layers) - 1
         while index >= 0:
