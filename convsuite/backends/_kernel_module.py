@@ -267,27 +267,12 @@ class KernelModuleBackend(Backend):
 
             return forward
 
-        if relu_mask:  # the plan passes the ReLU's output, a seventh operand
+        # A "backward+relu" plan passes the ReLU's output as a seventh operand; a kernel
+        # that can mask but is planned without it gets unused mask arguments.
+        unused_mask = (np.ones((1, 1, 1, 1), dtype=s.dtype), 0) if kernels.relu_mask else ()
 
-            def backward_through_relu(grad_y, x, w, grad_x, grad_w, grad_b, relu_output):
-                launch_one(
-                    kernel,
-                    grad_y.reshape(y_shape),
-                    x.reshape(x_shape),
-                    w.reshape(w_shape),
-                    grad_x.reshape(x_shape),
-                    grad_w.reshape(w_shape),
-                    grad_b,
-                    *tail,
-                    relu_output.reshape(y_shape),
-                    1,
-                )
-
-            return backward_through_relu
-        if kernels.relu_mask:  # the kernel's mask arguments, unused
-            tail += (np.ones((1, 1, 1, 1), dtype=s.dtype), 0)
-
-        def backward(grad_y, x, w, grad_x, grad_w, grad_b):
+        def backward(grad_y, x, w, grad_x, grad_w, grad_b, *relu_output):
+            mask = (relu_output[0].reshape(y_shape), 1) if relu_mask else unused_mask
             launch_one(
                 kernel,
                 grad_y.reshape(y_shape),
@@ -297,6 +282,7 @@ class KernelModuleBackend(Backend):
                 grad_w.reshape(w_shape),
                 grad_b,
                 *tail,
+                *mask,
             )
 
         return backward
