@@ -79,14 +79,28 @@ _POOL_GEOMETRIES = {
     "3x3 s1 p1": dict(kernel_size=3, stride=1, padding=1),
     "2x2 s3 (gaps)": dict(kernel_size=2, stride=3),
     "(3, 2) s(1, 2) p(1, 0)": dict(kernel_size=(3, 2), stride=(1, 2), padding=(1, 0)),
+    "17x17 s5 p8 (int32 tap codes)": dict(kernel_size=17, stride=5, padding=8),
 }
-_POOL_SHAPES = {"2x2 odd size (a row left out)": (2, 3, 7, 9)}
+_POOL_SHAPES = {"2x2 odd size (a row left out)": (2, 3, 7, 9), "17x17 s5 p8 (int32 tap codes)": (1, 2, 19, 23)}
+
+
+@pytest.fixture(params=["numba kernels", "numpy expressions"])
+def pool_path(request, monkeypatch):
+    """Each MaxPool2D path for NumPy arrays: numba's one-pass kernels, and the ufuncs without numba."""
+    from convsuite.nn import pooling
+
+    if request.param == "numba kernels":
+        pytest.importorskip("numba")
+        assert pooling._host_kernels() is not None
+    else:
+        monkeypatch.setattr(pooling, "_host_module", False)
+    return request.param
 
 
 @pytest.mark.parametrize("fill", ["ties", "nan", "-inf", "inf", "random"])
 @pytest.mark.parametrize("geometry", sorted(_POOL_GEOMETRIES))
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_maxpool_matches_torch_on_ties_and_nonfinite(geometry, fill, dtype):
+def test_maxpool_matches_torch_on_ties_and_nonfinite(geometry, fill, dtype, pool_path):
     """Values and routed gradients as torch: first maximum of a tie, the last NaN, ``-inf`` windows."""
     args = _POOL_GEOMETRIES[geometry]
     shape = _POOL_SHAPES.get(geometry, (2, 3, 8, 6))
@@ -112,6 +126,23 @@ def test_maxpool_matches_torch_on_ties_and_nonfinite(geometry, fill, dtype):
     np.testing.assert_allclose(ours.backward(G), tx.grad.numpy(), rtol=rtol, atol=rtol * np.abs(G).max())
     with nn.no_grad():  # the path that keeps no arg-max computes the same values
         np.testing.assert_array_equal(nn.MaxPool2D(**args)(x), y)
+
+
+def test_maxpool_takes_strided_inputs_and_checks_the_gradient_shape(pool_path):
+    """A non-contiguous input gives the contiguous result; a grad_y of another shape is refused."""
+    rng = np.random.default_rng(5)
+    base = rng.standard_normal((2, 6, 9, 10)).astype("float32")
+    x = base[:, ::2, :, ::-1]
+    pool = nn.MaxPool2D(3, stride=2, padding=1)
+    y = pool(x)
+    tx = torch.tensor(np.ascontiguousarray(x), requires_grad=True)
+    ty = tnn.MaxPool2d(3, stride=2, padding=1)(tx)
+    np.testing.assert_array_equal(y, ty.detach().numpy())
+    G = rng.standard_normal(y.shape).astype("float32")
+    ty.backward(torch.tensor(G))
+    np.testing.assert_allclose(pool.backward(G[:, :, ::-1].copy()[:, :, ::-1]), tx.grad.numpy(), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match=r"grad_y.*\(2, 3, 5, 5\).*\(2, 3, 5, 4\)"):
+        pool.backward(G[..., :4])
 
 
 def test_cross_entropy_matches_torch():
