@@ -266,18 +266,23 @@ def test_numba_defaults_are_the_hand_chosen_values():
     Ho, Wo = s.out_size
     assert _tiles.WORKSPACE_BYTES == 256 * 2**10
     assert table["gemm"].defaults(spec, "forward") == {"tile_kib": 256, "max_partials": 32}
-    # The rows the kernels receive are those of the rule before the parameters existed.
+    # The rows the kernels receive are those of the rule before the parameters existed, for
+    # tiles of Wo + 2 columns a row (stride 1: wide tiles, see _numba_gemm.forward).
+    Wp = Wo + 2
     min_tiles = -(-2 * threads // (s.batch * s.groups))
     per_column = s.reduction_length + s.out_channels_per_group  # forward: the tile's results share the budget
-    rows_fwd = max(1, min(_tiles.WORKSPACE_BYTES // (per_column * Wo * s.itemsize), -(-Ho // min_tiles), Ho))
-    rows_bwd = max(1, min(_tiles.WORKSPACE_BYTES // (s.reduction_length * Wo * s.itemsize), Ho))
-    assert numba_backend._gemm_extra(s, "forward", table["gemm"].defaults(spec, "forward")) == (rows_fwd, 32)
+    rows_fwd = max(1, min(_tiles.WORKSPACE_BYTES // (per_column * Wp * s.itemsize), -(-Ho // min_tiles), Ho))
+    rows_bwd = max(1, min(_tiles.WORKSPACE_BYTES // (s.reduction_length * Wp * s.itemsize), Ho))
+    assert numba_backend._gemm_extra(s, "forward", table["gemm"].defaults(spec, "forward")) == (rows_fwd, 32, 1)
     # A 1x1 layer with more output channels than pixels: whole images, split by output channels.
-    wide = _spec_of_shapes((1, 160, 7, 7), (960, 160, 1, 1)).as_2d()
+    late = _spec_of_shapes((1, 160, 7, 7), (960, 160, 1, 1)).as_2d()
     mrows = max(8, -(-960 // -(-2 * threads // 1)))
-    assert numba_backend._gemm_extra(wide, "forward", table["gemm"].defaults(wide, "forward")) == (7, mrows)
+    assert numba_backend._gemm_extra(late, "forward", table["gemm"].defaults(late, "forward")) == (7, mrows, 0)
     partials = max(1, min(32, numba_backend.PARTIALS_BYTES // (s.out_channels * s.reduction_length * s.itemsize)))
-    assert numba_backend._gemm_extra(s, "backward", table["gemm"].defaults(spec, "backward")) == (rows_bwd, partials)
+    assert numba_backend._gemm_extra(s, "backward", table["gemm"].defaults(spec, "backward")) == (rows_bwd, partials, 1)
+    # Stride 2: compact tiles, Wo columns a row.
+    strided = _spec_of_shapes((3, 16, 40, 30), (32, 16, 3, 3), stride=2, padding=1).as_2d()
+    assert numba_backend._gemm_extra(strided, "backward", table["gemm"].defaults(strided, "backward"))[2] == 0
 
 
 @pytest.mark.skipif(not INFO["cython"].available, reason=f"cython unavailable: {INFO['cython'].reason}")

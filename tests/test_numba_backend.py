@@ -180,3 +180,70 @@ def test_gemm_backward_does_not_depend_on_thread_count():
         cs.set_num_threads(None)
     for a, b in zip(*runs):
         np.testing.assert_array_equal(a, b)
+
+
+#: name -> (x shape, w shape, keywords, whether the rule takes wide tiles)
+_TILE_GEOMETRIES = {
+    "valid 5x5 (in place)": ((3, 6, 14, 14), (16, 6, 5, 5), {}, True),
+    "pad 1": ((2, 3, 9, 11), (4, 3, 3, 3), dict(padding=1), True),
+    "same, even kernel (asymmetric)": ((2, 4, 7, 12), (8, 4, 2, 3), dict(padding="same"), True),
+    "dilation 2, groups 2, pad 2": ((3, 8, 10, 9), (8, 4, 3, 3), dict(padding=2, dilation=2, groups=2), True),
+    "pad on the right only": ((2, 4, 6, 7), (8, 4, 3, 3), dict(padding=((0, 0), (0, 2))), True),
+    "full, dilation 2": ((2, 3, 5, 9), (5, 3, 2, 3), dict(padding="full", dilation=2), True),
+    "one row (1-D as 2-D)": ((2, 3, 1, 40), (5, 3, 1, 7), dict(padding="full", dilation=2), False),
+    "rows wider than 32": ((2, 2, 4, 40), (3, 2, 3, 3), dict(padding=1), False),
+    "stride 2": ((2, 4, 11, 10), (6, 4, 3, 3), dict(stride=2, padding=1), False),
+}
+
+
+@needs_numba
+@pytest.mark.parametrize("wide", [True, False], ids=["wide tiles", "compact tiles"])
+@pytest.mark.parametrize("nonfinite", [False, True], ids=["finite", "inf and NaN in one image"])
+@pytest.mark.parametrize("geometry", sorted(_TILE_GEOMETRIES))
+def test_gemm_tile_layouts_follow_the_ieee_reference(monkeypatch, geometry, nonfinite, wide):
+    """numba ``gemm``'s wide tiles (stride 1, short rows) and compact ones: forward and backward, IEEE results.
+
+    A wide tile computes unused columns; with an inf or NaN in an image (or the weights)
+    its item must fall back to compact tiles, or ``0 * inf`` would reach real gradients.
+    """
+    from convsuite._validation import prepare_forward
+    from convsuite.backends import numba_backend
+    from convsuite.testing import backward_tolerances, forward_tolerance
+
+    from ._ieee_reference import assert_same_ieee, ieee_backward, ieee_forward
+
+    choose = numba_backend._wide_tiles
+    monkeypatch.setattr(numba_backend, "_wide_tiles", lambda s: wide and choose(s))
+    cs.clear_plan_cache()
+    try:
+        x_shape, w_shape, kw, rule_takes_wide = _TILE_GEOMETRIES[geometry]
+        rng = np.random.default_rng(len(geometry))
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        w = rng.standard_normal(w_shape).astype(np.float32)
+        if nonfinite:
+            x[1, 0, 0, -1], x[1, -1, -1, 0] = np.inf, np.nan
+        geometry_args = [kw.get(k, d) for k, d in (("stride", 1), ("padding", 0), ("dilation", 1), ("groups", 1))]
+        spec = prepare_forward("conv2d", 2, x, w, None, *geometry_args, convert=False).spec
+        assert choose(spec.as_2d()) == rule_takes_wide
+        assert numba_backend._gemm_extra(spec.as_2d(), "backward", {"tile_kib": 256, "max_partials": 32})[2] == int(
+            wide and rule_takes_wide
+        )
+        finite = [np.where(np.isfinite(a), a, 0) for a in (x, w)]
+        y = cs.conv2d(x, w, backend="numba", algorithm="gemm", **kw)
+        assert_same_ieee(y, ieee_forward(spec, x, w), forward_tolerance(spec, *finite), "forward")
+        grad_y = rng.standard_normal(y.shape).astype(np.float32)
+        expected = ieee_backward(spec, grad_y, x, w)
+        tolerances = backward_tolerances(spec, grad_y, *finite)
+        got = cs.conv2d_backward(grad_y, x, w, backend="numba", algorithm="gemm", **kw)
+        for name, g, e, t in zip(("grad_x", "grad_w", "grad_b"), got, expected, tolerances):
+            assert_same_ieee(g, e, t, name)
+        if nonfinite:  # NaN weights too: dX's unused columns would be NaN * 0
+            w[0, 0, 0, 0] = np.nan
+            got = cs.conv2d_backward(grad_y, x, w, backend="numba", algorithm="gemm", **kw)
+            expected = ieee_backward(spec, grad_y, x, w)
+            assert_same_ieee(got[0], expected[0], tolerances[0], "grad_x with a NaN weight")
+        weights_only = cs.conv2d_backward(grad_y, x, w, backend="numba", algorithm="gemm", input_grad=False, **kw)
+        assert weights_only[0] is None
+        assert_same_ieee(weights_only[1], expected[1], tolerances[1], "grad_w without grad_x")
+    finally:
+        cs.clear_plan_cache()

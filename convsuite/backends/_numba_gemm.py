@@ -105,6 +105,107 @@ def _col2im_add(dcols, gx, b, c0, Cg, KH, KW, r0, rt, Wo, sh, sw, dh, dw, pad_to
                     _add_run(flat_dcols, row + rr * Wo + lo, flat_gx, plane + ih * W + lo * sw - shift, sw, hi - lo)
 
 
+@njit(cache=True, nogil=True, error_model="numpy")
+def _pad_rows(x, b, c0, Cg, first, Rp, Wp, pad_top, pad_left, xp):
+    """xp[c, r, col] = x[b, c0 + c, first + r - pad_top, col - pad_left], zero outside ``x``.
+
+    ``xp`` is flat, ``(Cg, Rp, Wp)``: the padded rows a stride-1 tile reads (the
+    "wide" layout, see :func:`forward`).
+    """
+    C, H, W = x.shape[1], x.shape[2], x.shape[3]
+    flat_x = x.reshape(x.size)
+    zero = xp.dtype.type(0)
+    lo = min(pad_left, Wp)
+    hi = min(Wp, pad_left + W)  # columns [lo, hi) come from x
+    for c in range(Cg):
+        plane = ((b * C) + c0 + c) * H * W
+        for r in range(Rp):
+            d = np.uint64((c * Rp + r) * Wp)
+            ih = first + r - pad_top
+            if ih < 0 or ih >= H:
+                for k in range(Wp):
+                    xp[d + np.uint64(k)] = zero
+                continue
+            for k in range(lo):
+                xp[d + np.uint64(k)] = zero
+            for k in range(hi, Wp):
+                xp[d + np.uint64(k)] = zero
+            _copy_run(flat_x, plane + ih * W, 1, xp, (c * Rp + r) * Wp + lo, hi - lo)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _wide_cols(src, base, pitch, Cg, KH, KW, dh, dw, Wp, cols):
+    """cols[(c, p, q), j] = src[base + c * pitch + p * dh * Wp + q * dw + j]: one run per row of cols."""
+    L = cols.shape[1]
+    flat_cols = cols.reshape(cols.size)
+    for c in range(Cg):
+        for p in range(KH):
+            for q in range(KW):
+                row = (c * KH + p) * KW + q
+                _copy_run(src, base + c * pitch + p * dh * Wp + q * dw, 1, flat_cols, row * L, L)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _wide_col2im_add(dcols, dst, base, pitch, Cg, KH, KW, dh, dw, Wp):
+    """The adjoint of :func:`_wide_cols`: dst[base + c * pitch + p * dh * Wp + q * dw + j] += dcols[(c, p, q), j]."""
+    L = dcols.shape[1]
+    flat = dcols.reshape(dcols.size)
+    for c in range(Cg):
+        for p in range(KH):
+            for q in range(KW):
+                row = (c * KH + p) * KW + q
+                _add_run(flat, row * L, dst, base + c * pitch + p * dh * Wp + q * dw, 1, L)
+
+
+@njit(inline="always")
+def _grad_rows(src, through, masked, start, dst, rt, Wo, pitch):
+    """dst[rr * pitch + k] = src[start + rr * Wo + k] for k < Wo (0 where ``through <= 0`` when
+    ``masked``), the gap ``[Wo, pitch)`` of every row but the last zeroed; returns the sum copied.
+    """
+    zero = dst.dtype.type(0)
+    total = dst.dtype.type(0)
+    for rr in range(rt):
+        at, frm = np.uint64(rr * pitch), np.uint64(start + rr * Wo)
+        if masked:
+            for k in range(Wo):  # unsigned indices: see _im2col
+                v = zero if through[frm + np.uint64(k)] <= 0 else src[frm + np.uint64(k)]
+                dst[at + np.uint64(k)] = v
+                total += v
+        else:
+            for k in range(Wo):
+                v = src[frm + np.uint64(k)]
+                dst[at + np.uint64(k)] = v
+                total += v
+        if rr < rt - 1:
+            for k in range(Wo, pitch):
+                dst[at + np.uint64(k)] = zero
+    return total
+
+
+@njit(inline="always")
+def _finite(flat, start, n):
+    """Whether flat[start : start + n] holds no inf or NaN (``v - v`` is NaN exactly for those)."""
+    total = flat.dtype.type(0)
+    for k in range(n):
+        v = flat[np.uint64(start + k)]
+        total += v - v
+    return total == 0
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _unpad_planes(padded, Hp, Wp, pad_top, pad_left, flat_gx, first, Cg, H, W):
+    """flat_gx[first + (c, ih, iw)] = padded[c, ih + pad_top, iw + pad_left] (zero outside ``padded``)."""
+    zero = flat_gx.dtype.type(0)
+    for c in range(Cg):
+        for ih in range(H):
+            r = ih + pad_top
+            d = np.uint64(first + (c * H + ih) * W)
+            for iw in range(W):
+                col = iw + pad_left
+                inside = r < Hp and col < Wp
+                flat_gx[d + np.uint64(iw)] = padded[np.uint64((c * Hp + r) * Wp + col)] if inside else zero
+
+
 @njit(inline="always")
 def _copy_run(src, start, step, dst, at, n):
     """dst[at + i] = src[start + i * step] for i < n; ``start`` and ``at`` non-negative."""
@@ -132,9 +233,15 @@ def _add_run(src, start, dst, at, step, n):
 
 
 @njit(**_FLAGS)
-def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows, mrows, act):
+def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows, mrows, wide, act):
     """out[b, m] = bias[m] + (W_g @ im2col(x[b, group]))[m], ``rows`` output rows and ``mrows``
     output channels per work item, through the activation ``act`` (``_numba_epilogue``).
+
+    ``wide`` 1 (stride 1 only): the im2col tile has ``Wp = Wo + (KW - 1) * dw``
+    columns per output row, the row pitch of the padded input, so each row of
+    it is one run of the (padded) input planes (see :func:`_wide_cols`); the
+    product computes ``Wp - Wo`` unused columns per row, which the epilogue
+    skips.
     """
     B, C, H, W = x.shape
     M, Cg, KH, KW = w.shape
@@ -147,6 +254,10 @@ def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows, mr
     items = B * groups * tiles * mtiles
     pointwise = KH == 1 and KW == 1 and sh == 1 and sw == 1 and pad_top == 0 and pad_left == 0 and Ho == H
     pointwise = pointwise and Wo == W and rows == Ho
+    Wp = Wo + (KW - 1) * dw
+    # Wide tiles read the input planes in place when no padding is needed: no copy.
+    in_place = pad_top == 0 and pad_left == 0 and Wp == W and Ho + (KH - 1) * dh <= H
+    flat_x = x.reshape(x.size)
     x2 = x.reshape(B * C, H * W)
     out_flat = out.reshape(B, M, Ho * Wo)
     zero, six = out.dtype.type(0), out.dtype.type(6)
@@ -163,6 +274,26 @@ def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows, mr
         m0 = g * Mg + mt * mrows
         mn = min(mrows, (g + 1) * Mg - m0)
         wg = wm[m0 : m0 + mn]  # rows of a C-contiguous matrix: contiguous
+        if wide and not pointwise:
+            Rp = rt + (KH - 1) * dh
+            if in_place:
+                src, base, pitch = flat_x, ((b * C + g * Cg) * H + r0) * W, H * W
+            else:
+                src, base, pitch = np.empty(Cg * Rp * Wp, dtype=x.dtype), 0, Rp * Wp
+                _pad_rows(x, b, g * Cg, Cg, r0, Rp, Wp, pad_top, pad_left, src)
+            cols = np.empty((K, (rt - 1) * Wp + Wo), dtype=out.dtype)
+            _wide_cols(src, base, pitch, Cg, KH, KW, dh, dw, Wp, cols)
+            res = np.dot(wg, cols)
+            for i in range(mn):
+                m = m0 + i
+                bv = bias[m]
+                dst = out_flat[b, m]
+                src_row = res[i]
+                for rr in range(rt):
+                    at, frm = np.uint64((r0 + rr) * Wo), np.uint64(rr * Wp)
+                    for k in range(Wo):
+                        dst[at + np.uint64(k)] = activate(src_row[frm + np.uint64(k)] + bv, act, zero, six)
+            continue
         if pointwise:
             # 1x1, stride 1, no padding: the channels of image b are the matrix.
             cols = x2[b * C + g * Cg : b * C + (g + 1) * Cg]
@@ -178,6 +309,92 @@ def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows, mr
             src = res[i]
             for k in range(L):  # unsigned indices: see _im2col
                 dst[np.uint64(start + k)] = activate(src[np.uint64(k)] + bv, act, zero, six)
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+def _backward_item(
+    grad_y,
+    x,
+    w,
+    grad_x,
+    part_w,
+    part_b,
+    b,
+    g,
+    sh,
+    sw,
+    dh,
+    dw,
+    pad_top,
+    pad_left,
+    groups,
+    rows,
+    wide,
+    input_grad,
+    relu,
+    masked,
+):
+    """:func:`backward`'s work for image ``b``, group ``g``: adds into ``part_w`` ``(K, M)`` and ``part_b``."""
+    B, C, H, W = x.shape
+    M, Cg, KH, KW = w.shape
+    Ho, Wo = grad_y.shape[2], grad_y.shape[3]
+    Mg = M // groups
+    K = Cg * KH * KW
+    wm = w.reshape(M, K)
+    gy_flat = grad_y.reshape(B, M, Ho * Wo)
+    relu_flat = relu.reshape(B, M, Ho * Wo) if masked else relu.reshape(1, 1, relu.size)
+    Wp = Wo + (KW - 1) * dw
+    Hp = Ho + (KH - 1) * dh
+    in_place = pad_top == 0 and pad_left == 0 and Wp == W and Hp <= H  # as in forward
+    flat_x = x.reshape(x.size)
+    flat_gx = grad_x.reshape(grad_x.size)
+    wg_t = np.ascontiguousarray(wm[g * Mg : (g + 1) * Mg].T)
+    first = (b * C + g * Cg) * H * W  # this item's input planes: one contiguous run
+    if input_grad:
+        for i in range(first, first + Cg * H * W):
+            flat_gx[np.uint64(i)] = 0
+    # Wide tiles add 0 * x (dW) and W.T @ 0 (dX) for their unused columns: exact
+    # zeros only where x and W are finite, else the compact tiles (torch's NaN/inf).
+    use_wide = wide and _finite(flat_x, first, Cg * H * W)
+    use_wide = use_wide and (not input_grad or _finite(wm.reshape(wm.size), g * Mg * K, Mg * K))
+    src, base, pitch, gsrc, gbase = flat_x, 0, 0, flat_gx, 0
+    if use_wide:
+        if in_place:
+            src, base, pitch = flat_x, first, H * W
+            gsrc, gbase = flat_gx, first
+        else:
+            src, base, pitch = np.empty(Cg * Hp * Wp, dtype=x.dtype), 0, Hp * Wp
+            _pad_rows(x, b, g * Cg, Cg, 0, Hp, Wp, pad_top, pad_left, src)
+            gsrc, gbase = np.zeros(Cg * Hp * Wp if input_grad else 0, dtype=x.dtype), 0
+    for r0 in range(0, Ho, rows):
+        rt = min(rows, Ho - r0)
+        if use_wide:
+            L, pitch_y = (rt - 1) * Wp + Wo, Wp
+            cols = np.empty((K, L), dtype=x.dtype)
+            _wide_cols(src, base + r0 * Wp, pitch, Cg, KH, KW, dh, dw, Wp, cols)
+        else:
+            L, pitch_y = rt * Wo, Wo
+            cols = np.empty((K, L), dtype=x.dtype)
+            _im2col(x, b, g * Cg, Cg, KH, KW, r0, rt, Wo, sh, sw, dh, dw, pad_top, pad_left, cols)
+        gy = np.empty((Mg, L), dtype=x.dtype)
+        for i in range(Mg):
+            m = g * Mg + i
+            part_b[m] += _grad_rows(
+                gy_flat[b, m], relu_flat[b, m] if masked else relu_flat[0, 0], masked, r0 * Wo, gy[i], rt, Wo, pitch_y
+            )
+        # dW.T = cols @ gy.T: BLAS's long-reduction product is ~2.3x faster this
+        # way round than gy @ cols.T (2-core VM, one thread, LeNet conv2: 16 x 150
+        # from 100 pixels, 861 -> 371 us per 64 images).
+        part_w[:, g * Mg : (g + 1) * Mg] += np.dot(cols, gy.T)
+        if not input_grad:
+            continue
+        dcols = np.dot(wg_t, gy)
+        if use_wide:
+            _wide_col2im_add(dcols, gsrc, gbase + r0 * Wp, pitch, Cg, KH, KW, dh, dw, Wp)
+        else:
+            _col2im_add(dcols, grad_x, b, g * Cg, Cg, KH, KW, r0, rt, Wo, sh, sw, dh, dw, pad_top, pad_left)
+    if use_wide and input_grad and not in_place:
+        _unpad_planes(gsrc, Hp, Wp, pad_top, pad_left, flat_gx, first, Cg, H, W)
 
 
 @njit(**_FLAGS)
@@ -197,6 +414,7 @@ def backward(
     groups,
     rows,
     chunks,
+    wide,
     input_grad,
     relu,
     masked,
@@ -208,63 +426,47 @@ def backward(
     through a ReLU whose output is ``relu`` (shape of ``grad_y``): ``grad_y``
     counts as 0 where ``relu <= 0`` (a NaN output passes), applied while
     ``grad_y`` is copied into each tile, with no masked copy of it first;
-    ``masked`` 0 ignores ``relu`` (any array of its type).
+    ``masked`` 0 ignores ``relu`` (any array of its type). ``wide`` 1 (stride 1):
+    the tiles of :func:`forward`'s wide layout, ``grad_y`` copied into them with
+    zeros in the unused columns, and ``dcols`` added back in runs of the padded
+    planes; an item whose input (or, for dX, weights) holds an inf or NaN takes
+    the compact tiles, where no unused column can turn ``0 * inf`` into NaN.
     """
-    B, C, H, W = x.shape
+    B = x.shape[0]
     M, Cg, KH, KW = w.shape
-    Ho, Wo = grad_y.shape[2], grad_y.shape[3]
-    Mg = M // groups
     K = Cg * KH * KW
-    wm = w.reshape(M, K)
     items = B * groups
-    gy_flat = grad_y.reshape(B, M, Ho * Wo)
-    relu_flat = relu.reshape(B, M, Ho * Wo) if masked else relu.reshape(1, 1, relu.size)
-    zero = grad_y.dtype.type(0)
     chunks = max(1, min(items, chunks))
-    part_w = np.zeros((chunks, K, M), dtype=grad_w.dtype)  # dW transposed: see below
+    part_w = np.zeros((chunks, K, M), dtype=grad_w.dtype)  # dW transposed: see _backward_item
     part_b = np.zeros((chunks, M), dtype=grad_b.dtype)
     for chunk in prange(chunks):
         for item in range(chunk * items // chunks, (chunk + 1) * items // chunks):
-            g = item % groups
-            b = item // groups
-            wg_t = np.ascontiguousarray(wm[g * Mg : (g + 1) * Mg].T)
-            if input_grad:
-                planes = grad_x[b].reshape(C * H * W)  # this item's channels: one contiguous run
-                for i in range(g * Cg * H * W, (g + 1) * Cg * H * W):
-                    planes[i] = 0
-            for r0 in range(0, Ho, rows):
-                rt = min(rows, Ho - r0)
-                L = rt * Wo
-                cols = np.empty((K, L), dtype=x.dtype)
-                _im2col(x, b, g * Cg, Cg, KH, KW, r0, rt, Wo, sh, sw, dh, dw, pad_top, pad_left, cols)
-                gy = np.empty((Mg, L), dtype=x.dtype)
-                start = r0 * Wo
-                for i in range(Mg):
-                    m = g * Mg + i
-                    src = gy_flat[b, m]
-                    dst = gy[i]
-                    total = grad_b.dtype.type(0)
-                    if masked:
-                        through = relu_flat[b, m]
-                        for k in range(L):  # unsigned indices: see _im2col
-                            at = np.uint64(start + k)
-                            v = zero if through[at] <= 0 else src[at]
-                            dst[np.uint64(k)] = v
-                            total += v
-                    else:
-                        for k in range(L):
-                            v = src[np.uint64(start + k)]
-                            dst[np.uint64(k)] = v
-                            total += v
-                    part_b[chunk, m] += total
-                # dW.T = cols @ gy.T: BLAS's long-reduction product is ~2.3x faster this
-                # way round than gy @ cols.T (2-core VM, one thread, LeNet conv2: 16 x 150
-                # from 100 pixels, 861 -> 371 us per 64 images).
-                part_w[chunk, :, g * Mg : (g + 1) * Mg] += np.dot(cols, gy.T)
-                if not input_grad:
-                    continue
-                dcols = np.dot(wg_t, gy)
-                _col2im_add(dcols, grad_x, b, g * Cg, Cg, KH, KW, r0, rt, Wo, sh, sw, dh, dw, pad_top, pad_left)
+            # One item in a function of its own: with this code inline in the prange body
+            # (the wide tiles' scratch planes allocated in a branch), the parallel build
+            # indexed out of bounds (a heap corruption; IndexError with boundscheck) where
+            # the serial build of the same source was right. numba 0.68, 2026-11-24.
+            _backward_item(
+                grad_y,
+                x,
+                w,
+                grad_x,
+                part_w[chunk],
+                part_b[chunk],
+                item // groups,
+                item % groups,
+                sh,
+                sw,
+                dh,
+                dw,
+                pad_top,
+                pad_left,
+                groups,
+                rows,
+                wide,
+                input_grad,
+                relu,
+                masked,
+            )
     # Fixed-order reduction of the partials: deterministic, whatever the threads.
     gw = grad_w.reshape(M, K)
     for m in prange(M):

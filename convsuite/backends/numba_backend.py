@@ -152,18 +152,42 @@ def _gemm_extra(s: ConvSpec, direction: str, params) -> tuple:
         # (torch 52 and 131); 144->24 56x56 by channels 511 us, by rows 346.
         Mg = s.out_channels_per_group
         mrows = max(min(Mg, _tiles.GEMM_MIN_OUT_CHANNELS), -(-Mg // min_tiles))
-        return (Ho, mrows)
+        return (Ho, mrows, 0)
     # Forward, a tile's BLAS result (Mg values per column) shares the budget with its
     # im2col columns, so both stay in cache until the bias pass copies the result out
     # (2026-11-24, 2-core VM, MobileNetV2 layers: 16->96 1x1 112x112 462 -> 362 us,
     # 32->16 1x1 112x112 284 -> 169, the 3->32 3x3 s2 stem 384 -> 289).
     per_column = s.reduction_length + (s.out_channels_per_group if direction == "forward" else 0)
-    rows = _tiles.rows_per_tile(per_column, Wo, Ho, s.itemsize, min_tiles, budget)
+    wide = _wide_tiles(s)
+    width = Wo + (s.kernel_size[1] - 1) * s.dilation[1] if wide else Wo
+    rows = _tiles.rows_per_tile(per_column, width, Ho, s.itemsize, min_tiles, budget)
     if direction == "forward":
-        return (rows, s.out_channels_per_group)
+        return (rows, s.out_channels_per_group, int(wide))
     per_partial = s.out_channels * s.reduction_length * s.itemsize
     partials = max(1, min(params["max_partials"], PARTIALS_BYTES // max(1, per_partial)))
-    return (rows, partials)
+    return (rows, partials, int(wide))
+
+
+#: Widest output rows for which ``gemm`` builds wide tiles (see :func:`_wide_tiles`).
+WIDE_MAX_OUT_WIDTH = 32
+
+
+def _wide_tiles(s: ConvSpec) -> bool:
+    """Whether ``gemm`` builds its tiles "wide" (see ``_numba_gemm.forward``): stride 1, not
+    pointwise, several output rows of at most :data:`WIDE_MAX_OUT_WIDTH` columns.
+
+    A wide tile row is one run of the padded input, where the compact layout
+    copies ``Wo`` values per output row and tap: LeNet-5's conv2 (6 -> 16 5x5,
+    14x14, 64 images) copied 1,500 runs of 10 values per image. Wide tiles
+    cost ``(KW - 1) * dw`` unused columns per row and, when padded, a copy of
+    the input; with long rows the compact runs are already cheap. Measured on
+    the 2-core VM (2026-11-24, held plans, interleaved medians), wide over
+    compact, forward / backward: Wo = 10 (LeNet conv2) 1.70x / 1.29x, Wo = 28
+    (LeNet conv1; 3x3 C=32) 1.36x / 1.12x, 1.06x / 1.15x; Wo = 34 1.03x /
+    0.98x; Wo = 56 (3x3 C=64) 1.12x / 0.85x; a 1-D signal (one row) 0.93x / 0.90x.
+    """
+    Ho, Wo = s.out_size
+    return s.stride == (1, 1) and not _is_pointwise(s) and Ho > 1 and Wo <= WIDE_MAX_OUT_WIDTH
 
 
 def _is_pointwise(s: ConvSpec) -> bool:
