@@ -7,7 +7,11 @@ and dilation are folded into the copy) and multiplies it by the group's
 weights, ``(M/g, C/g * KH * KW)``, with ``np.dot``, which numba hands to the
 BLAS ``sgemm``/``dgemm`` that SciPy ships. A 1x1 kernel with stride 1 and no
 padding needs no copy: the input channels of one image already are the
-matrix (the pointwise specialisation).
+matrix (the pointwise specialisation). With stride 1 and short output rows
+the tile is "wide" (``wide`` 1, chosen by ``numba_backend._wide_tiles``): it
+takes the padded input's row pitch, so each of its rows is one run of the
+(padded) input and im2col is a few long copies instead of a copy per output
+row and tap; the unused columns it computes are dropped by the epilogue.
 
 Backward, from the same pieces. One item is (batch, group): for each block of
 rows it builds the im2col tile once and uses it twice, ``dW += dY @ cols.T``
