@@ -287,32 +287,27 @@ def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows, mr
                 _pad_rows(x, b, g * Cg, Cg, r0, Rp, Wp, pad_top, pad_left, src)
             cols = np.empty((K, (rt - 1) * Wp + Wo), dtype=out.dtype)
             _wide_cols(src, base, pitch, Cg, KH, KW, dh, dw, Wp, cols)
-            res = np.dot(wg, cols)
-            for i in range(mn):
-                m = m0 + i
-                bv = bias[m]
-                dst = out_flat[b, m]
-                src_row = res[i]
-                for rr in range(rt):
-                    at, frm = np.uint64((r0 + rr) * Wo), np.uint64(rr * Wp)
-                    for k in range(Wo):
-                        dst[at + np.uint64(k)] = activate(src_row[frm + np.uint64(k)] + bv, act, zero, six)
-            continue
-        if pointwise:
-            # 1x1, stride 1, no padding: the channels of image b are the matrix.
-            cols = x2[b * C + g * Cg : b * C + (g + 1) * Cg]
+            # The result's rows: Wo values every Wp columns.
+            runs, run, res_pitch = rt, Wo, Wp
         else:
-            cols = np.empty((K, L), dtype=out.dtype)
-            _im2col(x, b, g * Cg, Cg, KH, KW, r0, rt, Wo, sh, sw, dh, dw, pad_top, pad_left, cols)
+            if pointwise:
+                # 1x1, stride 1, no padding: the channels of image b are the matrix.
+                cols = x2[b * C + g * Cg : b * C + (g + 1) * Cg]
+            else:
+                cols = np.empty((K, L), dtype=out.dtype)
+                _im2col(x, b, g * Cg, Cg, KH, KW, r0, rt, Wo, sh, sw, dh, dw, pad_top, pad_left, cols)
+            # Rows r0 .. r0 + rt of a channel: one contiguous run of L values.
+            runs, run, res_pitch = 1, L, L
         res = np.dot(wg, cols)
-        start = r0 * Wo  # rows r0 .. r0 + rt of a channel: one contiguous run of L values
         for i in range(mn):
             m = m0 + i
             bv = bias[m]
             dst = out_flat[b, m]
-            src = res[i]
-            for k in range(L):  # unsigned indices: see _im2col
-                dst[np.uint64(start + k)] = activate(src[np.uint64(k)] + bv, act, zero, six)
+            src_row = res[i]
+            for rr in range(runs):
+                at, frm = np.uint64(r0 * Wo + rr * run), np.uint64(rr * res_pitch)
+                for k in range(run):  # unsigned indices: see _im2col
+                    dst[at + np.uint64(k)] = activate(src_row[frm + np.uint64(k)] + bv, act, zero, six)
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})

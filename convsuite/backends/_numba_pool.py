@@ -35,6 +35,13 @@ __all__ = ["max_pool2d_backward", "max_pool2d_forward"]
 _FLAGS = dict(parallel=True, cache=True, nogil=True, error_model="numpy")
 
 
+@njit(inline="always")
+def _take(v, m, code, best):
+    """One tap of a window: ``(m, best)`` after seeing value ``v`` of tap ``code`` (torch's rule)."""
+    take = (v > m) | (v != v)  # greater, or NaN
+    return (v if take else m), (code if take else best)
+
+
 @njit(**_FLAGS)
 def _max_forward(x, out, arg, kh, kw, sh, sw, ph, pw):
     """out[i, oh, ow] = max over the window's taps of x[i]; arg = the winning tap's code."""
@@ -59,19 +66,9 @@ def _max_forward(x, out, arg, kh, kw, sh, sw, ph, pw):
                 for p in range(p0, p1):
                     row = np.uint64((i * H + top + p) * W + left)  # + q >= 0 on the valid taps
                     for q in range(q0, q1):
-                        v = fx[row + np.uint64(q)]
-                        take = (v > m) | (v != v)  # torch's rule: greater, or NaN
-                        m = v if take else m  # selects, not branches: random data mispredicts
-                        best = p * kw + q if take else best
+                        m, best = _take(fx[row + np.uint64(q)], m, p * kw + q, best)
                 fo[o + ow] = m
                 fa[o + ow] = best
-
-
-@njit(inline="always")
-def _take(v, m, code, best):
-    """One tap of a window: ``(m, best)`` after seeing value ``v`` of tap ``code`` (torch's rule)."""
-    take = (v > m) | (v != v)  # greater, or NaN
-    return (v if take else m), (code if take else best)
 
 
 @njit(**_FLAGS)
