@@ -25,9 +25,10 @@ released; how many threads BLAS itself uses is the BLAS setting
 
 from cpython.pycapsule cimport PyCapsule_GetName, PyCapsule_GetPointer
 from libc.stdlib cimport free, malloc
-from libc.string cimport memcpy, memset
+from libc.string cimport memset
 
 from fused_types cimport real
+from row_copy cimport copy_row
 
 ctypedef void (*sgemm_t)(char*, char*, int*, int*, int*, float*, float*, int*, float*, int*,
                          float*, float*, int*) noexcept nogil
@@ -102,7 +103,7 @@ cdef void _im2col(const real[:, :, :, ::1] x, Py_ssize_t b, Py_ssize_t c0, Py_ss
                     if lo > 0:
                         memset(dst, 0, lo * sizeof(real))
                     if sw == 1:
-                        memcpy(dst + lo, src + lo - shift, (hi - lo) * sizeof(real))
+                        copy_row(dst + lo, src + lo - shift, hi - lo)
                     else:
                         for ow in range(lo, hi):
                             dst[ow] = src[ow * sw - shift]

@@ -147,15 +147,21 @@ def test_rule(backend, x_shape, w_shape, groups, chosen):
     assert w_shape[0] // groups <= MAX_MULTIPLIER or not chosen
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
-    ("backend", "chosen"),
-    [("cython", "depthwise"), ("numba", "gemm")],  # numba's faster im2col wins at batch 64 (measured)
+    ("x_shape", "w_shape", "groups", "chosen"),
+    [
+        ((64, 1, 32, 32), (6, 1, 5, 5), 1, "gemm"),  # LeNet-5 conv1 at batch 64: BLAS wins (measured, both)
+        ((1000, 1, 86, 86), (4, 1, 7, 7), 1, "gemm"),  # ECE408 fa21 conv1: four filters re-read the planes
+        ((8, 96, 56, 56), (96, 1, 3, 3), 96, "depthwise"),  # one filter per channel stays depthwise
+    ],
 )
-def test_large_single_channel_batches(backend, chosen):
-    """LeNet-5 conv1 at batch 64: numba takes gemm (LARGE_SINGLE_CHANNEL_OUTPUTS), cython stays depthwise."""
+def test_large_single_channel_batches(backend, x_shape, w_shape, groups, chosen):
+    """Few filters per input channel and much work: gemm (numba: LARGE_SINGLE_CHANNEL_OUTPUTS, cython:
+    MULTIPLIER_GEMM_OUTPUTS); one filter per channel: depthwise."""
     if backend not in AVAILABLE:
         pytest.skip(f"{backend} unavailable")
-    spec = prepare_forward("conv2d", 2, np.ones((64, 1, 32, 32)), np.ones((6, 1, 5, 5)), None, 1, 0, 1, 1).spec
+    spec = prepare_forward("conv2d", 2, np.ones(x_shape), np.ones(w_shape), None, 1, 0, 1, groups).spec
     assert get_backend(backend).choose_algorithm(spec, "forward")[0] == chosen
 
 
