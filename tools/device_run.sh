@@ -10,7 +10,8 @@
 #   bash tools/device_run.sh cache    a 20-configuration sweep twice, in two processes sharing CuPy's disk cache
 #   bash tools/device_run.sh ece408   the course's LeNet-5 inference at batch 10,000 (trained with cupy)
 #                                     vs cuDNN, and a profile of the per-call path of a tiny conv
-#   bash tools/device_run.sh multi    several GPUs: the multi-GPU tests and the scaling figures
+#   bash tools/device_run.sh multi [REPEAT]  several GPUs: the multi-GPU tests (also under memcheck), the
+#                                     scaling figures and `compare --scaling gpus`
 #   bash tools/device_run.sh tc       tf32x3: its GPU tests, the probe against igemm_big and cuDNN, Nsight Compute on c1
 #   bash tools/device_run.sh mnet     the network GPU tests; MobileNetV2 batch 1: graph call vs replay vs host time,
 #                                     every conv layer vs cuDNN
@@ -113,10 +114,13 @@ multi)
   nvidia-smi -L | tee -a "$SUMMARY"
   run pytest-multigpu 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_distributed_gpu.py tests/test_nets_gpu.py
   grep -E "^(FAILED|ERROR)" "$LOGS/pytest-multigpu.log" | head -20 | tee -a "$SUMMARY"
-  run networks 110 python3 -m convsuite.bench.networks --gpu --only mobilenet --backends numpy --out "$LOGS/networks.json"
-  grep -A8 "GPU, device-resident" "$LOGS/networks.log" | tee -a "$SUMMARY"
-  run scaling 130 python3 -m convsuite.bench.scaling --only gpus --out "$LOGS"
-  grep -iE "gpu|x one" "$LOGS/scaling.log" | tail -8 | tee -a "$SUMMARY"
+  run memcheck-multigpu 200 compute-sanitizer --tool memcheck python3 -m pytest -q -p no:cacheprovider -m gpu \
+    tests/test_distributed_gpu.py
+  grep -E "ERROR SUMMARY|passed|failed" "$LOGS/memcheck-multigpu.log" | tail -3 | tee -a "$SUMMARY"
+  run scaling 150 python3 -m convsuite.bench.scaling --only gpus --repeat ${2:-15} --out "$LOGS"
+  grep -E "^gpus" "$LOGS/scaling.log" | tail -8 | tee -a "$SUMMARY"
+  run compare-scaling 90 python3 -m convsuite compare --scaling gpus --repeat 5
+  tail -6 "$LOGS/compare-scaling.log" | tee -a "$SUMMARY"
   ;;
 tc)
   # tf32x3 iteration: its GPU tests, then the probe (tf32x3 vs igemm_big vs cuDNN, fused ReLU).
