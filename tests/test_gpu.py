@@ -897,3 +897,18 @@ def test_compiled_configurations_persist_across_processes(tmp_path):
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == entries, "the second process compiled"
     print(f"compile {first['seconds']:.3f} s, load from disk {second['seconds']:.3f} s")
     assert second["seconds"] < first["seconds"]
+
+
+def test_device_name_tells_the_model_for_the_tuning_cache_and_the_records():
+    import cupy
+
+    from convsuite import _registry, _tuning
+    from convsuite.bench.crossover import _machine
+
+    backend = _registry.get_backend("cupy")
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    model = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    name = _tuning.device_name("gpu", backend)
+    assert name == backend.device_name()
+    assert model in name and f"sm_{cupy.cuda.Device().compute_capability}" in name
+    assert _machine("gpu").startswith(name)  # the crossover and regret records name the GPU

@@ -169,6 +169,18 @@ class CupyBackend(Backend):
         """Total memory of the current device, in bytes."""
         return int(rt.cupy().cuda.Device().mem_info[1])
 
+    def device_name(self) -> str:
+        """The current GPU as the tuning cache and the records name it: model, compute capability, memory.
+
+        The memory size alone (the fallback of ``_tuning.device_name``) cannot
+        tell two 80 GB models apart, and it left the GPU records without a name.
+        """
+        cp = rt.cupy()
+        device = cp.cuda.Device()
+        name = cp.cuda.runtime.getDeviceProperties(device.id)["name"]
+        name = name.decode() if isinstance(name, bytes) else name
+        return f"{name} (sm_{device.compute_capability}, {device.mem_info[1]} B)"
+
     def warm_up(self, dtype=None) -> float:
         """Compile every CUDA module for the current device; the seconds it took (0 once built)."""
         t0 = time.perf_counter()
