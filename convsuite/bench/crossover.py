@@ -135,7 +135,7 @@ def _sample(rng: random.Random, axes: list[tuple], quota: dict[str, int], depthw
 def fit_grid(
     seed: int = 0,
     forward: int = 52,
-    backward: int = 12,
+    backward: int = 36,
     depthwise_forward: int = 22,
     depthwise_backward: int = 6,
     first_forward: int = 12,
@@ -428,7 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--skip", default=",".join(DEFAULT_SKIP), help="backends to leave out (comma-separated)")
     parser.add_argument("--forward", type=int, default=52, help="dense forward 2-D problems in the grid")
-    parser.add_argument("--backward", type=int, default=12, help="dense backward 2-D problems in the grid")
+    parser.add_argument("--backward", type=int, default=36, help="dense backward 2-D problems in the grid")
     parser.add_argument("--depthwise-forward", type=int, default=22, help="depthwise forward problems in the grid")
     parser.add_argument("--depthwise-backward", type=int, default=6, help="depthwise backward problems in the grid")
     parser.add_argument("--first-forward", type=int, default=12, help="first-layer forward problems in the grid")
