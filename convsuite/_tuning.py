@@ -228,9 +228,14 @@ def _cpu_name() -> str:
 
 
 def device_name(device: str, backend: Backend | None = None) -> str:
-    """A name that tells this device from another: CPU model, or what a device backend reports."""
+    """A name that tells this device from another: CPU model, or what a device backend reports.
+
+    Without ``backend``, the highest-priority available backend of ``device`` is asked.
+    """
     if device == "cpu":
         return f"{_cpu_name()} x{os.cpu_count()}"
+    if backend is None:
+        backend = next((b for b in _registry._by_priority() if b.device == device and b.available() is True), None)
     describe = getattr(backend, "device_name", None)
     if callable(describe):
         return describe()

@@ -35,9 +35,9 @@ def main() -> None:
         w = rs.standard_normal((e["M"], e["C"], e["K"], e["K"]), dtype=cp.float32)
         b = rs.standard_normal(e["M"], dtype=cp.float32)
         kw = dict(padding=e["padding"], backend="cupy")
-        auto = cs.explain(x, w, b, **kw).algorithm
-        backend = cs._registry.get_backend("cupy")
-        spec = cs.explain(x, w, b, **kw).spec
+        chosen = cs.explain(x, w, b, **kw)
+        auto, spec = chosen.algorithm, chosen.spec
+        backend = cs.get_backend("cupy")
         pinned = [a for a in FUSED_ACTIVATION if backend.can_run(spec, a, "forward") is True]
         for algorithm in ["auto", *pinned]:
 

@@ -234,9 +234,7 @@ def measure_problem(problem: Problem, device: str, skip: Sequence[str] = DEFAULT
 def _machine(device: str, load_before: str = "") -> str:
     """The machine, threads, and the 1/5/15-minute load average before and after a run."""
     load = f"; load average {load_before} before, {_load()} after" if load_before else ""
-    backend = next((b for b in _registry._by_priority() if b.device == device and b.available() is True), None)
-    name = _tuning.device_name(device, backend)
-    return f"{name}; {platform.platform()}; threads {_tuning.get_num_threads()}{load}"
+    return f"{_tuning.device_name(device)}; {platform.platform()}; threads {_tuning.get_num_threads()}{load}"
 
 
 def _load() -> str:
