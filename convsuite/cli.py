@@ -58,6 +58,17 @@ def _table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     Console().print(table)
 
 
+def _kernel_blas() -> str:
+    """Which sgemm/dgemm the compiled rungs' gemm calls (``_blas_routines``), or why none."""
+    from convsuite.backends._blas_routines import gemm_routines
+
+    try:
+        routines = gemm_routines()
+    except (ValueError, ImportError) as exc:
+        return f"none ({exc})"
+    return routines.source + (f" ({routines.why})" if routines.why else "")
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     """Print the machine, library versions and every backend's availability."""
     import convsuite
@@ -72,6 +83,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         f"convsuite {convsuite.__version__} on Python {platform.python_version()} ({sys.executable})",
         f"CPU: {cpu_description()}; vector extensions: {' '.join(cpu_flags()) or 'none reported'}",
         f"BLAS/OpenMP: {blas or 'unknown (threadpoolctl not installed)'}",
+        f"BLAS of the cython/numba gemm: {_kernel_blas()}",
         f"GPU: {gpu_description()}",
         "versions: " + ", ".join(f"{p} {versions[p]}" for p in _PACKAGES),
         f"threads: numba backend uses {convsuite.get_num_threads()} (convsuite.set_num_threads), {_numba_layer()}",

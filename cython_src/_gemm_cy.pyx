@@ -14,16 +14,16 @@ used twice: ``dW += dY @ tile.T`` (beta = 1 into grad_w, in a fixed order, so
 deterministic) and ``dtile = W.T @ dY``, scattered back onto grad_x (col2im,
 the adjoint of the copy); ``db`` is summed in the same pass.
 
-BLAS is SciPy's (``scipy.linalg.cython_blas``, as scikit-learn uses it). The
-function pointers are taken from that module's capsules at import time, the
-way numba finds them, so building this extension needs no SciPy headers.
+BLAS is the Fortran-interface ``sgemm``/``dgemm`` that ``_blas_routines``
+finds at import time (the ``scipy-openblas32`` package's OpenBLAS, else
+SciPy's ``cython_blas``, as scikit-learn uses it): function pointers, so
+building this extension needs no BLAS or SciPy headers.
 Row-major ``C = A @ B`` is column-major ``C.T = B.T @ A.T``: every call below
 passes the operands swapped. Like the rest of the rung it runs with the GIL
 released; how many threads BLAS itself uses is the BLAS setting
 (``threadpoolctl``), one by default in the benchmarks of this rung.
 """
 
-from cpython.pycapsule cimport PyCapsule_GetName, PyCapsule_GetPointer
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 
@@ -42,16 +42,17 @@ cdef dgemm_t _dgemm = NULL
 WORKSPACE_BYTES = 2 * 2**20
 
 
-cdef void* _blas_pointer(str name) except NULL:
-    """The address of SciPy's Fortran BLAS routine ``name``."""
-    from scipy.linalg import cython_blas
+cdef int _load_blas() except -1:
+    """Take the routines' addresses on first use (``_blas_routines``; a bad ``CONVSUITE_BLAS``
+    is then the caller's ValueError, not a failed import of the whole rung)."""
+    global _sgemm, _dgemm
+    if _sgemm == NULL:
+        from convsuite.backends._blas_routines import gemm_routines
 
-    capsule = cython_blas.__pyx_capi__[name]
-    return PyCapsule_GetPointer(capsule, PyCapsule_GetName(capsule))
-
-
-_sgemm = <sgemm_t>_blas_pointer("sgemm")
-_dgemm = <dgemm_t>_blas_pointer("dgemm")
+        routines = gemm_routines()
+        _dgemm = <dgemm_t><size_t>routines.dgemm
+        _sgemm = <sgemm_t><size_t>routines.sgemm
+    return 0
 
 
 cdef inline void _gemm(char* ta, char* tb, int m, int n, int k, real alpha, const real* a, int lda,
@@ -157,6 +158,7 @@ def forward(
     cdef real* cols = NULL
     cdef const real* tile
     cdef real* dst
+    _load_blas()
     if not pointwise:
         cols = <real*>malloc(K * rows * Wo * sizeof(real))
         if cols == NULL:
@@ -216,6 +218,7 @@ def backward(
         free(dcols)
         raise MemoryError("gemm: no memory for the im2col tiles")
     try:
+        _load_blas()
         with nogil:
             memset(&grad_x[0, 0, 0, 0], 0, B * C * H * W * sizeof(real))
             memset(&grad_w[0, 0, 0, 0], 0, M * K * sizeof(real))

@@ -22,6 +22,7 @@ import pytest
 import convsuite as cs
 from convsuite._registry import get_backend
 from convsuite._validation import prepare_forward
+from convsuite.backends._blas_routines import gemm_routines
 from convsuite.testing import (
     assert_within,
     backward_tolerances,
@@ -273,16 +274,65 @@ def test_numba_defaults_are_the_hand_chosen_values():
     per_column = s.reduction_length + s.out_channels_per_group  # forward: the tile's results share the budget
     rows_fwd = max(1, min(_tiles.WORKSPACE_BYTES // (per_column * Wp * s.itemsize), -(-Ho // min_tiles), Ho))
     rows_bwd = max(1, min(_tiles.WORKSPACE_BYTES // (s.reduction_length * Wp * s.itemsize), Ho))
-    assert numba_backend._gemm_extra(s, "forward", table["gemm"].defaults(spec, "forward")) == (rows_fwd, 32, 1)
+    blas = gemm_routines().sgemm  # the kernels' BLAS, by address (float32 here)
+    assert numba_backend._gemm_extra(s, "forward", table["gemm"].defaults(spec, "forward")) == (rows_fwd, 32, 1, blas)
     # A 1x1 layer with more output channels than pixels: whole images, split by output channels.
     late = _spec_of_shapes((1, 160, 7, 7), (960, 160, 1, 1)).as_2d()
     mrows = max(8, -(-960 // -(-2 * threads // 1)))
-    assert numba_backend._gemm_extra(late, "forward", table["gemm"].defaults(late, "forward")) == (7, mrows, 0)
+    assert numba_backend._gemm_extra(late, "forward", table["gemm"].defaults(late, "forward")) == (7, mrows, 0, blas)
     partials = max(1, min(32, numba_backend.PARTIALS_BYTES // (s.out_channels * s.reduction_length * s.itemsize)))
-    assert numba_backend._gemm_extra(s, "backward", table["gemm"].defaults(spec, "backward")) == (rows_bwd, partials, 1)
+    assert numba_backend._gemm_extra(s, "backward", table["gemm"].defaults(spec, "backward")) == (
+        rows_bwd,
+        partials,
+        1,
+        blas,
+    )
     # Stride 2: compact tiles, Wo columns a row.
     strided = _spec_of_shapes((3, 16, 40, 30), (32, 16, 3, 3), stride=2, padding=1).as_2d()
     assert numba_backend._gemm_extra(strided, "backward", table["gemm"].defaults(strided, "backward"))[2] == 0
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "padding"),
+    [
+        ((8, 256, 14, 14), (256, 256, 3, 3), 1),  # 14 columns a row: one row per 256 KiB tile
+        ((8, 64, 56, 56), (64, 64, 3, 3), 1),  # 56 columns, reduction 576
+        ((1, 512, 7, 7), (512, 512, 3, 3), 1),  # every row fits less than 256 columns
+        ((2, 512, 64, 64), (512, 512, 3, 3), 1),  # reduction 4608: capped at 4 MiB
+    ],
+)
+def test_default_gemm_tiles_hold_enough_columns(x_shape, w_shape, padding):
+    """The default budget grows (up to 4 MiB) until a tile holds MIN_GEMM_COLUMNS columns or every row,
+    and takes the smallest budget that does."""
+    from convsuite.backends import _tiles, cython_backend, numba_backend
+
+    spec = _spec_of_shapes(x_shape, w_shape, padding=padding)
+    s = spec.as_2d()
+    Ho, Wo = s.out_size
+    base, top = _tiles.WORKSPACE_BYTES // 1024, _tiles.MAX_DEFAULT_TILE_KIB
+    checked = 0
+    for backend, extra in (("cython", cython_backend._gemm_extra), ("numba", numba_backend._gemm_extra)):
+        if not INFO[backend].available:
+            continue
+        for direction in ("forward", "backward"):
+            params = get_backend(backend).algorithm_table()["gemm"].defaults(spec, direction)
+            kib = params["tile_kib"]
+            assert kib == base or (kib in _tiles.TILE_KIB_VALUES and base < kib <= top)
+            rows = extra(s, direction, params)[0]
+            if backend == "numba":
+                per_column, width = numba_backend._gemm_tile_shape(s, direction)
+            else:
+                per_column, width = s.reduction_length, Wo
+            limit = Ho  # numba's forward also keeps >= 2 tiles per thread
+            if backend == "numba" and direction == "forward":
+                limit = -(-Ho // -(-2 * cs.get_num_threads() // (s.batch * s.groups)))
+            assert rows * width >= _tiles.MIN_GEMM_COLUMNS or rows >= limit or kib == top, (backend, direction)
+            if kib > base:  # the next smaller budget would hold too few rows
+                smaller = max(v for v in (base, *_tiles.TILE_KIB_VALUES) if v < kib)
+                need = min(Ho, -(-_tiles.MIN_GEMM_COLUMNS // width))
+                assert max(1, smaller * 1024 // (per_column * width * s.itemsize)) < need
+            checked += 1
+    assert checked or not (INFO["cython"].available or INFO["numba"].available)
 
 
 @pytest.mark.skipif(not INFO["cython"].available, reason=f"cython unavailable: {INFO['cython'].reason}")

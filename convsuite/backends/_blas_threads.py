@@ -26,17 +26,28 @@ _libraries = None
 
 
 def _get_controller():
-    """Threadpoolctl's controller, built once after SciPy's BLAS is loaded (None if unavailable)."""
+    """Threadpoolctl's controller, built once after the kernels' BLAS is loaded (None if unavailable)."""
     global _controller
     if _controller is None:
         try:
-            import scipy.linalg.cython_blas  # noqa: F401  (loads the BLAS the kernels call)
+            import scipy.linalg.cython_blas  # noqa: F401  (loads SciPy's BLAS)
             from threadpoolctl import ThreadpoolController
         except ImportError:
             _controller = False
         else:
+            _load_kernel_blas()
             _controller = ThreadpoolController()
     return _controller or None
+
+
+def _load_kernel_blas() -> None:
+    """Load the BLAS the kernels call (``_blas_routines``) so that the controller lists it too."""
+    from ._blas_routines import gemm_routines
+
+    try:
+        gemm_routines()
+    except (ValueError, ImportError):  # a bad CONVSUITE_BLAS: the kernel's own call reports it
+        pass
 
 
 def _blas_libraries(controller) -> list:

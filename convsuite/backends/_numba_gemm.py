@@ -1,12 +1,14 @@
-"""The numba backend's ``gemm`` algorithm: im2col tiles and ``np.dot`` inside ``njit``.
+"""The numba backend's ``gemm`` algorithm: im2col tiles and a BLAS ``gemm`` inside ``njit``.
 
 Forward. The outputs are dealt out as work items (batch, group, block of
 output rows). An item copies the receptive fields of its rows into a private
 ``(C/g * KH * KW, rows * Wo)`` matrix (im2col; halo cells become zeros, stride
 and dilation are folded into the copy) and multiplies it by the group's
-weights, ``(M/g, C/g * KH * KW)``, with ``np.dot``, which numba hands to the
-BLAS ``sgemm``/``dgemm`` that SciPy ships. A 1x1 kernel with stride 1 and no
-padding needs no copy: the input channels of one image already are the
+weights, ``(M/g, C/g * KH * KW)``, with the BLAS ``sgemm``/``dgemm`` whose
+address the launch passes (``_blas_routines`` finds it, ``_numba_blas``
+calls it; numba's own ``np.dot`` would call SciPy's older OpenBLAS and
+allocate its result). A 1x1 kernel with
+stride 1 and no padding needs no copy: the input channels of one image already are the
 matrix (the pointwise specialisation). With stride 1 and short output rows
 the tile is "wide" (``wide`` 1, chosen by ``numba_backend._wide_tiles``): it
 takes the padded input's row pitch, so each of its rows is one run of the
@@ -35,6 +37,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from ._numba_blas import NO_TRANS, TRANS, gemm
 from ._numba_epilogue import activate
 
 __all__ = ["forward", "backward"]
@@ -237,9 +240,10 @@ def _add_run(src, start, dst, at, step, n):
 
 
 @njit(**_FLAGS)
-def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows, mrows, wide, act):
+def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows, mrows, wide, blas, act):
     """out[b, m] = bias[m] + (W_g @ im2col(x[b, group]))[m], ``rows`` output rows and ``mrows``
-    output channels per work item, through the activation ``act`` (``_numba_epilogue``).
+    output channels per work item, through the activation ``act`` (``_numba_epilogue``);
+    ``blas`` is the address of the ``sgemm``/``dgemm`` for the dtype (``_blas_routines``).
 
     ``wide`` 1 (stride 1 only): the im2col tile has ``Wp = Wo + (KW - 1) * dw``
     columns per output row, the row pitch of the padded input, so each row of
@@ -252,7 +256,6 @@ def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows, mr
     Ho, Wo = out.shape[2], out.shape[3]
     Mg = M // groups
     K = Cg * KH * KW
-    wm = w.reshape(M, K)
     tiles = (Ho + rows - 1) // rows
     mtiles = (Mg + mrows - 1) // mrows
     items = B * groups * tiles * mtiles
@@ -262,9 +265,8 @@ def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows, mr
     # Wide tiles read the input planes in place when no padding is needed: no copy.
     in_place = pad_top == 0 and pad_left == 0 and Wp == W and Ho + (KH - 1) * dh <= H
     flat_x = x.reshape(x.size)
-    x2 = x.reshape(B * C, H * W)
     out_flat = out.reshape(B, M, Ho * Wo)
-    zero, six = out.dtype.type(0), out.dtype.type(6)
+    zero, one, six = out.dtype.type(0), out.dtype.type(1), out.dtype.type(6)
     for item in prange(items):
         mt = item % mtiles
         rest = item // mtiles
@@ -277,7 +279,8 @@ def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows, mr
         L = rt * Wo
         m0 = g * Mg + mt * mrows
         mn = min(mrows, (g + 1) * Mg - m0)
-        wg = wm[m0 : m0 + mn]  # rows of a C-contiguous matrix: contiguous
+        # Row-major res (mn, n) = W[m0 : m0 + mn] (mn, K) @ tile (K, n) is column-major
+        # res.T = tile.T @ W.T: the Fortran call takes the operands swapped.
         if wide and not pointwise:
             Rp = rt + (KH - 1) * dh
             if in_place:
@@ -285,20 +288,25 @@ def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows, mr
             else:
                 src, base, pitch = np.empty(Cg * Rp * Wp, dtype=x.dtype), 0, Rp * Wp
                 _pad_rows(x, b, g * Cg, Cg, r0, Rp, Wp, pad_top, pad_left, src)
-            cols = np.empty((K, (rt - 1) * Wp + Wo), dtype=out.dtype)
+            n = (rt - 1) * Wp + Wo
+            cols = np.empty((K, n), dtype=out.dtype)
             _wide_cols(src, base, pitch, Cg, KH, KW, dh, dw, Wp, cols)
+            res = np.empty((mn, n), dtype=out.dtype)
+            gemm(blas, NO_TRANS, NO_TRANS, n, mn, K, one, cols, 0, n, w, m0 * K, K, zero, res, 0, n)
             # The result's rows: Wo values every Wp columns.
             runs, run, res_pitch = rt, Wo, Wp
         else:
+            res = np.empty((mn, L), dtype=out.dtype)
             if pointwise:
                 # 1x1, stride 1, no padding: the channels of image b are the matrix.
-                cols = x2[b * C + g * Cg : b * C + (g + 1) * Cg]
+                at = (b * C + g * Cg) * H * W
+                gemm(blas, NO_TRANS, NO_TRANS, L, mn, K, one, x, at, L, w, m0 * K, K, zero, res, 0, L)
             else:
                 cols = np.empty((K, L), dtype=out.dtype)
                 _im2col(x, b, g * Cg, Cg, KH, KW, r0, rt, Wo, sh, sw, dh, dw, pad_top, pad_left, cols)
+                gemm(blas, NO_TRANS, NO_TRANS, L, mn, K, one, cols, 0, L, w, m0 * K, K, zero, res, 0, L)
             # Rows r0 .. r0 + rt of a channel: one contiguous run of L values.
             runs, run, res_pitch = 1, L, L
-        res = np.dot(wg, cols)
         for i in range(mn):
             m = m0 + i
             bv = bias[m]
@@ -329,6 +337,7 @@ def _backward_item(
     groups,
     rows,
     wide,
+    blas,
     input_grad,
     relu,
     masked,
@@ -347,7 +356,6 @@ def _backward_item(
     in_place = pad_top == 0 and pad_left == 0 and Wp == W and Hp <= H  # as in forward
     flat_x = x.reshape(x.size)
     flat_gx = grad_x.reshape(grad_x.size)
-    wg_t = np.ascontiguousarray(wm[g * Mg : (g + 1) * Mg].T)
     first = (b * C + g * Cg) * H * W  # this item's input planes: one contiguous run
     if input_grad:
         for i in range(first, first + Cg * H * W):
@@ -381,13 +389,17 @@ def _backward_item(
             part_b[m] += _grad_rows(
                 gy_flat[b, m], relu_flat[b, m] if masked else relu_flat[0, 0], masked, r0 * Wo, gy[i], rt, Wo, pitch_y
             )
-        # dW.T = cols @ gy.T: BLAS's long-reduction product is ~2.3x faster this
-        # way round than gy @ cols.T (2-core VM, one thread, LeNet conv2: 16 x 150
-        # from 100 pixels, 861 -> 371 us per 64 images).
-        part_w[:, g * Mg : (g + 1) * Mg] += np.dot(cols, gy.T)
+        # dW.T += cols @ gy.T (rows K, columns g * Mg.. of the (K, M) partial): BLAS's
+        # long-reduction product is ~2.3x faster this way round than gy @ cols.T (2-core
+        # VM, one thread, LeNet conv2: 16 x 150 from 100 pixels, 861 -> 371 us per 64
+        # images). Column-major, it is part.T (Mg, K) += gy (Mg, L) @ cols.T (L, K).
+        one = x.dtype.type(1)
+        gemm(blas, TRANS, NO_TRANS, Mg, K, L, one, gy, 0, L, cols, 0, L, one, part_w, g * Mg, M)
         if not input_grad:
             continue
-        dcols = np.dot(wg_t, gy)
+        # dcols (K, L) = W_g.T (K, Mg) @ gy (Mg, L); column-major dcols.T = gy.T @ W_g.
+        dcols = np.empty((K, L), dtype=x.dtype)
+        gemm(blas, NO_TRANS, TRANS, L, K, Mg, one, gy, 0, L, w, g * Mg * K, K, x.dtype.type(0), dcols, 0, L)
         if use_wide:
             _wide_col2im_add(dcols, gsrc, gbase + r0 * Wp, pitch, Cg, KH, KW, dh, dw, Wp)
         else:
@@ -414,6 +426,7 @@ def backward(
     rows,
     chunks,
     wide,
+    blas,
     input_grad,
     relu,
     masked,
@@ -462,6 +475,7 @@ def backward(
                 groups,
                 rows,
                 wide,
+                blas,
                 input_grad,
                 relu,
                 masked,

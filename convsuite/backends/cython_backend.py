@@ -11,7 +11,7 @@ Algorithms (``algorithm=``; ``"auto"`` follows :meth:`CythonBackend.choose_algor
 
 - ``direct``: AXPY tiles gcc vectorises, accumulators in L1; the fastest
   where the reduction is short or the layer is depthwise.
-- ``gemm``: packed im2col tiles and SciPy's BLAS ``sgemm``/``dgemm`` written
+- ``gemm``: packed im2col tiles and BLAS ``sgemm``/``dgemm`` (``_blas_routines``) written
   straight into the output rows; long reductions, 1x1 layers, and backward.
 - ``depthwise``: one input channel per group (depthwise layers, a
   single-channel input with several filters): zero-padded phase planes and
@@ -52,9 +52,16 @@ _DIRECT_TILE = Tunable(
 _GEMM_TILE = Tunable(
     "tile_kib",
     TILE_KIB_VALUES,
-    lambda s, direction: _tiles.WORKSPACE_BYTES // 1024,  # read at plan time: 256
-    "KiB budget of one packed im2col tile: its output rows are as many as fit (at least one)",
+    lambda s, direction: _default_tile_kib(s.as_2d()),
+    "KiB budget of one packed im2col tile: its output rows are as many as fit (at least one); "
+    "by default 256, more where a tile would have fewer than 256 columns",
 )
+
+
+def _default_tile_kib(s: ConvSpec) -> int:
+    """``gemm``'s default budget: 256 KiB, more where its tiles would be thin (``_tiles.default_tile_kib``)."""
+    Ho, Wo = s.out_size
+    return _tiles.default_tile_kib(s.reduction_length, Wo, Ho, s.itemsize)
 
 
 def _direct_extra(s: ConvSpec, direction: str, params) -> tuple:
@@ -116,7 +123,7 @@ class CythonBackend(KernelModuleBackend):
             ),
             self.record(
                 "gemm",
-                "packed im2col tile times the weights by SciPy's sgemm/dgemm into the output rows; "
+                "packed im2col tile times the weights by BLAS sgemm/dgemm (_blas_routines) into the output rows; "
                 "1x1 without a copy; backward dW/dX from the same tile",
                 KernelSpec(_GEMM, extra=_gemm_extra, blas=True),
                 check=gemm_check,

@@ -43,6 +43,7 @@ import numpy as np
 from .._spec import ConvSpec
 from .._threads import get_num_threads
 from . import _tiles
+from ._blas_routines import gemm_routines
 from ._depthwise_bands import BAND, DEPTHWISE_WHY, SUMMARY, bands, depthwise_check
 from ._depthwise_bands import prefer as _prefer_depthwise
 from ._kernel_module import KernelModuleBackend, KernelSpec
@@ -112,9 +113,12 @@ _LINE_TILE = Tunable(
 _GEMM_TILE = Tunable(
     "tile_kib",
     TILE_KIB_VALUES,
-    lambda s, direction: _tiles.WORKSPACE_BYTES // 1024,  # read at plan time: 256
+    lambda s, direction: _tiles.default_tile_kib(
+        *_gemm_tile_shape(s.as_2d(), direction), s.as_2d().out_size[0], s.itemsize
+    ),
     "KiB budget of one im2col tile (forward: with its block of results): its output rows are as many "
-    "as fit (at least one; forward also keeps >= 2 tiles per thread)",
+    "as fit (at least one; forward also keeps >= 2 tiles per thread); by default 256, more where a "
+    "tile would have fewer than 256 columns",
 )
 _GEMM_PARTIALS = Tunable(
     "max_partials",
@@ -152,20 +156,28 @@ def _gemm_extra(s: ConvSpec, direction: str, params) -> tuple:
         # (torch 52 and 131); 144->24 56x56 by channels 511 us, by rows 346.
         Mg = s.out_channels_per_group
         mrows = max(min(Mg, _tiles.GEMM_MIN_OUT_CHANNELS), -(-Mg // min_tiles))
-        return (Ho, mrows, 0)
+        return (Ho, mrows, 0, gemm_routines().address(s.dtype))
     # Forward, a tile's BLAS result (Mg values per column) shares the budget with its
     # im2col columns, so both stay in cache until the bias pass copies the result out
     # (2026-11-24, 2-core VM, MobileNetV2 layers: 16->96 1x1 112x112 462 -> 362 us,
     # 32->16 1x1 112x112 284 -> 169, the 3->32 3x3 s2 stem 384 -> 289).
-    per_column = s.reduction_length + (s.out_channels_per_group if direction == "forward" else 0)
+    per_column, width = _gemm_tile_shape(s, direction)
     wide = _wide_tiles(s)
-    width = Wo + (s.kernel_size[1] - 1) * s.dilation[1] if wide else Wo
     rows = _tiles.rows_per_tile(per_column, width, Ho, s.itemsize, min_tiles, budget)
+    blas = gemm_routines().address(s.dtype)  # the kernel's BLAS, by address (see _numba_blas)
     if direction == "forward":
-        return (rows, s.out_channels_per_group, int(wide))
+        return (rows, s.out_channels_per_group, int(wide), blas)
     per_partial = s.out_channels * s.reduction_length * s.itemsize
     partials = max(1, min(params["max_partials"], PARTIALS_BYTES // max(1, per_partial)))
-    return (rows, partials, int(wide))
+    return (rows, partials, int(wide), blas)
+
+
+def _gemm_tile_shape(s: ConvSpec, direction: str) -> tuple[int, int]:
+    """Elements per column of a ``gemm`` tile's budget, and columns per output row."""
+    Wo = s.out_size[1]
+    per_column = s.reduction_length + (s.out_channels_per_group if direction == "forward" else 0)
+    width = Wo + (s.kernel_size[1] - 1) * s.dilation[1] if _wide_tiles(s) else Wo
+    return per_column, width
 
 
 #: Widest output rows for which ``gemm`` builds wide tiles (see :func:`_wide_tiles`).
