@@ -215,7 +215,12 @@ def _unpad_planes(padded, Hp, Wp, pad_top, pad_left, flat_gx, first, Cg, H, W):
 
 @njit(inline="always")
 def _copy_run(src, start, step, dst, at, n):
-    """dst[at + i] = src[start + i * step] for i < n; ``start`` and ``at`` non-negative."""
+    """dst[at + i] = src[start + i * step] for i < n; ``start`` and ``at`` non-negative.
+
+    Generated code (``inspect_asm``, float32, AVX-512 EPYC VM, 2026-11-26): the unit-stride
+    copy is 16-wide ``vmovups`` zmm loads and stores, unrolled; the strided one is scalar.
+    The multiply-adds are all in BLAS (OpenBLAS's SkylakeX ``sgemm`` kernel: zmm FMAs).
+    """
     s, d = np.uint64(start), np.uint64(at)
     if step == 1:
         for i in range(n):
