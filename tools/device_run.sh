@@ -16,6 +16,8 @@
 #   bash tools/device_run.sh mnet     the network GPU tests; MobileNetV2 batch 1: graph call vs replay vs host time,
 #                                     every conv layer vs cuDNN
 #   bash tools/device_run.sh relu6    the epilogue tests (relu, relu6), memcheck, MobileNetV2 on the GPU (ReLU6 fused or not)
+#   bash tools/device_run.sh cpu      the compiled CPU rungs' tests on the device's Python (numba, Cython,
+#                                     the BLAS they call: scipy-openblas32 when carried in .whl, SciPy's otherwise)
 #   bash tools/device_run.sh launch   the steps of one call and the packed launch vs CuPy's RawKernel call
 #                                     (tiny conv, MobileNetV2's 52 convolutions), with a cProfile
 set -u
@@ -52,6 +54,14 @@ tests)
   grep -E "ERROR SUMMARY|WRONG" "$LOGS/memcheck.log" | head -3 | tee -a "$SUMMARY"
   run racecheck 170 compute-sanitizer --tool racecheck python3 tools/gpu_smoke.py
   grep -E "RACECHECK SUMMARY|ERROR SUMMARY|WRONG" "$LOGS/racecheck.log" | head -3 | tee -a "$SUMMARY"
+  ;;
+cpu)
+  python3 -c "import convsuite; from convsuite.backends._blas_routines import gemm_routines as g; print(g())" \
+    2>&1 | tee -a "$SUMMARY"
+  run pytest-cpu 400 python3 -m pytest -q -p no:cacheprovider -n 4 -k "not cupy" tests/test_blas_routines.py \
+    tests/test_numba_backend.py tests/test_cython_backend.py tests/test_cpu_tunables.py \
+    tests/test_backward_options.py tests/test_agreement.py tests/test_blas_threads.py
+  grep -E "^(FAILED|ERROR)" "$LOGS/pytest-cpu.log" | head -20 | tee -a "$SUMMARY"
   ;;
 bench)
   run overhead 90 python3 -m convsuite.bench.overhead --device gpu --network
