@@ -12,7 +12,7 @@ Algorithms (``algorithm=``; ``"auto"`` follows :meth:`NumbaBackend.choose_algori
 - ``direct``: AXPY tiles over output columns, accumulators in L1; chosen
   where the product is too thin for BLAS (fewer than 8 output channels per
   group, e.g. depthwise layers) or the reduction is short.
-- ``gemm``: im2col tiles and ``np.dot`` (BLAS) per work item; the fastest
+- ``gemm``: im2col tiles and one BLAS ``gemm`` per work item (``_numba_blas``); the fastest
   wherever the reduction ``C/g * KH * KW`` is long, pointwise (1x1) included,
   and the basis of the backward pass.
 - ``blocked``: register-blocked direct convolution (4 output channels x a
@@ -295,7 +295,7 @@ class NumbaBackend(KernelModuleBackend):
             ),
             self.record(
                 "gemm",
-                "im2col tile per (image, group, row block) times the weights by np.dot (BLAS); "
+                "im2col tile per (image, group, row block) times the weights by BLAS gemm (_blas_routines); "
                 "1x1 without a copy; backward dW/dX from the same tile",
                 KernelSpec(_GEMM, extra=_gemm_extra, blas=True, activation=True, input_grad=True, relu_mask=True),
                 check=gemm_check,
