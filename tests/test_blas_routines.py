@@ -129,3 +129,31 @@ def test_gemm_declines_extents_past_32_bit_blas():
     ):
         verdict = gemm_check(spec(**kwargs), "backward")
         assert isinstance(verdict, str) and what in verdict and "32-bit" in verdict and "'direct'" in verdict
+
+
+_PICKLED_PLANS = """
+import sys
+import cloudpickle
+import numpy as np
+fwd, bwd, x, w, gy, want_y, want_grads = cloudpickle.loads(sys.stdin.buffer.read())
+np.testing.assert_allclose(fwd(x, w), want_y, rtol=1e-5, atol=1e-5)
+for got, want in zip(bwd(gy, x, w), want_grads):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not INFO["numba"].available, reason=f"numba unavailable: {INFO['numba'].reason}")
+def test_a_plan_sent_to_another_process_calls_that_process_blas():
+    """Dask ships tasks with cloudpickle: a held numba gemm plan must not carry this process's BLAS address."""
+    cloudpickle = pytest.importorskip("cloudpickle")
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 6, 9, 9)).astype(np.float32)
+    w = rng.standard_normal((8, 6, 3, 3)).astype(np.float32)
+    fwd = cs.plan(x, w, padding=1, backend="numba", algorithm="gemm")
+    bwd = cs.plan(x, w, padding=1, backend="numba", algorithm="gemm", direction="backward")
+    gy = rng.standard_normal(fwd(x, w).shape).astype(np.float32)
+    blob = cloudpickle.dumps((fwd, bwd, x, w, gy, fwd(x, w), bwd(gy, x, w)))
+    done = subprocess.run([sys.executable, "-c", _PICKLED_PLANS], input=blob, capture_output=True, timeout=600)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
+    assert done.stdout.decode().strip() == "ok"

@@ -22,7 +22,6 @@ import pytest
 import convsuite as cs
 from convsuite._registry import get_backend
 from convsuite._validation import prepare_forward
-from convsuite.backends._blas_routines import gemm_routines
 from convsuite.testing import (
     assert_within,
     backward_tolerances,
@@ -274,19 +273,13 @@ def test_numba_defaults_are_the_hand_chosen_values():
     per_column = s.reduction_length + s.out_channels_per_group  # forward: the tile's results share the budget
     rows_fwd = max(1, min(_tiles.WORKSPACE_BYTES // (per_column * Wp * s.itemsize), -(-Ho // min_tiles), Ho))
     rows_bwd = max(1, min(_tiles.WORKSPACE_BYTES // (s.reduction_length * Wp * s.itemsize), Ho))
-    blas = gemm_routines().sgemm  # the kernels' BLAS, by address (float32 here)
-    assert numba_backend._gemm_extra(s, "forward", table["gemm"].defaults(spec, "forward")) == (rows_fwd, 32, 1, blas)
+    assert numba_backend._gemm_extra(s, "forward", table["gemm"].defaults(spec, "forward")) == (rows_fwd, 32, 1)
     # A 1x1 layer with more output channels than pixels: whole images, split by output channels.
     late = _spec_of_shapes((1, 160, 7, 7), (960, 160, 1, 1)).as_2d()
     mrows = max(8, -(-960 // -(-2 * threads // 1)))
-    assert numba_backend._gemm_extra(late, "forward", table["gemm"].defaults(late, "forward")) == (7, mrows, 0, blas)
+    assert numba_backend._gemm_extra(late, "forward", table["gemm"].defaults(late, "forward")) == (7, mrows, 0)
     partials = max(1, min(32, numba_backend.PARTIALS_BYTES // (s.out_channels * s.reduction_length * s.itemsize)))
-    assert numba_backend._gemm_extra(s, "backward", table["gemm"].defaults(spec, "backward")) == (
-        rows_bwd,
-        partials,
-        1,
-        blas,
-    )
+    assert numba_backend._gemm_extra(s, "backward", table["gemm"].defaults(spec, "backward")) == (rows_bwd, partials, 1)
     # Stride 2: compact tiles, Wo columns a row.
     strided = _spec_of_shapes((3, 16, 40, 30), (32, 16, 3, 3), stride=2, padding=1).as_2d()
     assert numba_backend._gemm_extra(strided, "backward", table["gemm"].defaults(strided, "backward"))[2] == 0

@@ -35,7 +35,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["GemmRoutines", "gemm_routines", "BLAS_ENV"]
+__all__ = ["BLAS_ENV", "GemmRoutines", "gemm_address", "gemm_routines"]
 
 #: Environment variable choosing the BLAS of the compiled rungs: ``scipy-openblas32``
 #: (the default when that package is installed) or ``scipy`` (SciPy's ``cython_blas``).
@@ -146,3 +146,20 @@ def gemm_routines() -> GemmRoutines:
         if choice:  # asked for by name: say so rather than fall back silently
             raise ImportError(f"{BLAS_ENV}={choice} but it cannot be loaded: {exc}") from exc
         return _scipy_routines(f"scipy-openblas32 unavailable: {exc}")
+
+
+def gemm_address(dtype: str) -> int:
+    """The address of this process's ``sgemm`` (``"float32"``) or ``dgemm`` (``"float64"``).
+
+    Kernels that take the address get it from here at every launch, never
+    from a value stored at plan time: a plan sent to another process
+    (cloudpickle, as Dask ships tasks) must not carry this process's address.
+    """
+    try:
+        return _addresses[dtype]
+    except KeyError:  # first launch of this dtype in this process (a fork child shares the parent's)
+        address = _addresses[dtype] = gemm_routines().address(dtype)
+        return address
+
+
+_addresses: dict[str, int] = {}

@@ -59,6 +59,11 @@ class KernelSpec:
         The backward kernel takes, after ``extra``, a flag: 1 computes all three
         gradients, 0 only dW and db, leaving ``grad_x`` untouched
         (``conv2d_backward(..., input_grad=False)``: :meth:`KernelModuleBackend.skips_input_grad`).
+    blas_address : bool
+        The kernel takes, as its very last argument, the address of the BLAS
+        ``gemm`` for the dtype (``_blas_routines.gemm_address``), looked up in
+        the running process at every launch (~0.1 us): never stored in the
+        plan, so a plan pickled to another process cannot call a stale address.
     relu_mask : bool
         The backward kernel takes two last arguments, a ReLU's output (shape of
         ``grad_y``; any array of that type when unused) and a flag: 1 reads
@@ -71,6 +76,7 @@ class KernelSpec:
     backward: str | None = "backward"
     extra: Callable[..., tuple] | None = None
     blas: bool = False
+    blas_address: bool = False
     activation: bool = False
     input_grad: bool = False
     relu_mask: bool = False
@@ -83,6 +89,16 @@ def _with_one_blas_thread(launch):
     def run(kernel, *args):
         with one_blas_thread():
             launch(kernel, *args)
+
+    return run
+
+
+def _with_blas_address(launch, dtype: str):
+    """``launch`` with this process's BLAS ``gemm`` address appended to the kernel's arguments."""
+    from ._blas_routines import gemm_address
+
+    def run(kernel, *args):
+        launch(kernel, *args, gemm_address(dtype))
 
     return run
 
@@ -251,6 +267,8 @@ class KernelModuleBackend(Backend):
         launch_one = self._launch
         if kernels.blas:
             launch_one = _with_one_blas_thread(self._launch)
+        if kernels.blas_address:
+            launch_one = _with_blas_address(launch_one, s.dtype)
         x_shape, w_shape, y_shape = s.x_shape, s.w_shape, s.y_shape
         if direction == "forward":
             zeros = np.zeros(s.out_channels, dtype=s.dtype)  # read-only to the kernel: shared by calls

@@ -6,7 +6,9 @@ result. The numba ``gemm`` algorithm calls instead the routine that
 on its tiles) and writes into arrays it owns. The address arrives as a
 kernel argument, not as a global: numba caches compiled kernels on disk
 (``cache=True``), and a global address would be baked into the cached code
-and be stale (a crash) in the next process.
+and be stale (a crash) in the next process. For the same reason a plan does
+not store it: the launch looks it up in the running process every time
+(``KernelSpec.blas_address``), so a plan pickled to a Dask worker works.
 
 The arrays themselves are the intrinsic's arguments, not their data
 addresses: numba keeps an array alive until its last use, and a bare

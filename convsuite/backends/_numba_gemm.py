@@ -245,10 +245,11 @@ def _add_run(src, start, dst, at, step, n):
 
 
 @njit(**_FLAGS)
-def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows, mrows, wide, blas, act):
+def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows, mrows, wide, act, blas):
     """out[b, m] = bias[m] + (W_g @ im2col(x[b, group]))[m], ``rows`` output rows and ``mrows``
     output channels per work item, through the activation ``act`` (``_numba_epilogue``);
-    ``blas`` is the address of the ``sgemm``/``dgemm`` for the dtype (``_blas_routines``).
+    ``blas``, last, is the address of this process's ``sgemm``/``dgemm`` for the dtype
+    (``_blas_routines.gemm_address``, passed at every launch: ``KernelSpec.blas_address``).
 
     ``wide`` 1 (stride 1 only): the im2col tile has ``Wp = Wo + (KW - 1) * dw``
     columns per output row, the row pitch of the padded input, so each row of
@@ -342,10 +343,10 @@ def _backward_item(
     groups,
     rows,
     wide,
-    blas,
     input_grad,
     relu,
     masked,
+    blas,
 ):
     """:func:`backward`'s work for image ``b``, group ``g``: adds into ``part_w`` ``(K, M)`` and ``part_b``."""
     B, C, H, W = x.shape
@@ -431,10 +432,10 @@ def backward(
     rows,
     chunks,
     wide,
-    blas,
     input_grad,
     relu,
     masked,
+    blas,
 ):
     """Gradients of sum(y * grad_y): dW, db by per-chunk partials, dX by col2im of W.T @ dY.
 
@@ -480,10 +481,10 @@ def backward(
                 groups,
                 rows,
                 wide,
-                blas,
                 input_grad,
                 relu,
                 masked,
+                blas,
             )
     # Fixed-order reduction of the partials: deterministic, whatever the threads.
     gw = grad_w.reshape(M, K)

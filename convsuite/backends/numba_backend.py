@@ -43,7 +43,6 @@ import numpy as np
 from .._spec import ConvSpec
 from .._threads import get_num_threads
 from . import _tiles
-from ._blas_routines import gemm_routines
 from ._depthwise_bands import BAND, DEPTHWISE_WHY, SUMMARY, bands, depthwise_check
 from ._depthwise_bands import prefer as _prefer_depthwise
 from ._kernel_module import KernelModuleBackend, KernelSpec
@@ -156,7 +155,7 @@ def _gemm_extra(s: ConvSpec, direction: str, params) -> tuple:
         # (torch 52 and 131); 144->24 56x56 by channels 511 us, by rows 346.
         Mg = s.out_channels_per_group
         mrows = max(min(Mg, _tiles.GEMM_MIN_OUT_CHANNELS), -(-Mg // min_tiles))
-        return (Ho, mrows, 0, gemm_routines().address(s.dtype))
+        return (Ho, mrows, 0)
     # Forward, a tile's BLAS result (Mg values per column) shares the budget with its
     # im2col columns, so both stay in cache until the bias pass copies the result out
     # (2026-11-24, 2-core VM, MobileNetV2 layers: 16->96 1x1 112x112 462 -> 362 us,
@@ -164,12 +163,11 @@ def _gemm_extra(s: ConvSpec, direction: str, params) -> tuple:
     per_column, width = _gemm_tile_shape(s, direction)
     wide = _wide_tiles(s)
     rows = _tiles.rows_per_tile(per_column, width, Ho, s.itemsize, min_tiles, budget)
-    blas = gemm_routines().address(s.dtype)  # the kernel's BLAS, by address (see _numba_blas)
     if direction == "forward":
-        return (rows, s.out_channels_per_group, int(wide), blas)
+        return (rows, s.out_channels_per_group, int(wide))
     per_partial = s.out_channels * s.reduction_length * s.itemsize
     partials = max(1, min(params["max_partials"], PARTIALS_BYTES // max(1, per_partial)))
-    return (rows, partials, int(wide), blas)
+    return (rows, partials, int(wide))
 
 
 def _gemm_tile_shape(s: ConvSpec, direction: str) -> tuple[int, int]:
@@ -297,7 +295,15 @@ class NumbaBackend(KernelModuleBackend):
                 "gemm",
                 "im2col tile per (image, group, row block) times the weights by BLAS gemm (_blas_routines); "
                 "1x1 without a copy; backward dW/dX from the same tile",
-                KernelSpec(_GEMM, extra=_gemm_extra, blas=True, activation=True, input_grad=True, relu_mask=True),
+                KernelSpec(
+                    _GEMM,
+                    extra=_gemm_extra,
+                    blas=True,
+                    blas_address=True,
+                    activation=True,
+                    input_grad=True,
+                    relu_mask=True,
+                ),
                 check=gemm_check,
                 tunables=(_GEMM_TILE, _GEMM_PARTIALS),
                 constraint=_gemm_constraint,
