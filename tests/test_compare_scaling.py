@@ -153,6 +153,11 @@ def test_compare_scaling_runs_joblib_and_dask_and_writes_the_table(tmp_path, mon
     assert two["speedup"] == pytest.approx(one["ms"] / two["ms"])
     assert two["goal"] == scaling.GOALS["dask 2 workers vs 1"] and two["met"] == (two["speedup"] >= two["goal"])
     assert any("vs in-memory numba (2 thr)" in a for a in two["against"])
+    # The same graph on Dask's threaded scheduler: information rows, no goal.
+    threaded_case = "N=2e+04 K=31 threaded"
+    t1, t2 = points[(threaded_case, "dask threads, 1")], points[(threaded_case, "dask threads, 2")]
+    assert (t1["workers"], t2["workers"]) == (1, 2) and t2["speedup"] == pytest.approx(t1["ms"] / t2["ms"])
+    assert t2["goal"] is None and any("vs in-memory numba (2 thr)" in a for a in t2["against"])
     assert ("N=2e+04 K=31", "200 chunks") in points  # the per-chunk overhead case
     for p in data["points"]:
         low, high = p["spread_ms"]
