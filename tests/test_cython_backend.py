@@ -104,3 +104,31 @@ def test_gemm_row_blocks(monkeypatch, direction):
         got = cs.conv2d_backward(gy, x, w, backend="cython", algorithm="gemm", **kw)
         for g, e in zip(got, cs.conv2d_backward(gy, x, w, backend="numpy", **kw)):
             np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12)
+
+
+@needs_cython
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "groups"),
+    [
+        ((2, 6, 7, 9), (5, 6, 1, 1), 1),  # 63 pixels: db's eight running sums and a tail
+        ((3, 8, 5, 5), (8, 4, 1, 1), 2),  # grouped pointwise
+        ((1, 16, 12, 12), (4, 16, 1, 1), 1),  # 144 pixels: no tail
+        ((2, 3, 1, 3), (7, 3, 1, 1), 1),  # fewer pixels than running sums
+    ],
+)
+def test_pointwise_backward_writes_every_gradient(dtype, x_shape, w_shape, groups):
+    """The 1x1 backward writes grad_x by BLAS (no tile, no zero-fill): poisoned buffers catch a gap."""
+    from convsuite.testing import assert_within, backward_tolerances, reference_backward
+
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(x_shape).astype(dtype)
+    w = rng.standard_normal(w_shape).astype(dtype)
+    spec = cs.explain(x, w, groups=groups).spec
+    gy = rng.standard_normal(spec.y_shape).astype(dtype)
+    assert cs.explain(x, w, groups=groups, backend="cython", direction="backward").algorithm == "gemm"
+    with cs.testing.poisoned_outputs():
+        got = cs.conv2d_backward(gy, x, w, groups=groups, backend="cython", algorithm="gemm")
+    want = reference_backward(spec, gy, x, w)
+    for name, g, e, tol in zip(("grad_x", "grad_w", "grad_b"), got, want, backward_tolerances(spec, gy, x, w)):
+        assert_within(g, e, tol, name)
