@@ -113,8 +113,7 @@ def _openblas32_routines() -> GemmRoutines:
     get_config = lib.scipy_openblas_get_config
     get_config.restype = ctypes.c_char_p
     config = get_config().decode(errors="replace").split()
-    # The library object is kept by the addresses' owner: ctypes never unloads a CDLL.
-    _loaded.append(lib)
+    _loaded.append(lib)  # referenced for the life of the process: the addresses point into it
     label = f"scipy-openblas32 {version('scipy-openblas32')}" + (f" ({' '.join(config[:2])})" if config else "")
     return GemmRoutines(
         label,

@@ -112,9 +112,7 @@ _LINE_TILE = Tunable(
 _GEMM_TILE = Tunable(
     "tile_kib",
     TILE_KIB_VALUES,
-    lambda s, direction: _tiles.default_tile_kib(
-        *_gemm_tile_shape(s.as_2d(), direction), s.as_2d().out_size[0], s.itemsize
-    ),
+    lambda s, direction: _default_tile_kib(s.as_2d(), direction),
     "KiB budget of one im2col tile (forward: with its block of results): its output rows are as many "
     "as fit (at least one; forward also keeps >= 2 tiles per thread); by default 256, more where a "
     "tile would have fewer than 256 columns",
@@ -168,6 +166,11 @@ def _gemm_extra(s: ConvSpec, direction: str, params) -> tuple:
     per_partial = s.out_channels * s.reduction_length * s.itemsize
     partials = max(1, min(params["max_partials"], PARTIALS_BYTES // max(1, per_partial)))
     return (rows, partials, int(wide))
+
+
+def _default_tile_kib(s: ConvSpec, direction: str) -> int:
+    """``gemm``'s default budget: 256 KiB, more where its tiles would be thin (``_tiles.default_tile_kib``)."""
+    return _tiles.default_tile_kib(*_gemm_tile_shape(s, direction), s.out_size[0], s.itemsize)
 
 
 def _gemm_tile_shape(s: ConvSpec, direction: str) -> tuple[int, int]:

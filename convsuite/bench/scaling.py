@@ -191,20 +191,15 @@ def dask_rows(n: int, chunk: int, kernel: int, repeat: int, backend: str | None)
             _, client, x = clusters[workers]
             got = client.compute(cs.conv1d(x, mask, backend=backend, **kw)[:head]).result()
             _check(signal[: 2 * chunk], mask, dict(padding=((left, 0),)), got)
-        cs.set_num_threads(2)
-        try:
-            t = time_side_by_side(
-                {
-                    "dask, 2 workers": on(2),
-                    "dask, 1 worker": on(1),
-                    "in-memory numba (2 thr)": lambda: cs.conv1d(signal, mask, backend="numba", **kw),
-                    "in-memory joblib (2 thr)": lambda: cs.conv1d(signal, mask, backend="joblib", **kw),
-                },
-                repeat=repeat,
-                rounds=min(repeat, 3),
-            )
-        finally:
-            cs.set_num_threads(None)
+        t = _time_on_two_threads(
+            {
+                "dask, 2 workers": on(2),
+                "dask, 1 worker": on(1),
+                "in-memory numba (2 thr)": lambda: cs.conv1d(signal, mask, backend="numba", **kw),
+                "in-memory joblib (2 thr)": lambda: cs.conv1d(signal, mask, backend="joblib", **kw),
+            },
+            repeat,
+        )
         case = f"N={n:.0e} K={kernel} chunks {chunk:.0e}"
         extra = dict(backend=backend or "auto")
         rows.append(_row("dask", case, "dask, 2 workers", "dask, 1 worker", t, "dask 2 workers vs 1", (2, 1), extra))
@@ -242,6 +237,15 @@ def dask_rows(n: int, chunk: int, kernel: int, repeat: int, backend: str | None)
     return rows
 
 
+def _time_on_two_threads(contenders: dict, repeat: int) -> dict[str, Timing]:
+    """``time_side_by_side`` with convsuite set to two threads (the in-memory calls' cores), then unset."""
+    cs.set_num_threads(2)
+    try:
+        return time_side_by_side(contenders, repeat=repeat, rounds=min(repeat, 3))
+    finally:
+        cs.set_num_threads(None)
+
+
 def _threaded_scheduler_rows(signal, mask, chunk, kw, repeat, backend, fresh_mask) -> list[dict]:
     """1 vs 2 threads of Dask's local threaded scheduler (one thread per task, as on a cluster
     worker), and 2 against the in-memory numba call on the same cores; no goal (information).
@@ -267,19 +271,14 @@ def _threaded_scheduler_rows(signal, mask, chunk, kw, repeat, backend, fresh_mas
 
         return run
 
-    cs.set_num_threads(2)
-    try:
-        t = time_side_by_side(
-            {
-                "dask threads, 2": threaded(2),
-                "dask threads, 1": threaded(1),
-                "in-memory numba (2 thr)": lambda: cs.conv1d(signal, mask, backend="numba", **kw),
-            },
-            repeat=repeat,
-            rounds=min(repeat, 3),
-        )
-    finally:
-        cs.set_num_threads(None)
+    t = _time_on_two_threads(
+        {
+            "dask threads, 2": threaded(2),
+            "dask threads, 1": threaded(1),
+            "in-memory numba (2 thr)": lambda: cs.conv1d(signal, mask, backend="numba", **kw),
+        },
+        repeat,
+    )
     case = f"N={signal.size:.0e} K={mask.size} threaded"  # chunks as above; short: the table's width
     extra = dict(backend=backend or "auto")
     return [
