@@ -64,16 +64,20 @@ __device__ __forceinline__ void tx_mma(float d[4], const unsigned a[4], const un
 // Whether a loaded operand cannot be split (inf, NaN, or so large that big*big may overflow differently).
 __device__ __forceinline__ bool tx_unsplittable(float v) { return !(fabsf(v) < 8.5070592e37f); }   // 2^126
 
-// The MMAs of one shared-memory stage: warp tile 32 x 64 at (wm0, wn0) of the
-// block tile, 2 x 8 tiles of 16 x 8, three TF32 MMAs each (small corrections
-// first, the big product last). A is [k][m] (BM + pad rows), B is [k][n].
-template <int BM>
+// A float32 zero in global memory: the kernels' loads read it in place of an element
+// outside the operands (the padding, rows or taps past a tile's edge).
+__device__ const float tx_zero = 0.0f;
+
+// The MMAs of one shared-memory stage: warp tile (16 MI) x 64 at (wm0, wn0)
+// of the block tile, MI x 8 tiles of 16 x 8, three TF32 MMAs each (small
+// corrections first, the big product last). A is [k][m] (BM + pad rows), B is [k][n].
+template <int BM, int MI = 2>
 __device__ __forceinline__ void tx_stage_mma(const unsigned (*Ab)[BM + TX_PAD], const unsigned (*As)[BM + TX_PAD],
                                              const unsigned (*Bb)[TX_BN + TX_PAD], const unsigned (*Bs)[TX_BN + TX_PAD],
-                                             float acc[2][8][4], int wm0, int wn0, int gq, int tq) {
-    unsigned a_big[2][4], a_small[2][4];
+                                             float (&acc)[MI][8][4], int wm0, int wn0, int gq, int tq) {
+    unsigned a_big[MI][4], a_small[MI][4];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < MI; ++i) {
         const int row = wm0 + i * 16 + gq;
         a_big[i][0] = Ab[tq][row], a_big[i][1] = Ab[tq][row + 8];
         a_big[i][2] = Ab[tq + 4][row], a_big[i][3] = Ab[tq + 4][row + 8];
@@ -86,13 +90,17 @@ __device__ __forceinline__ void tx_stage_mma(const unsigned (*Ab)[BM + TX_PAD], 
         const unsigned b_big[2] = {Bb[tq][col], Bb[tq + 4][col]};
         const unsigned b_small[2] = {Bs[tq][col], Bs[tq + 4][col]};
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
+        for (int i = 0; i < MI; ++i) {
             tx_mma(acc[i][j], a_big[i], b_small);
             tx_mma(acc[i][j], a_small[i], b_big);
             tx_mma(acc[i][j], a_big[i], b_big);
         }
     }
 }
+
+// Threads of a weight-gradient block of BM rows: two warps along the 128
+// columns, each warp 32 rows (16 where BM = 16).
+__host__ __device__ constexpr int tx_wgrad_threads(int BM) { return BM >= 32 ? 2 * BM : 64; }
 
 template <typename T, int BM, int ACT>
 __global__ void __launch_bounds__(2 * BM)
@@ -152,36 +160,31 @@ __global__ void __launch_bounds__(2 * BM)
             }
         };
 
-        // A stage's loads land in ra/rb unmasked (from clamped, always valid
-        // addresses; no branch around a load) with a bit per element saying
-        // whether it is real; the mask, the split and the special-value check
-        // wait for store(), after the MMAs: nothing reads a loaded value
-        // while its load may still be in flight.
+        // A stage's loads land in ra/rb as the values to multiply: an element
+        // outside the operands (padding, a row past Mg, a tap past Kd) is read
+        // from tx_zero, so there is no branch around a load and no mask to keep
+        // across the MMAs. The split and the special-value check wait for
+        // store(), after the MMAs: nothing reads a loaded value while its load
+        // may still be in flight.
         float ra[A_PER], rb[B_PER];
-        unsigned a_real = 0, b_real = 0;
         bool unsplittable = false;
         auto load = [&](int k0) {
             const int ka = k0 + akq;
-            a_real = 0;
 #pragma unroll
             for (int r = 0; r < A_PER; ++r) {
                 const int m = m0 + arow + r * (NT / TX_BK);
-                ra[r] = wg[(i64)min(m, Mg - 1) * Kd + min(ka, Kd - 1)];
-                a_real |= (unsigned)(m < Mg && ka < Kd) << r;
+                ra[r] = *(m < Mg && ka < Kd ? wg + (i64)m * Kd + ka : &tx_zero);
             }
             const int4* t = tab[(k0 / TX_BK) & 1];
-            b_real = 0;
 #pragma unroll
             for (int r = 0; r < B_PER; ++r) {
                 const int4 e = t[bk + r];
                 const int ih = ih0 + e.y, iw = iw0 + e.z;
                 const bool ok = e.w && (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W;
-                rb[r] = xb[ok ? ih0 * W + iw0 + e.x : 0];
-                b_real |= (unsigned)ok << r;
+                rb[r] = *(ok ? xb + (ih0 * W + iw0 + e.x) : &tx_zero);
             }
         };
-        auto split_into = [&](float v, bool real, unsigned& big, unsigned& small) {
-            v = real ? v : 0.0f;
+        auto split_into = [&](float v, unsigned& big, unsigned& small) {
             unsplittable |= tx_unsplittable(v);
             tx_split(v, big, small);
         };
@@ -189,10 +192,10 @@ __global__ void __launch_bounds__(2 * BM)
 #pragma unroll
             for (int r = 0; r < A_PER; ++r) {
                 const int m = arow + r * (NT / TX_BK);
-                split_into(ra[r], (a_real >> r) & 1u, Ab[s][akq][m], As[s][akq][m]);
+                split_into(ra[r], Ab[s][akq][m], As[s][akq][m]);
             }
 #pragma unroll
-            for (int r = 0; r < B_PER; ++r) split_into(rb[r], (b_real >> r) & 1u, Bb[s][bk + r][bn], Bs[s][bk + r][bn]);
+            for (int r = 0; r < B_PER; ++r) split_into(rb[r], Bb[s][bk + r][bn], Bs[s][bk + r][bn]);
         };
 
         float acc[2][8][4];
@@ -285,20 +288,40 @@ __global__ void __launch_bounds__(2 * BM)
 // slice ahead, and each thread keeps its own column's filter offset koff[k]
 // in registers. Specials (inf, NaN, |v| >= 2^126) send the block's tile to
 // a float32 recomputation, as in the forward kernel.
+//
+// BM (the output channels a block covers) is 16, 32, 64 or 128: a layer of
+// Mg = 16 output channels in a 64-row tile would spend three quarters of its
+// MMAs on zero rows (the ECE408 layers have 12 to 24). Warps are 32 rows (16
+// at BM = 16) by 64 columns, two along the columns: 64 threads below BM = 64,
+// each gathering two columns of X.
 template <typename T, int BM>
-__global__ void __launch_bounds__(2 * BM)
+__global__ void __launch_bounds__(tx_wgrad_threads(BM))
     conv2d_tf32x3_wgrad(const T* __restrict__ gy, const T* __restrict__ x, T* __restrict__ partial,
                         const int4* __restrict__ koff, int splits, CONV_PARAMS) {
     if constexpr (sizeof(T) != 4) {
         __trap();   // float32 only: the backend's check refuses float64 before a launch
     } else {
-        constexpr int NT = 2 * BM;
-        constexpr int A_PER = BM * TX_BK / NT;       // 4
-        constexpr int B_PER = TX_BN * TX_BK / NT;    // 8 (BM = 64) or 4 (BM = 128)
-        constexpr int WARPS_M = BM / 32;
+        constexpr int NT = tx_wgrad_threads(BM);
+        constexpr int WM = BM >= 32 ? 32 : 16, MI = WM / 16;   // a warp's rows, and its 16-row MMA tiles
+        constexpr int WARPS_M = BM / WM;
+        constexpr int A_PER = BM * TX_BK / NT;       // 4 (2 at BM = 16)
+        // X: a thread gathers CPT columns of PIX pixels each (NT >= 128: one column, 8 or 4 pixels).
+        constexpr int CPT = NT >= TX_BN ? 1 : TX_BN / NT, PIX = NT >= TX_BN ? TX_BN * TX_BK / NT : TX_BK;
+        static_assert(BM == 16 || BM == 32 || BM == 64 || BM == 128, "tf32x3 wgrad: BM is 16, 32, 64 or 128");
         __shared__ __align__(16) unsigned Ab[2][TX_BK][BM + TX_PAD], As[2][TX_BK][BM + TX_PAD];    // gY [n][m]
         __shared__ __align__(16) unsigned Bb[2][TX_BK][TX_BN + TX_PAD], Bs[2][TX_BK][TX_BN + TX_PAD]; // X^T [n][k]
-        __shared__ int4 tab[2][TX_BK];   // per pixel of a slice: (image or -1, pixel, first row, first column)
+        // Per pixel of a slice, decoded one slice ahead by eight threads for the whole block:
+        // tabx holds the address of its window's first element in the group's x (image, first
+        // row and column; rows and columns may be negative, into the padding: only an address
+        // whose bounds check passes is read) and that row and column, so a gathered element
+        // costs one shared load, two adds, a bounds check and an address select; taby holds
+        // its offset in gY (image and pixel), -1 past the split's end.
+        struct __align__(16) PixelWindow {
+            const float* x;
+            int ih0, iw0;
+        };
+        __shared__ PixelWindow tabx[2][TX_BK];
+        __shared__ i64 taby[2][TX_BK];
         const int G = C / Cg, Mg = M / G;
         const int g = blockIdx.z % G, split = blockIdx.z / G;
         const int Kd = Cg * KH * KW;
@@ -309,56 +332,73 @@ __global__ void __launch_bounds__(2 * BM)
         const i64 n_end = min(N, steps * (split + 1) / splits * TX_BK);
         const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
         const int gq = lane >> 2, tq = lane & 3;
-        const int wm0 = (warp % WARPS_M) * 32, wn0 = (warp / WARPS_M) * 64;
+        const int wm0 = (warp % WARPS_M) * WM, wn0 = (warp / WARPS_M) * 64;
         const int m0 = blockIdx.y * BM;
         const int kc0 = blockIdx.x * TX_BN;
 
         // gY loads: pixel an of the slice (eight consecutive pixels per row) for rows arow + r * NT / 8.
         const int an = tid % TX_BK, arow = tid / TX_BK;
-        // X loads: tap column bkc of the tile (its offsets read once), B_PER consecutive pixels.
-        const int bkc = tid % TX_BN, bn = (tid / TX_BN) * B_PER;
-        const bool k_ok = kc0 + bkc < Kd;
-        const int4 o = koff[min(kc0 + bkc, Kd - 1)];
-        const float* xg = x + (i64)g * Cg * H * W + o.x;
+        // X loads: tap columns bkc + c * NT of the tile (their offsets read once), PIX consecutive pixels.
+        const int bkc = tid % TX_BN, bn = (tid / TX_BN) * PIX;
+        bool k_ok[CPT];
+        int4 o[CPT];
+#pragma unroll
+        for (int c = 0; c < CPT; ++c) {
+            const int k = kc0 + bkc + c * NT;
+            k_ok[c] = k < Kd;
+            o[c] = koff[min(k, Kd - 1)];
+        }
+        const float* xgroup = x + (i64)g * Cg * H * W;
 
-        auto decode = [&](int t, i64 nb) {
+        // The decoding threads step their pixel (image, pixel in the image) by a slice per
+        // decode, from one 64-bit division here: the slices are decoded in order.
+        int dec_b = 0, dec_pix = 0;
+        if (tid < TX_BK) {
+            const i64 n = n_begin + tid;
+            dec_b = (int)(n / HoWo);
+            dec_pix = (int)(n - (i64)dec_b * HoWo);
+        }
+        auto decode = [&](int t, i64 nb) {   // nb: the slice after the last one decoded
             if (tid < TX_BK) {
-                const i64 n = nb + tid;
-                int4 e = make_int4(-1, 0, 0, 0);
-                if (n < n_end) {
-                    const int b = (int)(n / HoWo), pix = (int)(n - (i64)b * HoWo);
-                    e = make_int4(b, pix, (pix / Wo) * sh - ph, (pix % Wo) * sw - pw);
-                }
-                tab[t][tid] = e;
+                const bool real = nb + tid < n_end;
+                const int oh = dec_pix / Wo, ih0 = oh * sh - ph, iw0 = (dec_pix - oh * Wo) * sw - pw;
+                // A pixel past the end gets a row no tap reaches (every bounds check fails).
+                PixelWindow e;
+                e.x = xgroup + (real ? (i64)dec_b * C * H * W + (i64)ih0 * W + iw0 : 0);
+                e.ih0 = real ? ih0 : -(1 << 29);
+                e.iw0 = iw0;
+                tabx[t][tid] = e;
+                taby[t][tid] = real ? (i64)dec_b * M * HoWo + dec_pix : -1;
+                dec_pix += TX_BK;
+                while (dec_pix >= HoWo) dec_pix -= HoWo, ++dec_b;
             }
         };
 
-        float ra[A_PER], rb[B_PER];
-        unsigned a_real = 0, b_real = 0;
+        // An element outside the operands (padding, a row past Mg, a tap past Kd, a pixel past
+        // the split) is read from tx_zero: what lands in a register is the value to multiply,
+        // with no mask to keep across the MMAs and apply at the store.
+        float ra[A_PER], rb[CPT][PIX];
         bool unsplittable = false;
         auto load = [&](int t) {
-            const int4 ea = tab[t][an];
-            const int ba = max(ea.x, 0);
-            const float* gyp = gy + ((i64)ba * M + (i64)g * Mg) * HoWo + ea.y;
-            a_real = 0;
+            const i64 ya = taby[t][an];
+            const float* gyp = gy + (i64)g * Mg * HoWo + max(ya, (i64)0);
 #pragma unroll
             for (int r = 0; r < A_PER; ++r) {
                 const int m = m0 + arow + r * (NT / TX_BK);
-                ra[r] = gyp[(i64)min(m, Mg - 1) * HoWo];
-                a_real |= (unsigned)(ea.x >= 0 && m < Mg) << r;
+                ra[r] = *(ya >= 0 && m < Mg ? gyp + (i64)min(m, Mg - 1) * HoWo : &tx_zero);
             }
-            b_real = 0;
 #pragma unroll
-            for (int r = 0; r < B_PER; ++r) {
-                const int4 e = tab[t][bn + r];
-                const int ih = e.z + o.y, iw = e.w + o.z;
-                const bool ok = e.x >= 0 && k_ok && (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W;
-                rb[r] = xg[ok ? (i64)e.x * C * H * W + (i64)e.z * W + e.w : -(i64)o.x];
-                b_real |= (unsigned)ok << r;
+            for (int r = 0; r < PIX; ++r) {
+                const PixelWindow e = tabx[t][bn + r];
+#pragma unroll
+                for (int c = 0; c < CPT; ++c) {
+                    const int ih = e.ih0 + o[c].y, iw = e.iw0 + o[c].z;
+                    const bool ok = k_ok[c] && (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W;
+                    rb[c][r] = *(ok ? e.x + o[c].x : &tx_zero);
+                }
             }
         };
-        auto split_into = [&](float v, bool real, unsigned& big, unsigned& small) {
-            v = real ? v : 0.0f;
+        auto split_into = [&](float v, unsigned& big, unsigned& small) {
             unsplittable |= tx_unsplittable(v);
             tx_split(v, big, small);
         };
@@ -366,15 +406,18 @@ __global__ void __launch_bounds__(2 * BM)
 #pragma unroll
             for (int r = 0; r < A_PER; ++r) {
                 const int m = arow + r * (NT / TX_BK);
-                split_into(ra[r], (a_real >> r) & 1u, Ab[s][an][m], As[s][an][m]);
+                split_into(ra[r], Ab[s][an][m], As[s][an][m]);
             }
 #pragma unroll
-            for (int r = 0; r < B_PER; ++r) split_into(rb[r], (b_real >> r) & 1u, Bb[s][bn + r][bkc], Bs[s][bn + r][bkc]);
+            for (int c = 0; c < CPT; ++c)
+#pragma unroll
+                for (int r = 0; r < PIX; ++r)
+                    split_into(rb[c][r], Bb[s][bn + r][bkc + c * NT], Bs[s][bn + r][bkc + c * NT]);
         };
 
-        float acc[2][8][4];
+        float acc[MI][8][4];
 #pragma unroll
-        for (int i = 0; i < 2; ++i)
+        for (int i = 0; i < MI; ++i)
 #pragma unroll
             for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -391,10 +434,10 @@ __global__ void __launch_bounds__(2 * BM)
         int s = 0;
         for (i64 nb = n_begin; nb < n_end; nb += TX_BK) {
             const bool more = nb + TX_BK < n_end;
-            if (more) load(s ^ 1);   // the table of slice nb + 8 sits in tab[s ^ 1]
+            if (more) load(s ^ 1);   // the tables of slice nb + 8 sit in tabx[s ^ 1], taby[s ^ 1]
             // The table two slices on replaces the one the previous iteration's load read.
             if (nb + 2 * TX_BK < n_end) decode(s, nb + 2 * TX_BK);
-            tx_stage_mma<BM>(Ab[s], As[s], Bb[s], Bs[s], acc, wm0, wn0, gq, tq);
+            tx_stage_mma<BM, MI>(Ab[s], As[s], Bb[s], Bs[s], acc, wm0, wn0, gq, tq);
             if (more) store(s ^ 1);
             __syncthreads();
             s ^= 1;
@@ -403,7 +446,7 @@ __global__ void __launch_bounds__(2 * BM)
         if (__syncthreads_or(unsplittable)) {
             // inf, NaN or a huge operand in this block's slices: the tile again in float32.
 #pragma unroll
-            for (int i = 0; i < 2; ++i)
+            for (int i = 0; i < MI; ++i)
 #pragma unroll
                 for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -428,7 +471,7 @@ __global__ void __launch_bounds__(2 * BM)
         }
 
 #pragma unroll
-        for (int i = 0; i < 2; ++i)
+        for (int i = 0; i < MI; ++i)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int m = m0 + wm0 + i * 16 + gq + h * 8;

@@ -99,14 +99,15 @@ def test_forward_class_picks_its_algorithm(what, x_shape, w_shape, kw, expected,
 BACKWARD_CLASSES = [
     ("dw 3x3 s2 C64 28x28 B4", (4, 64, 28, 28), (64, 1, 3, 3), dict(stride=2, padding=1, groups=64), "depthwise"),
     ("dw 3x3 s2 C144 B64", (64, 144, 56, 56), (144, 1, 3, 3), dict(stride=2, padding=1, groups=144), "depthwise"),
-    # 1x1 backward has no cuBLAS line: small -> fused_gemm, large -> igemm_big
+    # 1x1 backward has no cuBLAS line: small -> fused_gemm, large -> tf32x3
     ("1x1 C64->128 14x14 B4", (4, 64, 14, 14), (128, 64, 1, 1), {}, "fused_gemm"),
-    ("1x1 C128->256 28x28 B64", (64, 128, 28, 28), (256, 128, 1, 1), {}, "igemm_big"),
+    ("1x1 C128->256 28x28 B64", (64, 128, 28, 28), (256, 128, 1, 1), {}, "tf32x3"),
     ("1x1 C1280->1000 1x1", (1, 1280, 1, 1), (1000, 1280, 1, 1), {}, "fused_gemm"),
     ("3x3 C32 28x28 B4", (4, 32, 28, 28), (32, 32, 3, 3), dict(padding=1), "fused_gemm"),
     ("ECE408 fa19 conv2 B4", (4, 12, 22, 22), (24, 12, 5, 5), {}, "fused_gemm"),
     ("3x3 C64 56x56 B64", (64, 64, 56, 56), (64, 64, 3, 3), dict(padding=1), "tf32x3"),
-    ("ECE408 fa21 conv2 B1000", (1000, 4, 40, 40), (16, 4, 7, 7), {}, "igemm_big"),
+    ("ECE408 fa21 conv2 B1000", (1000, 4, 40, 40), (16, 4, 7, 7), {}, "tf32x3"),  # dW on 16-row tiles
+    ("float64 3x3 C64 B64", (64, 64, 56, 56), (64, 64, 3, 3), dict(padding=1, dtype=np.float64), "fused_gemm"),
 ]
 
 

@@ -245,6 +245,10 @@ def test_template_and_define_values_are_compiled():
     assert set(algs.RECORDS["igemm_big"].tunables[0].values) == {int(k.split("@")[1].split(",")[0]) for k in big}
     tc = [k for k in KERNELS["implicit_gemm_tf32x3.cu"] if k.startswith("conv2d_tf32x3_fwd@")]
     assert set(algs.RECORDS["tf32x3"].tunables[0].values) == {int(k.split("@")[1].split(",")[0]) for k in tc}
+    wgrad = {int(k.split("@")[1]) for k in KERNELS["implicit_gemm_tf32x3.cu"] if k.startswith("conv2d_tf32x3_wgrad@")}
+    assert wgrad == set(algs.TF32X3_WGRAD_BLOCKS_PER_SM)
+    for bm in algs.RECORDS["tf32x3"].tunables[0].values:
+        assert {algs.tf32x3_wgrad_rows(mg, bm) for mg in range(1, 300)} <= wgrad
     assert algs.RECORDS["register_tiled"].tunables[2].values == OVERRIDABLE["CS_RT_PX"][1]
     assert algs.RECORDS["blocked"].tunables[0].values == OVERRIDABLE["CS_BLOCKED_V"][1]
     assert all(v % 2 == 1 for v in OVERRIDABLE["CS_BLOCKED_V"][1])
@@ -253,6 +257,13 @@ def test_template_and_define_values_are_compiled():
         OVERRIDABLE["CS_DW_PX"][1],
         OVERRIDABLE["CS_DW_PY"][1],
     ]
+
+
+def test_tf32x3_weight_gradient_tiles_hold_the_channels_without_idle_rows():
+    """16 and 32 rows for thin layers (ECE408: 12-24 channels), never more rows than ``bm`` allows."""
+    rows = algs.tf32x3_wgrad_rows
+    assert [rows(mg, 64) for mg in (1, 12, 16, 17, 24, 32, 33, 64, 65, 300)] == [16, 16, 16, 32, 32, 32, 64, 64, 64, 64]
+    assert [rows(mg, 128) for mg in (16, 24, 64, 65, 300)] == [16, 32, 64, 128, 128]
 
 
 def test_every_configuration_the_constraint_admits_has_a_consistent_launch():

@@ -191,13 +191,18 @@ def test_general_backward(x_shape, w_shape, kw, dtype, algorithm):
 
 
 # Several block tiles in every direction, partial tiles at the edges, both
-# tile heights (64 rows for <= 64 output channels per group, else 128).
+# tile heights (64 rows for <= 64 output channels per group, else 128; tf32x3's
+# weight gradient also 16 and 32).
 BIG_TILE_CASES = [
     ((8, 16, 48, 48), (40, 16, 3, 3), dict(padding=1)),
     ((4, 8, 33, 35), (130, 8, 3, 3), dict(padding=(2, 1), dilation=(2, 1))),
     ((3, 24, 20, 21), (20, 12, 5, 5), dict(padding="same", groups=2)),
     ((4, 20, 30, 30), (70, 20, 3, 3), dict(stride=2, padding=1)),
     ((4, 48, 30, 30), (40, 48, 3, 3), dict(padding=1)),  # dX on the big-tile kernel itself
+    # tf32x3's weight gradient on 32- and 16-row tiles (<= 32 and <= 16 output channels per group),
+    # two tap columns per thread, a partial column tile, stride in one direction
+    ((6, 12, 26, 25), (24, 12, 3, 3), dict(padding=1)),
+    ((5, 18, 23, 22), (16, 18, 3, 3), dict(padding=(1, 0), stride=(1, 2))),
     ((2, 64, 20, 21), (150, 32, 3, 3), dict(padding=((2, 0), (1, 1)), groups=2)),
 ]
 

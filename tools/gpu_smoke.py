@@ -50,6 +50,7 @@ CASES = [
     ((1, 70, 9, 9), (66, 70, 3, 3), dict(stride=2, padding=1)),  # implicit GEMM, partial tiles
     ((2, 8, 19, 21), (130, 8, 3, 3), dict(padding=1, dilation=(1, 2))),  # big tiles: 128 rows, dX as a conv
     ((2, 40, 9, 10), (30, 40, 3, 3), dict(padding=2)),  # dX as a conv on the GEMM kernels (> 24 channels)
+    ((2, 20, 11, 12), (12, 20, 3, 3), dict(padding=1, stride=(1, 2))),  # tf32x3 dW on 16-row tiles, 2 column tiles
     ((2, 40, 17, 16), (36, 40, 1, 1), {}),  # pointwise: two channel blocks, float4 rows
     ((1, 100, 7, 7), (70, 100, 1, 1), {}),  # pointwise_splitk: several slices, partial 32x32 tiles
 ]

@@ -141,7 +141,7 @@ KERNELS = {
     ],
     "implicit_gemm_tf32x3.cu": [
         *[f"conv2d_tf32x3_fwd@{bm},{act}" for bm in (64, 128) for act in EPILOGUES],
-        *[f"conv2d_tf32x3_wgrad@{bm}" for bm in (64, 128)],
+        *[f"conv2d_tf32x3_wgrad@{bm}" for bm in (16, 32, 64, 128)],
     ],
     "wgrad_ladder.cu": [
         "wgrad_ladder_atomic",

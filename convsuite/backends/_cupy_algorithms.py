@@ -236,15 +236,24 @@ def _with_bias(spec: ConvSpec, launch: Callable) -> Launch:
 
 
 def _grad_bias(s: ConvSpec, grad_y, grad_b) -> None:
-    """grad_b = grad_y summed over batch and pixels (a fixed-order cupy reduction)."""
-    grad_b[...] = grad_y.reshape(s.batch, s.out_channels, -1).sum(axis=(0, 2))
+    """grad_b = grad_y summed over pixels, then over the batch (fixed-order cupy reductions).
+
+    Two reductions, not one over axes (0, 2): CuPy gives a reduction one block
+    per output, so summing straight to the M channels ran M blocks over the
+    whole gradient (H200: 1.07 ms for a 74 MB gradient with M=16, ~1/40 of the
+    memory's speed); B*M per-image sums first fill the device.
+    """
+    rows = grad_y.reshape(s.batch * s.out_channels, math.prod(s.out_size))
+    grad_b[...] = rows.sum(axis=1).reshape(s.batch, s.out_channels).sum(axis=0)
 
 
 _MASKED_SUM: list = []  # the ReductionKernel of _grad_bias_masked, made on first use (CuPy compiles it per device)
 
 
 def _grad_bias_masked(s: ConvSpec, grad_y, relu_output, grad_b) -> None:
-    """grad_b of the gradient through a ReLU: grad_y summed where relu_output is not <= 0 (no masked copy)."""
+    """grad_b of the gradient through a ReLU: grad_y summed where relu_output is not <= 0 (no masked copy),
+    per image first as in :func:`_grad_bias`.
+    """
     if not _MASKED_SUM:
         # NaN <= 0 is false: a NaN output passes its gradient (torch.threshold_backward).
         _MASKED_SUM.append(
@@ -252,8 +261,9 @@ def _grad_bias_masked(s: ConvSpec, grad_y, relu_output, grad_b) -> None:
                 "T gy, T yr", "T gb", "yr <= 0 ? 0 : gy", "a + b", "gb = a", "0", "convsuite_relu_masked_sum"
             )
         )
-    shape = (s.batch, s.out_channels, -1)
-    grad_b[...] = _MASKED_SUM[0](grad_y.reshape(shape), relu_output.reshape(shape), axis=(0, 2))
+    shape = (s.batch * s.out_channels, math.prod(s.out_size))
+    per_image = _MASKED_SUM[0](grad_y.reshape(shape), relu_output.reshape(shape), axis=1)
+    grad_b[...] = per_image.reshape(s.batch, s.out_channels).sum(axis=0)
 
 
 # --- 1-D algorithms ---------------------------------------------------------
@@ -535,15 +545,19 @@ BIG_BN = 128  # columns of the big-tile kernels' block tile (implicit_gemm_big.c
 
 
 def _wgrad_splits(s: ConvSpec, rows: int, cols: int, blocks_per_sm: int) -> int:
-    """Split-K factor of the weight gradient for ``rows x cols`` block tiles: enough
-    blocks to fill the device, at least 256 products per split, and a partial-sum
-    buffer within the workspace.
+    """Split-K factor of the weight gradient for ``rows x cols`` block tiles: as many
+    blocks as the device holds at once (``blocks_per_sm`` a multiprocessor), at least
+    256 products per split, and a partial-sum buffer within the workspace.
+
+    Rounded down: one block past the device's capacity starts a second wave that
+    costs a whole block's time (3x3 C=64 B=64: 5 column tiles x 80 splits = 400
+    blocks for 396 places).
     """
     kd = s.channels_per_group * math.prod(s.kernel_size)
     tiles = math.ceil(kd / cols) * math.ceil(s.out_channels_per_group / rows) * s.groups
     n = s.batch * math.prod(s.out_size)
     by_memory = WORKSPACE_BYTES // max(1, s.out_channels * kd * s.itemsize)
-    wanted = math.ceil(blocks_per_sm * rt.sm_count() / tiles)
+    wanted = blocks_per_sm * rt.sm_count() // tiles
     return max(1, min(wanted, math.ceil(n / 256), GRID_YZ_MAX // s.groups, by_memory))
 
 
@@ -637,6 +651,25 @@ def _check_tf32x3(spec: ConvSpec, direction: str) -> Verdict:
     return _check_big(spec, direction)
 
 
+#: Blocks of the tf32x3 weight-gradient kernel that fit a multiprocessor's 64K registers
+#: (sm_90 SASS from nvcc 13: 128, 166, 162 and 160 registers a thread at 16, 32, 64 and 128
+#: rows; 64 threads below 64 rows, 2*BM from there; 22-36 KB of shared memory).
+TF32X3_WGRAD_BLOCKS_PER_SM = {16: 8, 32: 6, 64: 3, 128: 1}
+
+
+def tf32x3_wgrad_rows(out_per_group: int, bm: int) -> int:
+    """Block-tile rows of tf32x3's weight gradient: the smallest of 16, 32 and 64 that holds a
+    group's output channels, at most ``bm``.
+
+    Its rows are the output channels, so a 64-row tile over 16 channels (ECE408 fa21 conv2)
+    spent three quarters of its MMAs on zero rows; the smaller tiles cost more instructions per
+    MMA (sm_90 SASS from nvcc 13, main loop per block and 8-pixel slice: 1,176 instructions at
+    16 rows, 1,326 at 32, 2,136 at 64), so they are used only where they remove idle rows.
+    """
+    fits = next(rows for rows in (16, 32, 64, 128) if rows >= min(out_per_group, 128))
+    return min(fits, bm)
+
+
 def _plan_tf32x3(spec: ConvSpec, direction: str, params: dict) -> Launch:
     """tf32x3 with its block-tile rows ``params["bm"]``."""
     return _plan_implicit_gemm(spec, direction, True, bm=params["bm"], kind="tf32x3")
@@ -707,14 +740,17 @@ def _plan_implicit_gemm(
     suffix = "_masked" if masked else ""
     if bm is not None:
         koff = _filter_offsets(Cg, (H, W), (KH, KW), s.dilation)
-        if kind == "tf32x3":  # three blocks of 64 rows (one of 128) fit a multiprocessor at 168 registers
-            splits = _wgrad_splits(s, bm, BIG_BN, 3 if bm == 64 else 1)
-            wgrad = rt.kernel("implicit_gemm_tf32x3.cu", f"conv2d_tf32x3_wgrad@{bm}", s.dtype)
+        if kind == "tf32x3":
+            rows = tf32x3_wgrad_rows(Mg, bm)
+            splits = _wgrad_splits(s, rows, BIG_BN, TF32X3_WGRAD_BLOCKS_PER_SM[rows])
+            wgrad = rt.kernel("implicit_gemm_tf32x3.cu", f"conv2d_tf32x3_wgrad@{rows}", s.dtype)
+            wblock = (2 * rows if rows >= 32 else 64,)  # tx_wgrad_threads in the .cu
         else:
+            rows = bm
             splits = _wgrad_splits(s, bm, BIG_BN, 256 // bm)
             wgrad = rt.kernel(f"implicit_gemm_big{suffix}.cu", f"conv2d_igemm_wgrad{suffix}@{bm}", s.dtype)
-        wblock = (2 * bm,)
-        wgrid = (math.ceil(kd / BIG_BN), math.ceil(Mg / bm), splits * G)
+            wblock = (2 * bm,)
+        wgrid = (math.ceil(kd / BIG_BN), math.ceil(Mg / rows), splits * G)
         wargs = (koff, *rt.i32(splits), *p)
     else:
         splits = _wgrad_splits(s, GEMM_BM, GEMM_BN, 4)

@@ -246,12 +246,20 @@ def _backward_rules(spec: ConvSpec, tiles: int) -> list[tuple[str, str]]:
     No 1x1 line: cuBLAS (``pointwise_gemm``: two GEMMs, a batched product
     and a sum) lost x2.26 to fused_gemm on 1x1 C64->128 14x14 B=4
     (regret-gpu.md) and tied igemm_big on 128->256 28x28 B=64 (i11: 0.491 vs
-    0.497 ms), which the big-tile line already picks.
+    0.497 ms), which the big-tile line already beats. ``backward-2026-11-26``
+    is docs/measurements/backward-2026-11-26.md (H200, kernel times per
+    backward from CUPTI, tools/backward_phases.py).
     """
     rules = []
     if spec.is_depthwise:
         # i11: depthwise backward 0.526 ms vs fused_gemm 10.8 (3x3 s2 C144 B=64); regret-gpu.md x1.01 at B=4.
         rules.append(("depthwise", "one input channel per group: gather dX, per-channel dW"))
+    if tiles >= BIG_ENOUGH:
+        # backward-2026-11-26: tf32x3's dW on row tiles that fit the channels (16, 32, 64) made it the
+        # fastest backward at 16 output channels too (ECE408 fa21 conv2 B=1000 1.61 ms vs igemm_big 2.59,
+        # wgrad_padded 1.89), and at 64 (3x3 C=64 B=64 1.18 vs 1.84; C32->64 1.03 vs 1.44); i11: 1x1
+        # 128->256 B=64 0.395 vs igemm_big 0.493.
+        rules.append(("tf32x3", f"backward with {tiles} big block tiles: tensor-core dW on tiles that fit the rows"))
     return rules + _gemm_rules(spec, spec.as_2d(), tiles)
 
 
