@@ -74,6 +74,35 @@ __device__ __forceinline__ void load_patch_masked(T* patch, const T* __restrict_
     }
 }
 
+// One element global -> shared without passing through registers (sm_80 cp.async), or a
+// zero where !ok (a source size of 0 fills the destination with zeros; src is then any
+// valid address and is not read). The copies of a commit group land by cp_async_wait.
+template <typename T>
+__device__ __forceinline__ void cp_async_element(T* dst, const T* src, bool ok) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(d), "l"(src), "n"(sizeof(T)),
+                 "r"(ok ? (int)sizeof(T) : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Wait until at most N of this thread's commit groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// load_patch, asynchronously: the copies are in flight until cp_async_wait.
+template <typename T>
+__device__ __forceinline__ void load_patch_async(T* patch, const T* __restrict__ xc, int H, int W, int ih0, int iw0,
+                                                 int span_h, int span_w) {
+    const int n = span_h * span_w;
+    for (int j = threadIdx.y * blockDim.x + threadIdx.x; j < n; j += blockDim.x * blockDim.y) {
+        const int r = j / span_w, q = j % span_w;
+        const int ih = ih0 + r, iw = iw0 + q;
+        const bool ok = ih >= 0 && ih < H && iw >= 0 && iw < W;
+        cp_async_element(patch + j, ok ? xc + (i64)ih * W + iw : xc, ok);
+    }
+}
+
 // tiled_shared: a (blockDim.y x blockDim.x) tile of outputs of one (b, m)
 // plane; for each input channel the block loads the input patch the tile
 // reads (tile plus halo, zeros in the padding) into shared memory once, and
@@ -106,16 +135,6 @@ __global__ void conv2d_tiled_shared(const T* __restrict__ x, const T* __restrict
     if (oh < Ho && ow < Wo) y[plane * Ho * Wo + (i64)oh * Wo + ow] = acc;
 }
 
-// register_tiled: joint shared-memory and register tiling for layers with
-// few output channels per group (ECE408 conv1 and conv2). A block owns a
-// spatial tile of one (b, group) and MT output channels; the input patch and
-// the MT filters of the current input channel sit in shared memory. Each
-// thread keeps MT x PX accumulators in registers for PX horizontally adjacent
-// outputs, so every weight it loads (a broadcast) feeds PX FMAs and every
-// input value MT FMAs. The block is blockDim.x * PX outputs wide (chosen from
-// Wo in Python). grid.x = b * groups + g, grid.y = tile, grid.z = channel block.
-// MASK = 1 (conv2d_register_tiled_masked) reads x through the ReLU mask xmask
-// (same shape as x): the input gradient of a layer followed by a ReLU.
 // 16 bytes of shared memory into registers in one load (4 floats or 2 doubles; src 16-byte aligned).
 __device__ __forceinline__ void load16(float* dst, const float* src) {
     const float4 v = *reinterpret_cast<const float4*>(src);
@@ -137,6 +156,23 @@ __device__ __forceinline__ void load_tap_weights(T (&wv)[MT], const T* wp) {
     for (int j = 0; j < MT; j += PER) load16(wv + j, wp + j);
 }
 
+// register_tiled: joint shared-memory and register tiling for layers with
+// few output channels per group (ECE408 conv1 and conv2). A block owns a
+// spatial tile of one (b, group) and MT output channels; the input patch and
+// the MT filters of the current input channel sit in shared memory. Each
+// thread keeps MT x PX accumulators in registers for PX horizontally adjacent
+// outputs, so every weight it loads (a broadcast) feeds PX FMAs and every
+// input value MT FMAs. The block is blockDim.x * PX outputs wide (chosen from
+// Wo in Python). grid.x = b * groups + g, grid.y = tile, grid.z = channel block.
+// MASK = 1 (conv2d_register_tiled_masked) reads x through the ReLU mask xmask
+// (same shape as x): the input gradient of a layer followed by a ReLU.
+//
+// Two shared-memory stages (filters then patch, each rounded to 16 bytes):
+// the next channel's copies are issued with cp.async before this channel's
+// FMAs, so their latency overlaps the arithmetic instead of stalling every
+// thread at the barrier (with 4 blocks of ~3 warps per multiprocessor, too
+// few to cover it). The masked variant loads its patch synchronously (the
+// mask is applied on the way), still one channel ahead.
 template <typename T, int MT, int MASK>
 __device__ __forceinline__ void register_tiled_body(const T* __restrict__ x, const T* __restrict__ xmask,
                                                     const T* __restrict__ w, const T* __restrict__ bias,
@@ -147,8 +183,10 @@ __device__ __forceinline__ void register_tiled_body(const T* __restrict__ x, con
     const int span_h = (blockDim.y - 1) * sh + (KH - 1) * dh + 1;
     const int span_w = (tile_w - 1) * sw + (KW - 1) * dw + 1;
     const int KK = KH * KW;
-    T* wsh = reinterpret_cast<T*>(smem_raw);        // [KK][MT] for the current channel (a tap's MT weights together)
-    T* patch = wsh + MT * KK;                        // [span_h][span_w]
+    constexpr int ALIGN = 16 / sizeof(T);   // elements per 16 bytes
+    // One stage: [KK][MT] filters of a channel (a tap's MT weights together), then its patch.
+    const int stage_elems = (MT * KK + span_h * span_w + ALIGN - 1) / ALIGN * ALIGN;
+    T* stages = reinterpret_cast<T*>(smem_raw);
     const i64 bg = blockIdx.x;
     const int g = (int)(bg % G);
     const i64 b = bg / G;
@@ -158,23 +196,40 @@ __device__ __forceinline__ void register_tiled_body(const T* __restrict__ x, con
     const int oh0 = (blockIdx.y / tiles_w) * blockDim.y, ow0 = (blockIdx.y % tiles_w) * tile_w;
     const int oh = oh0 + threadIdx.y, owt = ow0 + threadIdx.x * CS_RT_PX;   // this thread's first column
     const int tid = threadIdx.y * blockDim.x + threadIdx.x, nthreads = blockDim.x * blockDim.y;
+
+    auto stage_in = [&](int c, int st) {   // channel c's filters and patch into stage st, as one commit group
+        T* wsh = stages + st * stage_elems;
+        for (int j = tid; j < MT * KK; j += nthreads) {   // coalesced reads, transposed stores
+            const int mj = j / KK, tap = j - mj * KK;
+            const bool ok = mj < nm;
+            cp_async_element(wsh + tap * MT + mj, ok ? w + ((i64)(m0 + mj) * Cg + c) * KK + tap : w, ok);
+        }
+        const i64 plane = (b * C + g * Cg + c) * (i64)H * W;
+        if (MASK)
+            load_patch_masked(wsh + MT * KK, x + plane, xmask + plane, H, W, oh0 * sh - ph, ow0 * sw - pw, span_h,
+                              span_w);
+        else
+            load_patch_async(wsh + MT * KK, x + plane, H, W, oh0 * sh - ph, ow0 * sw - pw, span_h, span_w);
+        cp_async_commit();
+    };
+
     T acc[MT][CS_RT_PX];
 #pragma unroll
     for (int j = 0; j < MT; ++j)
 #pragma unroll
         for (int u = 0; u < CS_RT_PX; ++u) acc[j][u] = (j < nm) ? bias[m0 + j] : T(0);
+    stage_in(0, 0);
     for (int c = 0; c < Cg; ++c) {
-        for (int j = tid; j < MT * KK; j += nthreads) {   // coalesced reads, transposed stores
-            const int mj = j / KK, tap = j - mj * KK;
-            wsh[tap * MT + mj] = (mj < nm) ? w[((i64)(m0 + mj) * Cg + c) * KK + tap] : T(0);
+        // Stage (c + 1) & 1 was last read in iteration c - 1, before its closing barrier.
+        if (c + 1 < Cg) {
+            stage_in(c + 1, (c + 1) & 1);
+            cp_async_wait<1>();   // channel c's group has landed (c + 1's may still be in flight)
+        } else {
+            cp_async_wait<0>();
         }
-        const i64 plane = (b * C + g * Cg + c) * (i64)H * W;
-        if (MASK)
-            load_patch_masked(patch, x + plane, xmask + plane, H, W, oh0 * sh - ph, ow0 * sw - pw, span_h, span_w);
-        else
-            load_patch(patch, x + plane, H, W, oh0 * sh - ph, ow0 * sw - pw, span_h, span_w);
         __syncthreads();
-        const T* win = patch + (threadIdx.y * sh) * span_w + threadIdx.x * CS_RT_PX * sw;
+        const T* wsh = stages + (c & 1) * stage_elems;
+        const T* win = wsh + MT * KK + (threadIdx.y * sh) * span_w + threadIdx.x * CS_RT_PX * sw;
         for (int p = 0; p < KH; ++p) {
             const T* wrow = win + p * dh * span_w;
             for (int q = 0; q < KW; ++q) {

@@ -141,7 +141,7 @@ def test_defaults_reproduce_the_hand_rule():
     assert algs._tile_geometry(conv1, "tiled_shared") == dict(block=(22, 11), tiles=8, smem=(15 * 26) * 4)
     assert algs.RECORDS["register_tiled"].defaults(conv1, "forward") == {"mt": 12, "block_w": 11, "px": 4}
     # 11 threads x 4 outputs = 44 wide, 22 tall; patch 26 x 48 plus 12 filters of 25 taps
-    assert algs._tile_geometry(conv1, "register_tiled") == dict(block=(11, 22), tiles=2, smem=(26 * 48 + 12 * 25) * 4)
+    assert algs._tile_geometry(conv1, "register_tiled") == dict(block=(11, 22), tiles=2, smem=2 * (26 * 48 + 12 * 25) * 4)
     one_row = SPECS[2]  # 994 outputs in one row: up to 256 threads wide
     assert algs.RECORDS["tiled_shared"].defaults(one_row, "forward") == {"tile_w": 249, "tile_h": 1}
     assert algs.RECORDS["register_tiled"].defaults(one_row, "forward") == {"mt": 4, "block_w": 249, "px": 4}
@@ -163,7 +163,7 @@ def test_explicit_geometry_follows_the_parameters():
     assert geo == dict(block=(16, 8), tiles=3 * 6, smem=((8 - 1) + 5) * ((16 - 1) + 5) * 4)
     geo = algs._tile_geometry(conv1, "register_tiled", {"mt": 4, "block_w": 8, "px": 2})
     # 8 threads x 2 = 16 wide, height _balanced(44, 32) = 22: patch 26 x 20 plus 4 filters
-    assert geo == dict(block=(8, 22), tiles=2 * 3, smem=(26 * 20 + 4 * 25) * 4)
+    assert geo == dict(block=(8, 22), tiles=2 * 3, smem=2 * (26 * 20 + 4 * 25) * 4)
 
 
 def test_constraints_refuse_with_a_reason():
@@ -178,7 +178,7 @@ def test_constraints_refuse_with_a_reason():
     f64 = _spec((2, 1, 48, 48), (24, 1, 5, 5), np.float64)
     # 256 threads x 8 outputs: a 5 x 2052 float64 patch (82080 bytes) and 24 filters of 25 taps (4800)
     why = backend.can_run(f64, "register_tiled", "forward", {"block_w": 256, "px": 8})
-    assert why == "block_w=256, mt=24, px=8: the input patch (and filters) need 86880 bytes of shared memory (> 49152)"
+    assert why == "block_w=256, mt=24, px=8: the input patch (and filters) need 173760 bytes of shared memory (> 49152)"
     why = backend.can_run(f64, "register_tiled", "forward", {"mt": 24, "px": 8})
     assert "384 32-bit registers" in why and "mt=24" in why
     assert backend.can_run(f64, "register_tiled", "forward", {"mt": 24, "px": 4}) is True

@@ -192,7 +192,10 @@ def _tile_geometry(s: ConvSpec, algorithm: str, params: dict | None = None) -> d
     span_w = (tile_w - 1) * sw + (KW - 1) * dw + 1
     smem = span_h * span_w * s.itemsize
     if algorithm == "register_tiled":
-        smem += params["mt"] * KH * KW * s.itemsize  # the MT filters of the current input channel
+        # Two stages (conv2d.cu: the next channel is copied in while this one is used), each the
+        # MT filters of a channel and its patch, rounded up to 16 bytes.
+        align = 16 // s.itemsize
+        smem = 2 * math.ceil((span_h * span_w + params["mt"] * KH * KW) / align) * align * s.itemsize
     tiles = math.ceil(Ho / tile_h) * math.ceil(Wo / tile_w)
     return dict(block=(bx, by), tiles=tiles, smem=smem)
 
