@@ -32,6 +32,11 @@ a GPU. Each threshold below cites the measurements it comes from:
 ``targets-1121``
     docs/measurements/gpu-targets-2026-11-21.md: H200, MobileNetV2 layers at
     batch 1 (kernels of that day: fused_gemm and im2col + cuBLAS only).
+``backward-2026-11-26``
+    docs/measurements/gpu-kernels-2026-11-26.md: H200, the device time of
+    every kernel of a backward call per algorithm (CUPTI,
+    tools/backward_phases.py) and the issue-11 table, after tf32x3's weight
+    gradient got row tiles that fit thin layers.
 ``tf32x3``
     docs/measurements/tf32x3-2026-11-22.md: H100, tf32x3 against igemm_big
     and cuDNN on 3x3 layers at batch 64 and the ECE408 conv2 layers at
@@ -246,9 +251,7 @@ def _backward_rules(spec: ConvSpec, tiles: int) -> list[tuple[str, str]]:
     No 1x1 line: cuBLAS (``pointwise_gemm``: two GEMMs, a batched product
     and a sum) lost x2.26 to fused_gemm on 1x1 C64->128 14x14 B=4
     (regret-gpu.md) and tied igemm_big on 128->256 28x28 B=64 (i11: 0.491 vs
-    0.497 ms), which the big-tile line already beats. ``backward-2026-11-26``
-    is docs/measurements/backward-2026-11-26.md (H200, kernel times per
-    backward from CUPTI, tools/backward_phases.py).
+    0.497 ms), which the big-tile line already beats.
     """
     rules = []
     if spec.is_depthwise:
