@@ -140,8 +140,9 @@ def test_defaults_reproduce_the_hand_rule():
     assert algs.RECORDS["tiled_shared"].defaults(conv1, "forward") == {"tile_w": 22, "tile_h": 11}
     assert algs._tile_geometry(conv1, "tiled_shared") == dict(block=(22, 11), tiles=8, smem=(15 * 26) * 4)
     assert algs.RECORDS["register_tiled"].defaults(conv1, "forward") == {"mt": 12, "block_w": 11, "px": 4}
-    # 11 threads x 4 outputs = 44 wide, 22 tall; patch 26 x 48 plus 12 filters of 25 taps
-    assert algs._tile_geometry(conv1, "register_tiled") == dict(block=(11, 22), tiles=2, smem=2 * (26 * 48 + 12 * 25) * 4)
+    # 11 threads x 4 outputs = 44 wide, 22 tall; two stages of a 26 x 48 patch plus 12 filters of 25 taps
+    stages = 2 * (26 * 48 + 12 * 25) * 4
+    assert algs._tile_geometry(conv1, "register_tiled") == dict(block=(11, 22), tiles=2, smem=stages)
     one_row = SPECS[2]  # 994 outputs in one row: up to 256 threads wide
     assert algs.RECORDS["tiled_shared"].defaults(one_row, "forward") == {"tile_w": 249, "tile_h": 1}
     assert algs.RECORDS["register_tiled"].defaults(one_row, "forward") == {"mt": 4, "block_w": 249, "px": 4}
