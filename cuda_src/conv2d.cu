@@ -77,17 +77,29 @@ __device__ __forceinline__ void load_patch_masked(T* patch, const T* __restrict_
 // One element global -> shared without passing through registers (sm_80 cp.async), or a
 // zero where !ok (a source size of 0 fills the destination with zeros; src is then any
 // valid address and is not read). The copies of a commit group land by cp_async_wait.
+// Below sm_80 (Turing: CUDA 13's oldest target) the copy is an ordinary load and store,
+// complete when it returns, and commit and wait do nothing.
 template <typename T>
 __device__ __forceinline__ void cp_async_element(T* dst, const T* src, bool ok) {
+#if __CUDA_ARCH__ >= 800
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(d), "l"(src), "n"(sizeof(T)),
                  "r"(ok ? (int)sizeof(T) : 0));
+#else
+    *dst = ok ? *src : T(0);
+#endif
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
 // Wait until at most N of this thread's commit groups are still in flight.
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
+#if __CUDA_ARCH__ >= 800
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
 }
 
 // load_patch, asynchronously: the copies are in flight until cp_async_wait.
@@ -111,7 +123,7 @@ __device__ __forceinline__ void load_patch_async(T* patch, const T* __restrict__
 template <typename T>
 __global__ void conv2d_tiled_shared(const T* __restrict__ x, const T* __restrict__ w,
                                     const T* __restrict__ bias, T* __restrict__ y, CONV_PARAMS) {
-    extern __shared__ unsigned char smem_raw[];
+    extern __shared__ __align__(16) unsigned char smem_raw[];
     T* patch = reinterpret_cast<T*>(smem_raw);
     const i64 plane = blockIdx.x;
     const int m = (int)(plane % M);
@@ -167,7 +179,9 @@ __device__ __forceinline__ void load_tap_weights(T (&wv)[MT], const T* wp) {
 // MASK = 1 (conv2d_register_tiled_masked) reads x through the ReLU mask xmask
 // (same shape as x): the input gradient of a layer followed by a ReLU.
 //
-// Two shared-memory stages (filters then patch, each rounded to 16 bytes):
+// Two shared-memory stages (a channel's filters then its patch; each stage
+// rounded up to 16 bytes, and every tap's MT weights start on a 16-byte
+// boundary as MT is a multiple of 4):
 // the next channel's copies are issued with cp.async before this channel's
 // FMAs, so their latency overlaps the arithmetic instead of stalling every
 // thread at the barrier (with 4 blocks of ~3 warps per multiprocessor, too
@@ -177,7 +191,7 @@ template <typename T, int MT, int MASK>
 __device__ __forceinline__ void register_tiled_body(const T* __restrict__ x, const T* __restrict__ xmask,
                                                     const T* __restrict__ w, const T* __restrict__ bias,
                                                     T* __restrict__ y, CONV_PARAMS) {
-    extern __shared__ unsigned char smem_raw[];
+    extern __shared__ __align__(16) unsigned char smem_raw[];   // 16-byte loads of the filters
     const int G = C / Cg, Mg = M / G;
     const int tile_w = blockDim.x * CS_RT_PX;
     const int span_h = (blockDim.y - 1) * sh + (KH - 1) * dh + 1;

@@ -37,7 +37,9 @@
 
 #define TX_BN 128
 #define TX_BK 8
-#define TX_PAD 8   // rows of BM+8 (or 136) words, 8 mod 32: a fragment load (4 k-rows x 8 columns) hits 32 banks
+// Rows of BM+8 (or 136) words: 8 mod 32 for BM = 32, 64, 128, 24 for BM = 16 (the weight gradient's
+// thin tiles); either way a fragment load (4 k-rows x 8 columns) hits 32 different banks.
+#define TX_PAD 8
 
 // One TF32 value (as its 32-bit pattern) rounded to nearest, ties away from
 // zero, from a finite float below 2^126: what cvt.rna.tf32.f32 gives, in two
@@ -284,9 +286,10 @@ __global__ void __launch_bounds__(2 * BM)
 // splits are summed in a fixed order afterwards (deterministic, no atomics).
 // grid = (ceil(Kd/128), ceil(Mg/BM), splits * groups). The reduction runs
 // over pixels in slices of 8; per slice, eight threads decode each pixel n
-// into (image, pixel, first input row and column) for the whole block, one
-// slice ahead, and each thread keeps its own column's filter offset koff[k]
-// in registers. Specials (inf, NaN, |v| >= 2^126) send the block's tile to
+// into the address of its window in x (with its first input row and column)
+// and its offset in gY for the whole block, two slices ahead of the MMAs
+// (one ahead of the loads), and each thread keeps its own columns' filter
+// offsets koff[k] in registers. Specials (inf, NaN, |v| >= 2^126) send the block's tile to
 // a float32 recomputation, as in the forward kernel.
 //
 // BM (the output channels a block covers) is 16, 32, 64 or 128: a layer of
@@ -310,7 +313,7 @@ __global__ void __launch_bounds__(tx_wgrad_threads(BM))
         static_assert(BM == 16 || BM == 32 || BM == 64 || BM == 128, "tf32x3 wgrad: BM is 16, 32, 64 or 128");
         __shared__ __align__(16) unsigned Ab[2][TX_BK][BM + TX_PAD], As[2][TX_BK][BM + TX_PAD];    // gY [n][m]
         __shared__ __align__(16) unsigned Bb[2][TX_BK][TX_BN + TX_PAD], Bs[2][TX_BK][TX_BN + TX_PAD]; // X^T [n][k]
-        // Per pixel of a slice, decoded one slice ahead by eight threads for the whole block:
+        // Per pixel of a slice, decoded two slices ahead by eight threads for the whole block:
         // tabx holds the address of its window's first element in the group's x (image, first
         // row and column; rows and columns may be negative, into the padding: only an address
         // whose bounds check passes is read) and that row and column, so a gathered element

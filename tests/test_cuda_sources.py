@@ -67,6 +67,27 @@ def test_sources_compile_to_ptx(filename, overrides, tmp_path):
     (``_cuda_sources.OVERRIDABLE``), so every configuration a user can ask
     for compiles here before it reaches NVRTC on a GPU.
     """
+    text = _compile_ptx(filename, overrides, "sm_90", tmp_path)
+    for kernel in KERNELS[filename]:
+        assert kernel.partition("|")[0].partition("@")[0] in text, f"{kernel} missing from the PTX"
+
+
+#: Sources that need Ampere (sm_80): the TF32 tensor-core MMAs. The backend's
+#: can_run declines them on older GPUs (tests/test_cupy_rule.py).
+NEEDS_SM80 = {"implicit_gemm_tf32x3.cu"}
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found: CUDA sources not compiled")
+@pytest.mark.parametrize("filename", sorted(set(KERNELS) - NEEDS_SM80))
+def test_sources_compile_for_the_oldest_gpu_cuda_13_targets(filename, tmp_path):
+    """Turing (sm_75): every other algorithm runs there, so its source must compile without sm_80
+    features (register_tiled's cp.async falls back to plain loads and stores)."""
+    text = _compile_ptx(filename, (), "sm_75", tmp_path)
+    assert ".target sm_75" in text
+
+
+def _compile_ptx(filename: str, overrides: tuple, arch: str, tmp_path: Path) -> str:
+    """PTX of ``filename`` with every kernel the backend uses instantiated (float and double)."""
     lines = [f'#include "{source_dir() / filename}"', "void convsuite_instantiate_all() {"]
     lines += [f"    (void)&{name};" for name in name_expressions(filename)]
     lines.append("}")
@@ -77,7 +98,7 @@ def test_sources_compile_to_ptx(filename, overrides, tmp_path):
         [
             "nvcc",
             "-std=c++17",
-            "-arch=sm_90",
+            f"-arch={arch}",
             "-ptx",
             *compile_options(overrides),
             f"-I{source_dir()}",
@@ -89,9 +110,7 @@ def test_sources_compile_to_ptx(filename, overrides, tmp_path):
         text=True,
     )
     assert result.returncode == 0, result.stderr
-    text = ptx.read_text()
-    for kernel in KERNELS[filename]:
-        assert kernel.partition("|")[0].partition("@")[0] in text, f"{kernel} missing from the PTX"
+    return ptx.read_text()
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found: CUDA sources not compiled")

@@ -152,6 +152,22 @@ def test_tf32x3_line_needs_a_full_tile_float32_and_a_long_reduction():
     assert _pick((64, 3, 112, 112), (64, 3, 3, 3), padding=1)[0] == "igemm_big"  # 27 products: declines
 
 
+def test_tf32x3_declines_gpus_without_tf32_tensor_cores(monkeypatch):
+    """Below compute capability 8.0 (Turing) tf32x3 says why and auto moves on; without a GPU nothing declines."""
+    from convsuite.backends import _cupy_runtime
+
+    spec = _spec((64, 64, 56, 56), (64, 64, 3, 3), padding=1)
+    monkeypatch.setattr(_cupy_runtime, "compute_capability", lambda: 75)
+    why = GPU.can_run(spec, "tf32x3", "forward")
+    assert "sm_75" in why and "8.0" in why and "igemm_big" in why
+    assert GPU.choose_algorithm(spec, "forward")[0] == "igemm_big"
+    assert GPU.choose_algorithm(spec, "backward")[0] == "igemm_big"
+    monkeypatch.setattr(_cupy_runtime, "compute_capability", lambda: 90)
+    assert GPU.can_run(spec, "tf32x3", "forward") is True
+    monkeypatch.setattr(_cupy_runtime, "compute_capability", lambda: None)
+    assert GPU.choose_algorithm(spec, "forward")[0] == "tf32x3"
+
+
 def test_pointwise_class_in_float64_never_takes_the_float32_kernel():
     """igemm_big is float32 only: a large float64 1x1 layer goes to the 64x64 implicit GEMM (or cuBLAS)."""
     assert _pick((64, 96, 56, 56), (24, 96, 1, 1), dtype=np.float64)[0] == "fused_gemm"

@@ -635,10 +635,20 @@ IGEMM_BIG_TUNABLES = (
 TF32X3_MIN_REDUCTION = 32
 
 
+#: Compute capability from which the tensor cores take TF32 (``mma.sync ... .tf32``: Ampere).
+TF32X3_MIN_CAPABILITY = 80
+
+
 def _check_tf32x3(spec: ConvSpec, direction: str) -> Verdict:
     s = spec.as_2d()
     if s.dtype != "float32":
         return "tf32x3 splits float32 operands into TF32 pairs; float64 needs fused_gemm"
+    capability = rt.compute_capability()
+    if capability is not None and capability < TF32X3_MIN_CAPABILITY:
+        return (
+            f"tf32x3 needs TF32 tensor cores (compute capability {TF32X3_MIN_CAPABILITY // 10}.0 or later); "
+            f"this GPU is sm_{capability}: use igemm_big"
+        )
     # Forward sums C/g*KH*KW products per output. Backward, the tensor-core weight gradient sums
     # B*Ho*Wo; its dX checks its own (transposed) problem in _plan_input_gradient. The forward
     # bound is kept for backward too: a weight gradient of fewer than 32 taps has not run on a GPU.
@@ -661,8 +671,8 @@ TF32X3_WGRAD_BLOCKS_PER_SM = {16: 8, 32: 6, 64: 3, 128: 1}
 
 
 def tf32x3_wgrad_rows(out_per_group: int, bm: int) -> int:
-    """Block-tile rows of tf32x3's weight gradient: the smallest of 16, 32 and 64 that holds a
-    group's output channels, at most ``bm``.
+    """Block-tile rows of tf32x3's weight gradient: the smallest of 16, 32, 64 and 128 that holds a
+    group's output channels (128 beyond), at most ``bm``.
 
     Its rows are the output channels, so a 64-row tile over 16 channels (ECE408 fa21 conv2)
     spent three quarters of its MMAs on zero rows; the smaller tiles cost more instructions per

@@ -123,7 +123,8 @@ REGISTER_TILED_BLOCKS = 64
 
 #: Output channels per group from which tf32x3 (error-compensated TF32 on the
 #: tensor cores, float32 accuracy) replaces igemm_big on layers with
-#: BIG_ENOUGH tiles: its 64-row block tile is full. tf32x3: forward 1.57x
+#: BIG_ENOUGH tiles, forward: its 64-row block tile is full. (Backward its
+#: weight gradient takes row tiles that fit the layer: ``_backward_rules``.) tf32x3: forward 1.57x
 #: igemm_big on 3x3 C32->64 64x64 B=64, 1.61x on C64->64 56x56, 1.75x on
 #: C128 28x28 and 1.84x on C256 14x14; backward 1.20-1.58x on the same
 #: layers. With 32 output channels (5x5 s2 C16->32) half its tile idles and
@@ -226,12 +227,12 @@ def _forward_rules(spec: ConvSpec, s: ConvSpec, tiles: int) -> list[tuple[str, s
 
 
 def _gemm_rules(spec: ConvSpec, s: ConvSpec, tiles: int) -> list[tuple[str, str]]:
-    """The implicit GEMMs, forward and backward alike: tf32x3, then igemm_big with enough work, else fused_gemm.
+    """The implicit GEMMs: tf32x3, then igemm_big with enough work, else fused_gemm.
 
-    tf32x3 was measured on 3x3 layers only: 1x1 stride-1 layers have their
-    own forward class, and backward they stay on igemm_big (i11: its tie with
-    cuBLAS on 128->256 28x28 B=64). i11: igemm_big fastest on backward 3x3
-    C=64 B=64 and ECE408 fa21 conv2 B=1000.
+    Forward, tf32x3 was measured on 3x3 layers only (1x1 stride-1 layers have
+    their own forward class). Backward, ``_backward_rules`` has already put
+    tf32x3 first where there are BIG_ENOUGH tiles; these lines serve the rest
+    (and float64, which tf32x3 declines).
     """
     rules = []
     mg = s.out_channels_per_group

@@ -56,6 +56,7 @@ __all__ = [
     "PerStream",
     "bind",
     "compile_seconds",
+    "compute_capability",
     "cupy",
     "disk_cache",
     "device_id",
@@ -74,6 +75,7 @@ _modules: dict[tuple[int, str, tuple], object] = {}
 _compile_seconds: dict[tuple[str, tuple], float] = {}
 _functions: dict[tuple, object] = {}
 _sm_counts: dict[int, int] = {}
+_capabilities: dict[int, int] = {}
 _zero_cache: dict[tuple, object] = {}
 
 
@@ -187,6 +189,22 @@ def sm_count() -> int:
     if count is None:
         count = _sm_counts[device] = cupy().cuda.runtime.getDeviceProperties(device)["multiProcessorCount"]
     return count
+
+
+def compute_capability() -> int | None:
+    """The current device's compute capability as an int (90 for sm_90), or None without a usable GPU.
+
+    None when CuPy is missing or no device answers, so the planning checks that ask
+    (tf32x3's) still run, and decline nothing, on a machine without a GPU.
+    """
+    try:
+        device = device_id()
+    except Exception:  # no cupy, no driver, no device: nothing to decline on
+        return None
+    capability = _capabilities.get(device)
+    if capability is None:
+        capability = _capabilities[device] = int(cupy().cuda.Device(device).compute_capability)
+    return capability
 
 
 def grid_stride_blocks(total: int) -> int:
