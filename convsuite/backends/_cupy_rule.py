@@ -123,9 +123,9 @@ REGISTER_TILED_BLOCKS = 64
 
 #: Output channels per group from which tf32x3 (error-compensated TF32 on the
 #: tensor cores, float32 accuracy) replaces igemm_big on layers with
-#: BIG_ENOUGH tiles, forward: its 64-row block tile is full. (Backward its
-#: weight gradient takes row tiles that fit the layer: ``_backward_rules``.) tf32x3: forward 1.57x
-#: igemm_big on 3x3 C32->64 64x64 B=64, 1.61x on C64->64 56x56, 1.75x on
+#: BIG_ENOUGH tiles, forward: its 64-row block tile is full (backward, its
+#: weight gradient takes row tiles that fit the layer: ``_backward_rules``).
+#: tf32x3: forward 1.57x igemm_big on 3x3 C32->64 64x64 B=64, 1.61x on C64->64 56x56, 1.75x on
 #: C128 28x28 and 1.84x on C256 14x14; backward 1.20-1.58x on the same
 #: layers. With 32 output channels (5x5 s2 C16->32) half its tile idles and
 #: it lost (0.87-0.90x); below 32 products per output it declines (its
@@ -259,10 +259,10 @@ def _backward_rules(spec: ConvSpec, tiles: int) -> list[tuple[str, str]]:
         # i11: depthwise backward 0.526 ms vs fused_gemm 10.8 (3x3 s2 C144 B=64); regret-gpu.md x1.01 at B=4.
         rules.append(("depthwise", "one input channel per group: gather dX, per-channel dW"))
     if tiles >= BIG_ENOUGH:
-        # backward-2026-11-26: tf32x3's dW on row tiles that fit the channels (16, 32, 64) made it the
-        # fastest backward at 16 output channels too (ECE408 fa21 conv2 B=1000 1.61 ms vs igemm_big 2.59,
-        # wgrad_padded 1.89), and at 64 (3x3 C=64 B=64 1.18 vs 1.84; C32->64 1.03 vs 1.44); i11: 1x1
-        # 128->256 B=64 0.395 vs igemm_big 0.493.
+        # backward-2026-11-26 (kernel sums): tf32x3's dW on row tiles that fit the channels (16, 32, 64)
+        # made it the fastest backward at 16 output channels too (ECE408 fa21 conv2 B=1000 1.41 ms vs
+        # igemm_big 2.59, wgrad_padded 1.91), and at 64 (3x3 C=64 B=64 0.89 vs 1.55; C32->64 0.97 vs
+        # 1.44); its table: 1x1 128->256 B=64 0.345 vs igemm_big 0.446 ms (i11: 0.395 vs 0.493).
         rules.append(("tf32x3", f"backward with {tiles} big block tiles: tensor-core dW on tiles that fit the rows"))
     return rules + _gemm_rules(spec, spec.as_2d(), tiles)
 
