@@ -184,8 +184,8 @@ __device__ __forceinline__ void load_tap_weights(T (&wv)[MT], const T* wp) {
 // boundary as MT is a multiple of 4):
 // the next channel's copies are issued with cp.async before this channel's
 // FMAs, so their latency overlaps the arithmetic instead of stalling every
-// thread at the barrier (with 4 blocks of ~3 warps per multiprocessor, too
-// few to cover it). The masked variant loads its patch synchronously (the
+// thread at the barrier (ECE408 fa19 conv2: 4 blocks of 3 warps per
+// multiprocessor, too few to cover it; 2.46 -> 2.07 ms on an H200). The masked variant loads its patch synchronously (the
 // mask is applied on the way), still one channel ahead.
 template <typename T, int MT, int MASK>
 __device__ __forceinline__ void register_tiled_body(const T* __restrict__ x, const T* __restrict__ xmask,
