@@ -13,6 +13,8 @@
 #   bash tools/device_run.sh multi [REPEAT]  several GPUs: the multi-GPU tests (also under memcheck), the
 #                                     scaling figures and `compare --scaling gpus`
 #   bash tools/device_run.sh tc       tf32x3: its GPU tests, the probe against igemm_big and cuDNN, Nsight Compute on c1
+#   bash tools/device_run.sh phases   every kernel of a backward call per algorithm (CUPTI), and register_tiled's
+#                                     parameters on two ECE408 problems against cuDNN
 #   bash tools/device_run.sh mnet     the network GPU tests; MobileNetV2 batch 1: graph call vs replay vs host time,
 #                                     every conv layer vs cuDNN
 #   bash tools/device_run.sh relu6    the epilogue tests (relu, relu6), memcheck, MobileNetV2 on the GPU (ReLU6 fused or not)
@@ -131,6 +133,14 @@ multi)
   grep -E "^gpus" "$LOGS/scaling.log" | tail -8 | tee -a "$SUMMARY"
   run compare-scaling 90 python3 -m convsuite compare --scaling gpus --repeat 5
   tail -6 "$LOGS/compare-scaling.log" | tee -a "$SUMMARY"
+  ;;
+phases)
+  # Where backward time goes (every kernel of a backward call per algorithm, CUPTI) and register_tiled's
+  # parameters on the ECE408 layers against cuDNN.
+  run phases 200 python3 tools/backward_phases.py
+  grep -E "==|total" "$LOGS/phases.log" | tee -a "$SUMMARY"
+  run rt-sweep 200 python3 tools/register_tiled_sweep.py
+  grep -E "==|default" "$LOGS/rt-sweep.log" | tee -a "$SUMMARY"
   ;;
 tc)
   # tf32x3 iteration: its GPU tests, then the probe (tf32x3 vs igemm_big vs cuDNN, fused ReLU).
