@@ -49,16 +49,27 @@ __global__ void conv2d_const_weights(const T* __restrict__ x, const T* __restric
     conv2d_per_output<T, I>(x, const_weights<T>(), bias, y, CONV_ARGS);
 }
 
-// Input patch a (TH x TW) output tile reads, per channel: shared by the tiled kernels.
-template <typename T>
-__device__ __forceinline__ void load_patch(T* patch, const T* __restrict__ xc, int H, int W, int ih0, int iw0,
-                                           int span_h, int span_w) {
+// The input patch a (TH x TW) output tile reads, per channel (tile plus halo;
+// shared by the tiled kernels): put(j, inside, offset) for every element j of
+// the span_h x span_w patch, split across the block's threads; inside says the
+// element lies in the H x W plane (else it is padding, a zero), offset is its
+// index in the plane when it does.
+template <typename Put>
+__device__ __forceinline__ void for_each_patch_element(int H, int W, int ih0, int iw0, int span_h, int span_w,
+                                                       Put put) {
     const int n = span_h * span_w;
     for (int j = threadIdx.y * blockDim.x + threadIdx.x; j < n; j += blockDim.x * blockDim.y) {
         const int r = j / span_w, q = j % span_w;
         const int ih = ih0 + r, iw = iw0 + q;
-        patch[j] = (ih >= 0 && ih < H && iw >= 0 && iw < W) ? xc[(i64)ih * W + iw] : T(0);
+        put(j, ih >= 0 && ih < H && iw >= 0 && iw < W, (i64)ih * W + iw);
     }
+}
+
+template <typename T>
+__device__ __forceinline__ void load_patch(T* patch, const T* __restrict__ xc, int H, int W, int ih0, int iw0,
+                                           int span_h, int span_w) {
+    for_each_patch_element(H, W, ih0, iw0, span_h, span_w,
+                           [&](int j, bool inside, i64 at) { patch[j] = inside ? xc[at] : T(0); });
 }
 
 // load_patch of the gradient through a ReLU (the masked input gradient runs
@@ -66,12 +77,9 @@ __device__ __forceinline__ void load_patch(T* patch, const T* __restrict__ xc, i
 template <typename T>
 __device__ __forceinline__ void load_patch_masked(T* patch, const T* __restrict__ xc, const T* __restrict__ mc,
                                                   int H, int W, int ih0, int iw0, int span_h, int span_w) {
-    const int n = span_h * span_w;
-    for (int j = threadIdx.y * blockDim.x + threadIdx.x; j < n; j += blockDim.x * blockDim.y) {
-        const int r = j / span_w, q = j % span_w;
-        const int ih = ih0 + r, iw = iw0 + q;
-        patch[j] = (ih >= 0 && ih < H && iw >= 0 && iw < W) ? relu_masked<1>(xc, mc, (i64)ih * W + iw) : T(0);
-    }
+    for_each_patch_element(H, W, ih0, iw0, span_h, span_w, [&](int j, bool inside, i64 at) {
+        patch[j] = inside ? relu_masked<1>(xc, mc, at) : T(0);
+    });
 }
 
 // One element global -> shared without passing through registers (sm_80 cp.async), or a
@@ -106,13 +114,9 @@ __device__ __forceinline__ void cp_async_wait() {
 template <typename T>
 __device__ __forceinline__ void load_patch_async(T* patch, const T* __restrict__ xc, int H, int W, int ih0, int iw0,
                                                  int span_h, int span_w) {
-    const int n = span_h * span_w;
-    for (int j = threadIdx.y * blockDim.x + threadIdx.x; j < n; j += blockDim.x * blockDim.y) {
-        const int r = j / span_w, q = j % span_w;
-        const int ih = ih0 + r, iw = iw0 + q;
-        const bool ok = ih >= 0 && ih < H && iw >= 0 && iw < W;
-        cp_async_element(patch + j, ok ? xc + (i64)ih * W + iw : xc, ok);
-    }
+    for_each_patch_element(H, W, ih0, iw0, span_h, span_w, [&](int j, bool inside, i64 at) {
+        cp_async_element(patch + j, inside ? xc + at : xc, inside);   // padding: zero-filled, xc not read
+    });
 }
 
 // tiled_shared: a (blockDim.y x blockDim.x) tile of outputs of one (b, m)
@@ -181,12 +185,12 @@ __device__ __forceinline__ void load_tap_weights(T (&wv)[MT], const T* wp) {
 //
 // Two shared-memory stages (a channel's filters then its patch; each stage
 // rounded up to 16 bytes, and every tap's MT weights start on a 16-byte
-// boundary as MT is a multiple of 4):
-// the next channel's copies are issued with cp.async before this channel's
-// FMAs, so their latency overlaps the arithmetic instead of stalling every
-// thread at the barrier (ECE408 fa19 conv2: 4 blocks of 3 warps per
-// multiprocessor, too few to cover it; 2.46 -> 2.07 ms on an H200). The masked variant loads its patch synchronously (the
-// mask is applied on the way), still one channel ahead.
+// boundary as MT is a multiple of 4): the next channel's copies are issued
+// with cp.async before this channel's FMAs, so their latency overlaps the
+// arithmetic instead of stalling every thread at the barrier (ECE408 fa19
+// conv2: 4 blocks of 3 warps per multiprocessor, too few to cover it;
+// 2.46 -> 2.07 ms on an H200). The masked variant loads its patch
+// synchronously (the mask is applied on the way), still one channel ahead.
 template <typename T, int MT, int MASK>
 __device__ __forceinline__ void register_tiled_body(const T* __restrict__ x, const T* __restrict__ xmask,
                                                     const T* __restrict__ w, const T* __restrict__ bias,
