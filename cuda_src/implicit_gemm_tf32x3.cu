@@ -66,6 +66,13 @@ __device__ __forceinline__ void tx_mma(float d[4], const unsigned a[4], const un
 // Whether a loaded operand cannot be split (inf, NaN, or so large that big*big may overflow differently).
 __device__ __forceinline__ bool tx_unsplittable(float v) { return !(fabsf(v) < 8.5070592e37f); }   // 2^126
 
+// tx_split, noting in `unsplittable` an operand that cannot be split (the
+// block then recomputes its tile in float32).
+__device__ __forceinline__ void tx_split_noting(float v, unsigned& big, unsigned& small, bool& unsplittable) {
+    unsplittable |= tx_unsplittable(v);
+    tx_split(v, big, small);
+}
+
 // A float32 zero in global memory: the kernels' loads read it in place of an element
 // outside the operands (the padding, rows or taps past a tile's edge).
 __device__ const float tx_zero = 0.0f;
@@ -186,18 +193,15 @@ __global__ void __launch_bounds__(2 * BM)
                 rb[r] = *(ok ? xb + (ih0 * W + iw0 + e.x) : &tx_zero);
             }
         };
-        auto split_into = [&](float v, unsigned& big, unsigned& small) {
-            unsplittable |= tx_unsplittable(v);
-            tx_split(v, big, small);
-        };
         auto store = [&](int s) {
 #pragma unroll
             for (int r = 0; r < A_PER; ++r) {
                 const int m = arow + r * (NT / TX_BK);
-                split_into(ra[r], Ab[s][akq][m], As[s][akq][m]);
+                tx_split_noting(ra[r], Ab[s][akq][m], As[s][akq][m], unsplittable);
             }
 #pragma unroll
-            for (int r = 0; r < B_PER; ++r) split_into(rb[r], Bb[s][bk + r][bn], Bs[s][bk + r][bn]);
+            for (int r = 0; r < B_PER; ++r)
+                tx_split_noting(rb[r], Bb[s][bk + r][bn], Bs[s][bk + r][bn], unsplittable);
         };
 
         float acc[2][8][4];
@@ -401,21 +405,18 @@ __global__ void __launch_bounds__(tx_wgrad_threads(BM))
                 }
             }
         };
-        auto split_into = [&](float v, unsigned& big, unsigned& small) {
-            unsplittable |= tx_unsplittable(v);
-            tx_split(v, big, small);
-        };
         auto store = [&](int s) {
 #pragma unroll
             for (int r = 0; r < A_PER; ++r) {
                 const int m = arow + r * (NT / TX_BK);
-                split_into(ra[r], Ab[s][an][m], As[s][an][m]);
+                tx_split_noting(ra[r], Ab[s][an][m], As[s][an][m], unsplittable);
             }
 #pragma unroll
             for (int c = 0; c < CPT; ++c)
 #pragma unroll
                 for (int r = 0; r < PIX; ++r)
-                    split_into(rb[c][r], Bb[s][bn + r][bkc + c * NT], Bs[s][bn + r][bkc + c * NT]);
+                    tx_split_noting(rb[c][r], Bb[s][bn + r][bkc + c * NT], Bs[s][bn + r][bkc + c * NT],
+                                    unsplittable);
         };
 
         float acc[MI][8][4];
