@@ -5,7 +5,8 @@ backward pass runs it (a forward convolution of grad_y with the flipped,
 transposed filters, 16 -> 4 channels, 7x7, padding 6) and ECE408 fa19 conv2
 at batch 10,000 (12 -> 24, 5x5). Every admitted configuration of
 register_tiled (``mt`` x ``block_w`` x ``px``) is timed through a held plan
-(CUDA events, medians of interleaved rounds) next to the hand rule's choice
+(CUDA events, medians of interleaved rounds: ``convsuite._timing.measure_side_by_side``)
+next to the hand rule's choice
 and cuDNN through torch (TF32 off). Run on the GPU machine:
 ``python3 tools/register_tiled_sweep.py``.
 """
@@ -18,6 +19,8 @@ import numpy as np
 import torch
 
 import convsuite as cs
+from convsuite._timing import Contender, measure_side_by_side
+from convsuite.backends import _cupy_runtime as rt
 from convsuite.backends._cupy_algorithms import RECORDS
 
 torch.backends.cudnn.allow_tf32 = False
@@ -26,17 +29,7 @@ PROBLEMS = [  # name, x shape, w shape, padding
     ("fa21 conv2 dX B1000", (1000, 16, 34, 34), (4, 16, 7, 7), 6),
     ("fa19 conv2 B10000", (10000, 12, 22, 22), (24, 12, 5, 5), 0),
 ]
-ROUNDS = 7
 OTHERS = ("tiled_shared", "igemm_big", "tf32x3")
-
-
-def event_ms(call) -> float:
-    start, end = cp.cuda.Event(), cp.cuda.Event()
-    start.record()
-    call()
-    end.record()
-    end.synchronize()
-    return cp.cuda.get_elapsed_time(start, end)
 
 
 def contenders(rng, xs, ws, pad) -> dict:
@@ -72,17 +65,14 @@ def main() -> int:
     rng = np.random.default_rng(0)
     for name, xs, ws, pad in PROBLEMS:
         calls = contenders(rng, xs, ws, pad)
-        for call in calls.values():
-            call()
-        times = {k: [] for k in calls}
-        for _ in range(ROUNDS):
-            for label, call in calls.items():
-                times[label].append(event_ms(call))
-        med = {k: float(np.median(v)) for k, v in times.items()}
+        timings = measure_side_by_side(
+            {label: Contender(call, rt.EventTimer) for label, call in calls.items()}, repeat=7, rounds=7
+        )
+        med = {k: t.median * 1e3 for k, t in timings.items()}
         print(f"== {name}: cuDNN {med['cudnn']:.3f} ms")
         shown = sorted(med, key=med.get)[:12] + [k for k in calls if k.startswith("default") or k in OTHERS]
         for k in shown:
-            spread = max(times[k]) / min(times[k])
+            spread = timings[k].high / timings[k].low
             print(f"  {med[k]:8.3f} ms  {med['cudnn'] / med[k]:5.2f}x cuDNN  spread {spread:4.2f}  {k}")
     return 0
 
