@@ -510,6 +510,9 @@ _NONFINITE_CASES = [
     ((2, 8, 10, 10), (8, 1, 3, 3), dict(padding=1, groups=8)),
     ((1, 4, 9, 9), (4, 1, 5, 3), dict(padding="same", groups=4, dilation=2)),
     ((1, 3, 40), (5, 3, 7), dict(padding="full")),
+    # 1-D "same" with dilation (blocked's strided window) and with stride (the tiled kernels only)
+    ((2, 2, 37), (3, 2, 5), dict(padding="same", dilation=2)),
+    ((1, 2, 50), (4, 2, 3), dict(padding=1, stride=2)),
 ]
 
 

@@ -86,8 +86,22 @@ _PLAN_CACHE_SIZE = 256
 _CALLS_CUBLAS = frozenset({"pointwise_gemm", "im2col_gemm"})
 
 #: Forward kernels whose input tiles hold padding as zeros that are multiplied
-#: like any other input (load_patch, the implicit-GEMM gathers).
-_IEEE_FORWARD = frozenset({"tiled_shared", "register_tiled", "fused_gemm", "igemm_big", "tf32x3"})
+#: like any other input (load_patch, the implicit-GEMM gathers, the 1-D tiles
+#: of tiled_halo, tiled_cached_halo and blocked). The others get the front end's
+#: fix-up, whose check of the weights (``bool(isfinite(w).all())``) waits for the
+#: kernel and copies a flag to the host on every padded call.
+_IEEE_FORWARD = frozenset(
+    {
+        "tiled_shared",
+        "register_tiled",
+        "fused_gemm",
+        "igemm_big",
+        "tf32x3",
+        "tiled_halo",
+        "tiled_cached_halo",
+        "blocked",
+    }
+)
 
 
 def _int32_geometry(spec: ConvSpec) -> int:
