@@ -74,7 +74,7 @@ def test_sources_compile_to_ptx(filename, overrides, tmp_path):
 
 #: Sources that need Ampere (sm_80): the TF32 tensor-core MMAs. The backend's
 #: can_run declines them on older GPUs (tests/test_cupy_rule.py).
-NEEDS_SM80 = {"implicit_gemm_tf32x3.cu"}
+NEEDS_SM80 = {"implicit_gemm_tf32x3.cu", "tf32x3_image.cu"}
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found: CUDA sources not compiled")

@@ -8,6 +8,7 @@ tests/test_gpu.py (``-k tunable``), which needs a device.
 from __future__ import annotations
 
 import itertools
+import math
 import subprocess
 import sys
 
@@ -265,6 +266,64 @@ def test_tf32x3_weight_gradient_tiles_hold_the_channels_without_idle_rows():
     rows = algs.tf32x3_wgrad_rows
     assert [rows(mg, 64) for mg in (1, 12, 16, 17, 24, 32, 33, 64, 65, 300)] == [16, 16, 16, 32, 32, 32, 64, 64, 64, 64]
     assert [rows(mg, 128) for mg in (16, 24, 64, 65, 300)] == [16, 32, 64, 128, 128]
+
+
+def test_tf32x3_image_geometry_and_tap_table():
+    """The padded image rows/columns the outputs read, warps per pixel-tile pairs, shared bytes, and
+    every tap's offset (past the reduction: the zero slot), against a direct walk over (c, p, q)."""
+    fa19 = _spec((10000, 12, 22, 22), (24, 12, 5, 5))
+    geo = algs.tf32x3_image_geometry(fa19)
+    # 324 pixels: 21 tiles of 16, 11 pairs, one warp each; 300 taps in 38 steps; 24 channels in 3 tiles
+    assert geo == {
+        "rows": 22,
+        "cols": 22,
+        "ksteps": 38,
+        "nt": 3,
+        "warps": 11,
+        "smem": 38 * 3 * 512 + 38 * 32 + 8 * 5809,
+    }
+    # 34 x 34 = 1156 pixels: 37 pairs over 3 rounds of 13 warps
+    assert algs.tf32x3_image_geometry(_spec((8, 4, 40, 40), (16, 4, 7, 7)))["warps"] == 13
+    cases = [
+        ((2, 5, 17, 19), (13, 5, 3, 3), dict(stride=2, dilation=2, padding=((2, 0), (1, 3)))),
+        ((1, 7, 12, 30), (9, 7, 1, 5), dict(stride=(1, 3), padding=(0, 2))),
+        ((2, 8, 300), (16, 8, 5), dict(padding="same")),
+    ]
+    for x_shape, w_shape, kw in [((3, 12, 22, 22), (24, 12, 5, 5), {}), *cases]:
+        spec = _spec(x_shape, w_shape, **kw).as_2d()
+        geo = algs.tf32x3_image_geometry(spec)
+        (Ho, Wo), (KH, KW), (sh, sw), (dh, dw) = spec.out_size, spec.kernel_size, spec.stride, spec.dilation
+        rows, cols = geo["rows"], geo["cols"]
+        # the last output's window ends on the last padded row and column
+        assert (Ho - 1) * sh + (KH - 1) * dh == rows - 1 and (Wo - 1) * sw + (KW - 1) * dw == cols - 1
+        assert rows <= spec.in_size[0] + sum(spec.padding[0]) and cols <= spec.in_size[1] + sum(spec.padding[1])
+        assert geo["nt"] * 8 >= spec.out_channels > (geo["nt"] - 1) * 8
+        assert geo["warps"] <= 16 and geo["warps"] * 32 * math.ceil(math.ceil(Ho * Wo / 32) / geo["warps"]) >= Ho * Wo
+        table = algs.tf32x3_image_taps(spec)
+        kd = spec.channels_per_group * KH * KW
+        assert table.shape == (geo["ksteps"], 4, 2) and table.dtype == np.int32 and geo["ksteps"] * 8 >= kd
+        taps = [(c, p, q) for c in range(spec.in_channels) for p in range(KH) for q in range(KW)]
+        for k in range(geo["ksteps"] * 8):
+            step, t, half = k // 8, k % 4, (k % 8) // 4
+            want = spec.in_channels * rows * cols  # the zero slot
+            if k < kd:
+                c, p, q = taps[k]
+                want = c * rows * cols + p * dh * cols + q * dw
+            assert table[step, t, half] == want, (spec, k)
+
+
+def test_tf32x3_image_declines_without_a_gpu_on_the_case_alone():
+    """What the spec decides (groups, channels, dtype, reduction, shared memory) is said without a device."""
+    backend = CupyBackend()
+    assert backend.can_run(_spec((4, 12, 22, 22), (24, 12, 5, 5)), "tf32x3_image", "forward") is True
+    assert "groups=1" in backend.can_run(_spec((2, 8, 9, 9), (8, 4, 3, 3), groups=2), "tf32x3_image", "forward")
+    assert "32 output channels" in backend.can_run(_spec((2, 8, 9, 9), (40, 8, 3, 3)), "tf32x3_image", "forward")
+    big = _spec((2, 64, 56, 56), (32, 64, 3, 3), padding=1)
+    assert "shared memory" in backend.can_run(big, "tf32x3_image", "forward")
+    assert "tf32x3_image" in algs.FUSED_ACTIVATION
+    names = {k for k in KERNELS["tf32x3_image.cu"]}
+    assert names == {f"conv2d_tf32x3_image@{nt},{act}" for nt in (1, 2, 3, 4) for act in (0, 1, 2)}
+    assert algs.TF32X3_IMAGE_MAX_CHANNELS == 8 * 4
 
 
 def test_every_configuration_the_constraint_admits_has_a_consistent_launch():

@@ -305,6 +305,100 @@ def test_tf32x3_declines_what_it_cannot_do_in_float32_accuracy():
     assert "float64" in _can_run(double, "tf32x3")
 
 
+# --- tf32x3_image: a whole image in shared memory (narrow layers, issue 11) ------------
+
+# One to four 8-channel MMA column tiles, partial last tiles of pixels and channels,
+# stride, dilation and asymmetric padding (zeros in the shared image), kernels of 1x5
+# to 7x7, a reduction that ends mid-step, several pixel-tile pairs per warp (40 x 40
+# outputs), a 1-D signal, and the ECE408 fa19 conv2 layer.
+TF32X3_IMAGE_CASES = [
+    ((3, 12, 22, 22), (24, 12, 5, 5), {}),
+    ((2, 4, 9, 11), (1, 4, 3, 3), dict(padding=1)),
+    ((2, 5, 17, 19), (13, 5, 3, 3), dict(stride=2, dilation=2, padding=((2, 0), (1, 3)))),
+    ((2, 4, 46, 46), (32, 4, 7, 7), {}),
+    ((1, 7, 12, 30), (9, 7, 1, 5), dict(stride=(1, 3), padding=(0, 2))),
+    ((2, 8, 300), (16, 8, 5), dict(padding="same")),
+]
+
+
+@pytest.mark.parametrize("case", range(len(TF32X3_IMAGE_CASES)))
+@pytest.mark.parametrize("bias", [False, True])
+def test_tf32x3_image_matches_reference(case, bias):
+    x_shape, w_shape, kw = TF32X3_IMAGE_CASES[case]
+    rng = np.random.default_rng(40 + case)
+    x, w = rng.standard_normal(x_shape).astype(np.float32), rng.standard_normal(w_shape).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32) if bias else None
+    spec = cs.explain(x, w, b, **kw).spec
+    assert _can_run(spec, "tf32x3_image") is True, _can_run(spec, "tf32x3_image")
+    fwd = cs.conv1d if x.ndim == 3 else cs.conv2d
+    with cs.testing.poisoned_outputs():
+        y = fwd(x, w, b, backend="cupy", algorithm="tf32x3_image", **kw)
+    assert_within(
+        np.reshape(y, spec.y_shape), reference_forward(spec, x, w, b), forward_tolerance(spec, x, w, b), "tf32x3_image"
+    )
+
+
+def test_tf32x3_image_blocks_walk_over_more_images_than_the_gpu_holds():
+    """Persistent blocks: a batch several times the resident blocks, each block taking many images."""
+    from convsuite.backends import _cupy_runtime as rt
+    from convsuite.backends._cupy_algorithms import tf32x3_image_geometry
+
+    rng = np.random.default_rng(47)
+    x = rng.standard_normal((1000, 8, 20, 20)).astype(np.float32)
+    w = rng.standard_normal((24, 8, 3, 3)).astype(np.float32)
+    spec = cs.explain(x, w, padding=1).spec
+    geo = tf32x3_image_geometry(spec)
+    fn = rt.kernel("tf32x3_image.cu", f"conv2d_tf32x3_image@{geo['nt']},0", "float32")
+    resident = rt.resident_blocks(fn, 32 * geo["warps"], geo["smem"]) * rt.sm_count()
+    assert 1 <= resident <= 1000 // 2, resident  # every block runs its loop at least twice
+    with cs.testing.poisoned_outputs():
+        y = cs.conv2d(x, w, padding=1, backend="cupy", algorithm="tf32x3_image")
+    assert_within(y, reference_forward(spec, x, w), forward_tolerance(spec, x, w), "tf32x3_image")
+
+
+@pytest.mark.parametrize("where", ["x", "w"])
+def test_tf32x3_image_special_values_recompute_in_float32(where):
+    """inf, NaN and |v| >= 2^126 cannot be split: the images that hold one (every image, for a weight)
+    are recomputed in float32 from global memory, IEEE as elsewhere; the others stay on the tensor cores."""
+    rng = np.random.default_rng(48)
+    x = rng.standard_normal((6, 12, 14, 14)).astype(np.float32)
+    w = rng.standard_normal((24, 12, 5, 5)).astype(np.float32)
+    if where == "x":
+        x[1, 3, 5, 7], x[4, 0, 0, 0], x[4, 11, 13, 13] = np.inf, np.nan, -np.inf
+        x[2, 10, 8, 2] = 3.0e38
+    else:
+        w[5, 1, 0, 0] = np.inf
+    spec = cs.explain(x, w, padding=2).spec
+    want = cs.conv2d(x, w, padding=2, backend="numpy")
+    with cs.testing.poisoned_outputs():
+        got = _cupy().asnumpy(cs.conv2d(x, w, padding=2, backend="cupy", algorithm="tf32x3_image"))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    assert (~np.isfinite(want)).any() and np.isfinite(want).mean() > 0.5
+    plain_x = np.where(np.isfinite(x) & (np.abs(x) < 1e38), x, 0).astype(np.float32)
+    plain_w = np.where(np.isfinite(w), w, 0).astype(np.float32)
+    ref, tol = reference_forward(spec, plain_x, plain_w), forward_tolerance(spec, plain_x, plain_w)
+    clean = np.isfinite(want) & (np.abs(want) < 1e30)
+    assert_within(np.where(clean, got, 0), np.where(clean, ref, 0), tol, f"tf32x3_image next to specials in {where}")
+
+
+def test_tf32x3_image_declines_what_it_does_not_cover():
+    def verdict(x_shape, w_shape, dtype=np.float32, **kw):
+        spec = cs.explain(np.ones(x_shape, dtype), np.ones(w_shape, dtype), **kw).spec
+        return _can_run(spec, "tf32x3_image")
+
+    assert "groups=1" in verdict((2, 8, 10, 10), (8, 4, 3, 3), groups=2)
+    assert "at most 32 output channels" in verdict((2, 8, 10, 10), (33, 8, 3, 3))
+    assert "float64" in verdict((2, 8, 10, 10), (8, 8, 3, 3), dtype=np.float64)
+    assert "reduction of 27" in verdict((2, 3, 10, 10), (8, 3, 3, 3))
+    assert "shared memory" in verdict((2, 64, 56, 56), (32, 64, 3, 3), padding=1)
+    assert "forward" in cs._registry.get_backend("cupy").can_run(
+        cs.explain(np.ones((2, 8, 10, 10), np.float32), np.ones((8, 8, 3, 3), np.float32)).spec,
+        "tf32x3_image",
+        "backward",
+    )
+
+
 @pytest.mark.parametrize("algorithm", ["fused_gemm", "igemm_big", "tf32x3", "depthwise", "pointwise_gemm"])
 def test_weight_gradients_are_reproducible(algorithm):
     """No atomics: the same inputs give bit-identical gradients (split-K and per-channel reductions)."""

@@ -20,6 +20,8 @@
 #   bash tools/device_run.sh relu6    the epilogue tests (relu, relu6), memcheck, MobileNetV2 on the GPU (ReLU6 fused or not)
 #   bash tools/device_run.sh cpu      the compiled CPU rungs' tests on the device's Python (numba, Cython,
 #                                     the BLAS they call: scipy-openblas32 when carried in .whl, SciPy's otherwise)
+#   bash tools/device_run.sh image    tf32x3 and tf32x3_image GPU tests, the non-finite and big-tile cases, and
+#                                     the issue-11 table on the ECE408 and 1-D targets
 #   bash tools/device_run.sh launch   the steps of one call and the packed launch vs CuPy's RawKernel call
 #                                     (tiny conv, MobileNetV2's 52 convolutions), with a cProfile
 set -u
@@ -56,6 +58,13 @@ tests)
   grep -E "ERROR SUMMARY|WRONG" "$LOGS/memcheck.log" | head -3 | tee -a "$SUMMARY"
   run racecheck 170 compute-sanitizer --tool racecheck python3 tools/gpu_smoke.py
   grep -E "RACECHECK SUMMARY|ERROR SUMMARY|WRONG" "$LOGS/racecheck.log" | head -3 | tee -a "$SUMMARY"
+  ;;
+image)
+  run pytest-image 240 python3 -m pytest -q -p no:cacheprovider -n 4 -m gpu tests/test_gpu.py \
+    -k "tf32x3 or nonfinite or big_tile or every_algorithm_matches or relu_every"
+  grep -E "^(FAILED|ERROR)" "$LOGS/pytest-image.log" | head -20 | tee -a "$SUMMARY"
+  run targets-image 300 python3 -m convsuite.bench.gpu_targets --out "$LOGS" --repeat 9 --only "ECE408,1-D"
+  grep -E "tf32x3_image|register_tiled|blocked" "$LOGS/targets-image.log" | cut -c1-150 | tee -a "$SUMMARY"
   ;;
 cpu)
   python3 -c "import convsuite; from convsuite.backends._blas_routines import gemm_routines as g; print(g())" \

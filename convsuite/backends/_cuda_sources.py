@@ -139,6 +139,7 @@ KERNELS = {
         *[f"conv2d_igemm_fwd@{bm},{act}" for bm in (64, 128) for act in EPILOGUES],
         *[f"conv2d_igemm_wgrad@{bm}" for bm in (64, 128)],
     ],
+    "tf32x3_image.cu": [f"conv2d_tf32x3_image@{nt},{act}" for nt in (1, 2, 3, 4) for act in EPILOGUES],
     "implicit_gemm_tf32x3.cu": [
         *[f"conv2d_tf32x3_fwd@{bm},{act}" for bm in (64, 128) for act in EPILOGUES],
         *[f"conv2d_tf32x3_wgrad@{bm}" for bm in (16, 32, 64, 128)],

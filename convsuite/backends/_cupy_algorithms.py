@@ -55,6 +55,8 @@ __all__ = [
     "plan_backward_relu",
     "ladder_weight_gradient",
     "register_tiled_blocks",
+    "tf32x3_image_geometry",
+    "tf32x3_image_taps",
 ]
 
 THREADS = rt.THREADS
@@ -700,6 +702,95 @@ TF32X3_TUNABLES = (
 )
 
 
+# --- tf32x3_image: tf32x3 with a whole image in shared memory (narrow layers) ----------
+
+#: Most output channels tf32x3_image covers: four 8-column MMA tiles (template NT).
+TF32X3_IMAGE_MAX_CHANNELS = 32
+
+#: Shared memory tf32x3_image may ask for: two blocks per sm_90 multiprocessor (228 KiB, less
+#: 1 KiB the system keeps per block), so one block's image load overlaps the other's MMAs.
+TF32X3_IMAGE_SMEM = 113 * 1024
+
+
+def tf32x3_image_geometry(spec: ConvSpec) -> dict:
+    """Launch geometry of tf32x3_image (pure arithmetic, no GPU).
+
+    ``rows``/``cols``: the padded image rows and columns the outputs read
+    (Hp, Wp); ``ksteps``: 8-deep reduction steps; ``nt``: 8-channel MMA
+    tiles; ``warps``: one per pair of 16-pixel tiles, at most 16 (a warp
+    then takes several pairs, as evenly as the pairs divide); ``smem``: the
+    dynamic shared memory in bytes (fragment-ordered split weights, the tap
+    table, the image's big and small parts and a zero slot each).
+    """
+    s = spec.as_2d()
+    (Ho, Wo), (KH, KW), (sh, sw), (dh, dw) = s.out_size, s.kernel_size, s.stride, s.dilation
+    rows, cols = (Ho - 1) * sh + (KH - 1) * dh + 1, (Wo - 1) * sw + (KW - 1) * dw + 1
+    ksteps = math.ceil(s.channels_per_group * KH * KW / 8)
+    nt = math.ceil(s.out_channels / 8)
+    pairs = math.ceil(Ho * Wo / 32)
+    rounds = math.ceil(pairs / 16)
+    warps = math.ceil(pairs / rounds)
+    image = s.in_channels * rows * cols + 1
+    smem = ksteps * nt * 32 * 16 + ksteps * 4 * 8 + 2 * image * 4
+    return {"rows": rows, "cols": cols, "ksteps": ksteps, "nt": nt, "warps": warps, "smem": smem}
+
+
+def _check_tf32x3_image(spec: ConvSpec, direction: str) -> Verdict:
+    s = spec.as_2d()
+    if s.groups != 1:
+        return f"tf32x3_image multiplies one image by all filters: groups=1 only (got {s.groups}); use tf32x3"
+    if s.out_channels > TF32X3_IMAGE_MAX_CHANNELS:
+        return (
+            f"tf32x3_image holds at most {TF32X3_IMAGE_MAX_CHANNELS} output channels in its MMA columns "
+            f"(got {s.out_channels}); use tf32x3"
+        )
+    verdict = _check_tf32x3(spec, direction)  # float32, TF32 tensor cores, a long enough reduction
+    if verdict is not True:
+        return verdict
+    smem = tf32x3_image_geometry(s)["smem"]
+    optin = rt.shared_memory_optin()
+    limit = TF32X3_IMAGE_SMEM if optin is None else min(TF32X3_IMAGE_SMEM, optin)
+    if smem > limit:
+        return (
+            f"an image of {s.in_channels} x {s.in_size[0]} x {s.in_size[1]} and the split weights need {smem} bytes "
+            f"of shared memory (> {limit}); use tf32x3"
+        )
+    return True
+
+
+def tf32x3_image_taps(spec: ConvSpec) -> np.ndarray:
+    """tf32x3_image's tap table, ``(ksteps, 4, 2)`` int32: entry ``[s, t]`` holds the offsets in the
+    padded image of taps ``k = 8s + t`` and ``k + 4`` (an MMA thread's two A columns); a tap past
+    the reduction points at the zero slot after the image. ``k = (c, p, q)`` is at ``c*Hp*Wp +
+    p*dh*Wp + q*dw``.
+    """
+    s = spec.as_2d()
+    geo = tf32x3_image_geometry(s)
+    rows, cols, ksteps = geo["rows"], geo["cols"], geo["ksteps"]
+    (KH, KW), (dh, dw) = s.kernel_size, s.dilation
+    c, p, q = np.meshgrid(np.arange(s.in_channels), np.arange(KH), np.arange(KW), indexing="ij")
+    offsets = (c * rows * cols + p * dh * cols + q * dw).reshape(-1)
+    padded = np.full(ksteps * 8, s.in_channels * rows * cols, dtype=np.int64)
+    padded[: offsets.size] = offsets
+    steps = padded.reshape(ksteps, 2, 4)  # [s][half][t]: k = 8s + 4 half + t
+    return np.ascontiguousarray(steps.transpose(0, 2, 1)).astype(np.int32)
+
+
+def _plan_tf32x3_image(spec: ConvSpec, direction: str, act: int = 0) -> Launch:
+    """Persistent blocks, each walking over images; as many as the GPU holds at once."""
+    s = spec.as_2d()
+    geo = tf32x3_image_geometry(s)
+    fn = rt.kernel("tf32x3_image.cu", f"conv2d_tf32x3_image@{geo['nt']},{act}", s.dtype)
+    threads = 32 * geo["warps"]
+    per_sm = rt.resident_blocks(fn, threads, geo["smem"])
+    if per_sm < 1:
+        raise RuntimeError(f"tf32x3_image: no block of {threads} threads and {geo['smem']} bytes fits a multiprocessor")
+    grid = (min(s.batch, per_sm * rt.sm_count()),)
+    table = rt.cupy().asarray(tf32x3_image_taps(s))
+    args = (*_ARRAYS4, table, *rt.i32(geo["rows"], geo["cols"], geo["ksteps"]), *_params(s))
+    return _with_bias(s, rt.bind(fn, grid, (threads,), args, geo["smem"]))
+
+
 def _plan_implicit_gemm(
     spec: ConvSpec,
     direction: str,
@@ -921,7 +1012,7 @@ def _plan_forward_masked(spec: ConvSpec, algorithm: str) -> Callable:
 
 
 #: Forward algorithms whose kernel applies ``activation=`` ("relu", "relu6") in its epilogue.
-FUSED_ACTIVATION = ("fused_gemm", "igemm_big", "tf32x3", "depthwise", "pointwise", "pointwise_splitk")
+FUSED_ACTIVATION = ("fused_gemm", "igemm_big", "tf32x3", "tf32x3_image", "depthwise", "pointwise", "pointwise_splitk")
 
 #: Backward algorithms whose every grad_y load (dX, dW and the db reduction)
 #: can read through the ReLU output (``relu_output=``): :func:`plan_backward_relu`.
@@ -960,6 +1051,8 @@ def plan_forward_activation(spec: ConvSpec, algorithm: str, activation: str, par
         return _plan_pointwise_kernel(spec, "forward", resolved, act=act)
     if algorithm == "pointwise_splitk":
         return _plan_pointwise_splitk(spec, "forward", act=act)
+    if algorithm == "tf32x3_image":
+        return _plan_tf32x3_image(spec, "forward", act=act)
     return _plan_implicit_gemm(
         spec,
         "forward",
@@ -1415,6 +1508,13 @@ RECORDS: dict[str, Algorithm] = {
             check=_check_tf32x3,
             tunables=TF32X3_TUNABLES,
             constraint=_constraint_big,
+        ),
+        Algorithm(
+            "tf32x3_image",
+            "tf32x3 for narrow layers (<= 32 output channels): a whole image split once into shared memory, the "
+            "weights split once per block in MMA fragment order, pixels x channels MMA tiles, persistent blocks",
+            _plan_tf32x3_image,
+            check=_check_tf32x3_image,
         ),
         Algorithm(
             "register_tiled",

@@ -64,6 +64,8 @@ __all__ = [
     "i32",
     "kernel",
     "module",
+    "resident_blocks",
+    "shared_memory_optin",
     "sm_count",
     "zeros",
 ]
@@ -76,6 +78,7 @@ _compile_seconds: dict[tuple[str, tuple], float] = {}
 _functions: dict[tuple, object] = {}
 _sm_counts: dict[int, int] = {}
 _capabilities: dict[int, int] = {}
+_smem_optin: dict[int, int] = {}
 _zero_cache: dict[tuple, object] = {}
 
 
@@ -205,6 +208,34 @@ def compute_capability() -> int | None:
     if capability is None:
         capability = _capabilities[device] = int(cupy().cuda.Device(device).compute_capability)
     return capability
+
+
+def shared_memory_optin() -> int | None:
+    """Dynamic shared memory one block may opt in to on the current device, in bytes; None without a GPU.
+
+    227 KiB on sm_90, 163 KiB on sm_80, 99 KiB on sm_86/89 (queried once per device).
+    """
+    try:
+        device = device_id()
+    except Exception:  # no cupy, no driver, no device: nothing to decline on
+        return None
+    limit = _smem_optin.get(device)
+    if limit is None:
+        limit = _smem_optin[device] = int(cupy().cuda.runtime.getDeviceProperties(device)["sharedMemPerBlockOptin"])
+    return limit
+
+
+def resident_blocks(function, threads: int, shared_mem: int) -> int:
+    """Blocks of ``function`` one multiprocessor holds at once (the driver's occupancy calculator).
+
+    Raises the function's dynamic shared memory ceiling to ``shared_mem``
+    first where that exceeds the 48 KiB every kernel gets without asking
+    (a launch above the ceiling fails, and the calculator counts against it).
+    """
+    if shared_mem > 48 * 1024:
+        function.max_dynamic_shared_size_bytes = shared_mem
+    driver = cupy().cuda.driver
+    return int(driver.occupancyMaxActiveBlocksPerMultiprocessor(function.kernel.ptr, threads, shared_mem))
 
 
 def grid_stride_blocks(total: int) -> int:

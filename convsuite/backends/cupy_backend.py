@@ -97,6 +97,7 @@ _IEEE_FORWARD = frozenset(
         "fused_gemm",
         "igemm_big",
         "tf32x3",
+        "tf32x3_image",
         "tiled_halo",
         "tiled_cached_halo",
         "blocked",

@@ -282,6 +282,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="docs/measurements")
     parser.add_argument("--quick", action="store_true", help="batches of at most 64, N=1e7 (smoke run)")
     parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument(
+        "--only", default="", help="comma-separated label fragments: the targets whose label holds one (default: all)"
+    )
     args = parser.parse_args(argv)
 
     import cupy as cp
@@ -298,7 +301,8 @@ def main(argv=None) -> int:
     print(f"{device}: copy {ceilings['copy_gbs']:.0f} GB/s, SGEMM {ceilings['sgemm_tflops']:.1f} TFLOP/s", flush=True)
     backend = cs._registry.get_backend("cupy")
     backend.warm_up()
-    rows, targets = [], TARGETS
+    fragments = [f.strip() for f in args.only.split(",") if f.strip()]
+    rows, targets = [], [t for t in TARGETS if not fragments or any(f in t.label for f in fragments)]
     if args.quick:
         targets = [
             Target(
@@ -310,7 +314,7 @@ def main(argv=None) -> int:
                 t.goal,
                 t.bias,
             )
-            for t in TARGETS
+            for t in targets
         ]
     for t in targets:
         rows += _run_target(t, backend, args.repeat, args.quick)
@@ -341,8 +345,9 @@ def main(argv=None) -> int:
         torch=torch.__version__,
         quick=args.quick,
         repeat=args.repeat,
+        only=args.only,
     )
-    stem = "gpu-targets" + ("-quick" if args.quick else "")
+    stem = "gpu-targets" + ("-quick" if args.quick else "") + ("-only" if fragments else "")
     (out / f"{stem}.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=2))
     lines = [
         f"# GPU targets (issue 11) and ablation, {date}",
