@@ -21,12 +21,16 @@
 // pair of pixel tiles (warps * 2 >= tiles where 16 warps suffice, else
 // several pairs per warp). Dynamic shared memory, 16-byte aligned:
 //   wfrag[ksteps][NT][32] uint4  the B fragments {big b0, big b1, small b0, small b1}
-//   kt[ksteps][4] int2            tap offsets of k = 8s + tq and 8s + tq + 4 (past Kd: the zero slot)
-//   img_big[C*Hp*Wp + 1]          the padded image's big parts, then one zero
-//   img_small[C*Hp*Wp + 1]        its small parts, then one zero
+//   kt[ksteps][4] int2            tap offsets of k = 8s + tq and 8s + tq + 4 (past Kd: 0, see below)
+//   img_big[C*Hp*Wp]              the padded image's big parts
+//   img_small[C*Hp*Wp]            its small parts
 // where Hp x Wp are the input rows and columns the outputs read, padding
 // included. Specials (inf, NaN, |v| >= 2^126) in the weights or an image send
 // that image to a float32 recomputation from global memory, as in tf32x3.
+// A tap past Kd (the last k-step's tail) reads the pixel's own first element
+// (offset 0: in the image whatever the pixel) against a zero weight, which
+// gives exactly 0 because an image on the tensor-core path holds only finite
+// values (specials take the recomputation).
 //
 // groups = 1 only (the backend's check). The double instantiation traps.
 #include "common.cuh"
@@ -66,9 +70,9 @@ __global__ void __launch_bounds__(512)
         extern __shared__ __align__(16) unsigned char smem_raw[];
         uint4* wfrag = reinterpret_cast<uint4*>(smem_raw);
         int2* kt = reinterpret_cast<int2*>(wfrag + ksteps * NT * 32);
-        const int IMG = C * Hp * Wp;                   // the zero slot's index
+        const int IMG = C * Hp * Wp;
         unsigned* img_big = reinterpret_cast<unsigned*>(kt + ksteps * 4);
-        unsigned* img_small = img_big + IMG + 1;
+        unsigned* img_small = img_big + IMG;
         const int Kd = C * KH * KW, P = Ho * Wo;
         const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
         const int gq = lane >> 2, tq = lane & 3;
@@ -88,7 +92,6 @@ __global__ void __launch_bounds__(512)
             wfrag[e] = u;
         }
         for (int e = tid; e < ksteps * 4; e += blockDim.x) kt[e] = ktab[e];
-        if (tid == 0) img_big[IMG] = 0u, img_small[IMG] = 0u;
 
         for (i64 b = blockIdx.x; b < B; b += gridDim.x) {
             __syncthreads();   // the previous image's MMAs have read img_*; the weights are in

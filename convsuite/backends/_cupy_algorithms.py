@@ -720,7 +720,7 @@ def tf32x3_image_geometry(spec: ConvSpec) -> dict:
     tiles; ``warps``: one per pair of 16-pixel tiles, at most 16 (a warp
     then takes several pairs, as evenly as the pairs divide); ``smem``: the
     dynamic shared memory in bytes (fragment-ordered split weights, the tap
-    table, the image's big and small parts and a zero slot each).
+    table, the image's big and small parts).
     """
     s = spec.as_2d()
     (Ho, Wo), (KH, KW), (sh, sw), (dh, dw) = s.out_size, s.kernel_size, s.stride, s.dilation
@@ -730,7 +730,7 @@ def tf32x3_image_geometry(spec: ConvSpec) -> dict:
     pairs = math.ceil(Ho * Wo / 32)
     rounds = math.ceil(pairs / 16)
     warps = math.ceil(pairs / rounds)
-    image = s.in_channels * rows * cols + 1
+    image = s.in_channels * rows * cols
     smem = ksteps * nt * 32 * 16 + ksteps * 4 * 8 + 2 * image * 4
     return {"rows": rows, "cols": cols, "ksteps": ksteps, "nt": nt, "warps": warps, "smem": smem}
 
@@ -761,8 +761,9 @@ def _check_tf32x3_image(spec: ConvSpec, direction: str) -> Verdict:
 def tf32x3_image_taps(spec: ConvSpec) -> np.ndarray:
     """tf32x3_image's tap table, ``(ksteps, 4, 2)`` int32: entry ``[s, t]`` holds the offsets in the
     padded image of taps ``k = 8s + t`` and ``k + 4`` (an MMA thread's two A columns); a tap past
-    the reduction points at the zero slot after the image. ``k = (c, p, q)`` is at ``c*Hp*Wp +
-    p*dh*Wp + q*dw``.
+    the reduction reads offset 0, in the image for every pixel, against a zero weight (exactly 0:
+    images with non-finite values take the kernel's float32 path). ``k = (c, p, q)`` is at
+    ``c*Hp*Wp + p*dh*Wp + q*dw``.
     """
     s = spec.as_2d()
     geo = tf32x3_image_geometry(s)
@@ -770,7 +771,7 @@ def tf32x3_image_taps(spec: ConvSpec) -> np.ndarray:
     (KH, KW), (dh, dw) = s.kernel_size, s.dilation
     c, p, q = np.meshgrid(np.arange(s.in_channels), np.arange(KH), np.arange(KW), indexing="ij")
     offsets = (c * rows * cols + p * dh * cols + q * dw).reshape(-1)
-    padded = np.full(ksteps * 8, s.in_channels * rows * cols, dtype=np.int64)
+    padded = np.zeros(ksteps * 8, dtype=np.int64)
     padded[: offsets.size] = offsets
     steps = padded.reshape(ksteps, 2, 4)  # [s][half][t]: k = 8s + 4 half + t
     return np.ascontiguousarray(steps.transpose(0, 2, 1)).astype(np.int32)
