@@ -59,8 +59,15 @@ FORWARD_CLASSES = [
     ("dw 3x3 s2 C144 56x56", (1, 144, 56, 56), (144, 1, 3, 3), dict(stride=2, padding=1, groups=144), "depthwise", ""),
     ("dw 3x3 C960 7x7", (1, 960, 7, 7), (960, 1, 3, 3), dict(padding=1, groups=960), "depthwise", "per group"),
     ("dw 5x5 x2 multiplier", (2, 16, 20, 20), (32, 1, 5, 5), dict(groups=16, padding=2), "depthwise", "per group"),
-    # few output channels, enough blocks for register_tiled
-    ("ECE408 fa19 conv2 B10000", (10_000, 12, 22, 22), (24, 12, 5, 5), {}, "register_tiled", "10000 blocks"),
+    # narrow stride-1 layers whose image fits shared memory: tf32x3_image, whatever the batch
+    ("ECE408 fa19 conv2 B10000", (10_000, 12, 22, 22), (24, 12, 5, 5), {}, "tf32x3_image", "12->24 channels"),
+    ("ECE408 fa19 conv2 B8", (8, 12, 22, 22), (24, 12, 5, 5), {}, "tf32x3_image", "one image in shared memory"),
+    ("ECE408 fa21 conv2 B8", (8, 4, 40, 40), (16, 4, 7, 7), {}, "tf32x3_image", "4->16 channels"),
+    ("fa21 conv2 B16", (16, 4, 40, 40), (16, 4, 7, 7), {}, "tf32x3_image", "tensor cores"),
+    ("8->16 5x5 pad2 28x28 B64", (64, 8, 28, 28), (16, 8, 5, 5), dict(padding=2), "tf32x3_image", "8->16"),
+    # few output channels, enough blocks for register_tiled (an image too large for tf32x3_image, float64)
+    ("40->24 5x5 22x22 B10000", (10_000, 40, 22, 22), (24, 40, 5, 5), {}, "register_tiled", "10000 blocks"),
+    ("float64 fa19 conv2 B10000", (10_000, 12, 22, 22), (24, 12, 5, 5), dict(dtype=np.float64), "register_tiled", ""),
     ("ECE408 fa21 conv1 B10000", (10_000, 1, 86, 86), (4, 1, 7, 7), {}, "register_tiled", "70000 blocks"),
     ("16->8 5x5 40x40 B64", (64, 16, 40, 40), (8, 16, 5, 5), dict(padding=2), "register_tiled", "128 blocks"),
     ("8->12 3x3 s2 45x45 B64", (64, 8, 45, 45), (12, 8, 3, 3), dict(stride=2, padding=1), "register_tiled", ""),
@@ -68,9 +75,9 @@ FORWARD_CLASSES = [
     ("ECE408 fa19 conv1 B8", (8, 1, 48, 48), (12, 1, 5, 5), {}, "depthwise", "one input channel"),
     ("ECE408 fa21 conv1 B8", (8, 1, 86, 86), (4, 1, 7, 7), {}, "depthwise", "one input channel"),
     ("C1->256 3x3 56x56 B16", (16, 1, 56, 56), (256, 1, 3, 3), dict(padding=1), "depthwise", "one input channel"),
-    # small stride-1 layers with few channels: tiled_shared
-    ("ECE408 fa19 conv2 B8", (8, 12, 22, 22), (24, 12, 5, 5), {}, "tiled_shared", "12->24 channels"),
-    ("ECE408 fa21 conv2 B8", (8, 4, 40, 40), (16, 4, 7, 7), {}, "tiled_shared", "4->16 channels"),
+    # small stride-1 layers with few channels (tf32x3_image declines: float64, or fewer than 4 channels): tiled_shared
+    ("float64 fa19 conv2 B8", (8, 12, 22, 22), (24, 12, 5, 5), dict(dtype=np.float64), "tiled_shared", "12->24"),
+    ("3->16 5x5 22x22 B8", (8, 3, 22, 22), (16, 3, 5, 5), {}, "tiled_shared", "3->16 channels"),
     ("32->32 5x5 12x12 B16", (16, 32, 12, 12), (32, 32, 5, 5), dict(padding=2), "tiled_shared", "32->32"),
     # strided or wider small layers: fused_gemm
     ("3x3 s3 C16->16 40x40 B2", (2, 16, 40, 40), (16, 16, 3, 3), dict(stride=3), "fused_gemm", "reduction of 144"),
@@ -82,7 +89,7 @@ FORWARD_CLASSES = [
     ("3x3 C64 56x56 B64", (64, 64, 56, 56), (64, 64, 3, 3), dict(padding=1), "tf32x3", "1568 big block tiles"),
     ("3x3 C256 14x14 B64", (64, 256, 14, 14), (256, 256, 3, 3), dict(padding=1), "tf32x3", "tensor cores"),
     ("5x5 s2 C16->32 B64", (64, 16, 64, 64), (32, 16, 5, 5), dict(stride=2, padding=2), "igemm_big", "big block"),
-    ("fa21 conv2 B16", (16, 4, 40, 40), (16, 4, 7, 7), {}, "igemm_big", "big block tiles"),
+    ("fa21 conv2 B16 float64", (16, 4, 40, 40), (16, 4, 7, 7), dict(dtype=np.float64), "fused_gemm", ""),
 ]
 
 
@@ -180,9 +187,9 @@ def test_register_tiled_needs_enough_blocks():
     need = rule.REGISTER_TILED_BLOCKS
     for batch in (1, 8, need - 1, need, 4 * need):
         assert register_tiled_blocks(_spec((batch, 12, 22, 22), (24, 12, 5, 5))) == batch
-    # one block short: the next class that fits (at this size the big implicit GEMM)
-    assert _pick((need - 1, 12, 22, 22), (24, 12, 5, 5))[0] == "igemm_big"
-    assert _pick((need, 12, 22, 22), (24, 12, 5, 5))[0] == "register_tiled"
+    # float64 (tf32x3_image declines it), one block short: the next class that fits
+    assert _pick((need - 1, 12, 22, 22), (24, 12, 5, 5), dtype=np.float64)[0] == "fused_gemm"
+    assert _pick((need, 12, 22, 22), (24, 12, 5, 5), dtype=np.float64)[0] == "register_tiled"
 
 
 def test_register_tiled_blocks_geometry():
@@ -205,9 +212,9 @@ def test_register_tiled_never_takes_a_1x1_or_wide_layer():
 def test_tiled_shared_bounds():
     """tiled_shared only for stride 1, <= 32 channels per group in and out, under the big-tile threshold."""
     base = ((8, 12, 22, 22), (24, 12, 5, 5))
-    assert _pick(*base)[0] == "tiled_shared"
+    assert _pick(*base, dtype=np.float64)[0] == "tiled_shared"  # float32: tf32x3_image's line comes first
     assert _pick(*base, stride=2)[0] == "fused_gemm"
-    assert _pick((8, 33, 22, 22), (24, 33, 5, 5))[0] == "fused_gemm"
+    assert _pick((8, 33, 22, 22), (24, 33, 5, 5))[0] == "fused_gemm"  # its image is too large for tf32x3_image
     assert _pick((8, 12, 22, 22), (33, 12, 5, 5))[0] == "fused_gemm"
     # 32 filters (outside register_tiled's class): tiled_shared while the work is small, then the big tiles
     assert _pick((40, 12, 22, 22), (32, 12, 5, 5))[0] == "tiled_shared"
@@ -241,15 +248,17 @@ def test_declined_algorithms_fall_through_to_the_next_rule():
         return can_run
 
     small = _spec((8, 12, 22, 22), (24, 12, 5, 5))
-    assert rule.choose(small, "forward", declines("tiled_shared"))[0] == "fused_gemm"
-    assert rule.choose(small, "forward", declines("tiled_shared", "fused_gemm")) == (
+    assert rule.choose(small, "forward", declines("tf32x3_image"))[0] == "tiled_shared"
+    assert seen[0] == "tf32x3_image"
+    first = ("tf32x3_image", "tiled_shared")
+    assert rule.choose(small, "forward", declines(*first))[0] == "fused_gemm"
+    assert rule.choose(small, "forward", declines(*first, "fused_gemm")) == (
         "im2col_gemm",
         "fallback: im2col + cuBLAS",
     )
-    assert rule.choose(small, "forward", declines("tiled_shared", "fused_gemm", "im2col_gemm"))[0] == "direct"
+    assert rule.choose(small, "forward", declines(*first, "fused_gemm", "im2col_gemm"))[0] == "direct"
     signal = _spec((1, 1, 1000), (1, 1, 7))
     assert rule.choose(signal, "forward", declines("blocked"))[0] != "blocked"
-    assert seen[0] == "tiled_shared"
 
 
 def test_rule_picks_run_and_are_deterministic_on_a_spread_of_cases():

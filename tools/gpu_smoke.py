@@ -53,6 +53,7 @@ CASES = [
     ((2, 20, 11, 12), (12, 20, 3, 3), dict(padding=1, stride=(1, 2))),  # tf32x3 dW on 16-row tiles, 2 column tiles
     ((2, 40, 17, 16), (36, 40, 1, 1), {}),  # pointwise: two channel blocks, float4 rows
     ((1, 100, 7, 7), (70, 100, 1, 1), {}),  # pointwise_splitk: several slices, partial 32x32 tiles
+    ((3, 6, 14, 15), (20, 6, 5, 5), dict(padding=2)),  # tf32x3_image: 3 channel tiles, 7 pixel-tile pairs
 ]
 for dtype in (np.float32, np.float64):
     for x_shape, w_shape, kw in CASES:

@@ -37,6 +37,12 @@ a GPU. Each threshold below cites the measurements it comes from:
     every kernel of a backward call per algorithm (CUPTI,
     tools/backward_phases.py) and the issue-11 table, after tf32x3's weight
     gradient got row tiles that fit thin layers.
+``tf32x3-image``
+    docs/measurements/tf32x3-image-batches-2026-11-26-h100.md: H100,
+    tools/tf32x3_image_batches.py: four narrow layers at batches 16 to
+    4,096, every candidate's kernel time against cuDNN; and
+    docs/measurements/gpu-targets-2026-11-26d-h100-ece408.md (issue-11
+    table, the ECE408 and 1-D targets).
 ``tf32x3``
     docs/measurements/tf32x3-2026-11-22.md: H100, tf32x3 against igemm_big
     and cuDNN on 3x3 layers at batch 64 and the ECE408 conv2 layers at
@@ -52,7 +58,7 @@ import math
 from typing import Callable
 
 from .._spec import ConvSpec
-from ._cupy_algorithms import register_tiled_blocks, splitk_tiles
+from ._cupy_algorithms import TF32X3_IMAGE_MAX_CHANNELS, register_tiled_blocks, splitk_tiles
 from .base import Verdict
 
 __all__ = ["choose", "big_tiles"]
@@ -132,6 +138,19 @@ REGISTER_TILED_BLOCKS = 64
 #: tolerance), and float64 goes on to igemm_big's line.
 TF32X3_FROM = 64
 
+#: Input channels from which a narrow stride-1 layer goes to ``tf32x3_image``
+#: (one image in shared memory, pixels x channels tensor-core tiles; its
+#: can_run bounds the rest: float32, groups 1, <= 32 output channels, a
+#: reduction of >= 32, the image and weights in 113 KiB). tf32x3-image: the
+#: fastest candidate at every batch from 16 to 4,096 on ECE408 fa19 conv2
+#: (12->24 5x5: 1.29-2.02x cuDNN, register_tiled 0.65-1.26x), fa21 conv2
+#: (4->16 7x7: 1.24-3.53x; at batch 16 tf32x3 was 5% faster) and 8->16 5x5
+#: pad 2 28x28 (1.18-4.08x); issue-11 table (H100, batch 10,000): fa19 conv2
+#: 1.36x cuDNN through the API against register_tiled's 1.02x, fa21 conv2
+#: 3.62x against 2.31x. Not measured: one to three input channels (the first
+#: layers, whose reduction is mostly under 32 anyway), strides, dilations.
+TF32X3_IMAGE_FROM = 4
+
 #: Output channels per group register_tiled covers with one register tile
 #: (its largest MT): beyond it the 64-row GEMM tiles are well used.
 REGISTER_TILED_MOST = 24
@@ -204,6 +223,14 @@ def _forward_rules(spec: ConvSpec, s: ConvSpec, tiles: int) -> list[tuple[str, s
         # i11: depthwise 0.076 ms vs 0.158 for the next (3x3 s2 C144 B=64), 0.035 vs 0.089 (C384 14x14);
         # regret-gpu.md: fastest or within x1.30 at batch 1 (launch-bound, 20-30 us).
         rules.append(("depthwise", "one input channel per group: bandwidth-bound kernel reading each input once"))
+    if (
+        s.groups == 1
+        and cg >= TF32X3_IMAGE_FROM
+        and mg <= TF32X3_IMAGE_MAX_CHANNELS
+        and s.stride == (1, 1)
+        and s.dilation == (1, 1)
+    ):
+        rules.append(("tf32x3_image", f"{cg}->{mg} channels, stride 1: one image in shared memory, tensor cores"))
     if mg <= REGISTER_TILED_MOST and math.prod(s.kernel_size) > 1:
         blocks = register_tiled_blocks(s)
         if blocks >= REGISTER_TILED_BLOCKS:
