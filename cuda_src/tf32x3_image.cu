@@ -18,7 +18,7 @@
 //
 // Grid: persistent blocks (as many as fit the GPU, from the occupancy API),
 // each taking images b = blockIdx.x, + gridDim.x, ...; block: one warp per
-// pair of pixel tiles (warps * 2 >= tiles where 16 warps suffice, else
+// pair of pixel tiles (warps * 2 >= tiles where 12 warps suffice, else
 // several pairs per warp). Dynamic shared memory, 16-byte aligned:
 //   wfrag[ksteps][NT][32] uint4  the B fragments {big b0, big b1, small b0, small b1}
 //   kt[ksteps][4] int2            tap offsets of k = 8s + tq and 8s + tq + 4 (past Kd: 0, see below)
@@ -60,8 +60,12 @@ __device__ __forceinline__ void ti_cp_async(unsigned* dst, const float* src, boo
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 4 : 0));
 }
 
+// Two blocks of up to 384 threads per multiprocessor: the register cap (85) keeps
+// the NT = 4 kernel's accumulators unspilled (sm_90: 64-78 registers at NT 1-3),
+// and with one block of 11 warps an SM stalled on the shared-load -> MMA
+// chain (H100, Nsight Compute: 57% of cycles with no eligible warp).
 template <typename T, int NT, int ACT>
-__global__ void __launch_bounds__(512)
+__global__ void __launch_bounds__(384, 2)
     conv2d_tf32x3_image(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                         T* __restrict__ y, const int2* __restrict__ ktab, int Hp, int Wp, int ksteps, CONV_PARAMS) {
     if constexpr (sizeof(T) != 4) {

@@ -711,13 +711,16 @@ TF32X3_IMAGE_MAX_CHANNELS = 32
 #: 1 KiB the system keeps per block), so one block's image load overlaps the other's MMAs.
 TF32X3_IMAGE_SMEM = 113 * 1024
 
+#: Warps of a tf32x3_image block: its __launch_bounds__(384, 2), two blocks per multiprocessor.
+TF32X3_IMAGE_MAX_WARPS = 12
+
 
 def tf32x3_image_geometry(spec: ConvSpec) -> dict:
     """Launch geometry of tf32x3_image (pure arithmetic, no GPU).
 
     ``rows``/``cols``: the padded image rows and columns the outputs read
     (Hp, Wp); ``ksteps``: 8-deep reduction steps; ``nt``: 8-channel MMA
-    tiles; ``warps``: one per pair of 16-pixel tiles, at most 16 (a warp
+    tiles; ``warps``: one per pair of 16-pixel tiles, at most 12 (a warp
     then takes several pairs, as evenly as the pairs divide); ``smem``: the
     dynamic shared memory in bytes (fragment-ordered split weights, the tap
     table, the image's big and small parts).
@@ -728,7 +731,7 @@ def tf32x3_image_geometry(spec: ConvSpec) -> dict:
     ksteps = math.ceil(s.channels_per_group * KH * KW / 8)
     nt = math.ceil(s.out_channels / 8)
     pairs = math.ceil(Ho * Wo / 32)
-    rounds = math.ceil(pairs / 16)
+    rounds = math.ceil(pairs / TF32X3_IMAGE_MAX_WARPS)
     warps = math.ceil(pairs / rounds)
     image = s.in_channels * rows * cols
     smem = ksteps * nt * 32 * 16 + ksteps * 4 * 8 + 2 * image * 4
