@@ -89,14 +89,18 @@ class Case:
 
 
 @st.composite
-def cases(draw, ndim: int, max_extra: int = 8) -> Case:
-    """A random case: shapes, strides, every padding form, dilation, groups, dtype."""
+def cases(draw, ndim: int, max_extra: int = 8, channels: tuple[int, int] = (1, 3)) -> Case:
+    """A random case: shapes, strides, every padding form, dilation, groups, dtype.
+
+    ``channels``: the range of input channels per group (wider for the
+    algorithms that decline reductions of fewer than 32 products).
+    """
     layout = draw(st.sampled_from(["batched", "batched", "unbatched", "signal"]))
     if layout == "signal":
         groups, cg, mg, batch, bias = 1, 1, 1, 1, draw(st.booleans())
     else:
         groups = draw(st.integers(1, 3))
-        cg = draw(st.integers(1, 3))
+        cg = draw(st.integers(*channels))
         mg = draw(st.integers(1, 3))
         batch = 1 if layout == "unbatched" else draw(st.integers(1, 2))
         bias = draw(st.booleans())

@@ -73,7 +73,14 @@ def test_every_algorithm_matches_reference(algorithm):
     ran = []
     # 1-D algorithms draw 1-D cases only; some algorithms still reject many
     # draws (stride 1 only, shared-memory limits), which is expected here.
-    strategy = cases(1) if algorithm in ONE_D_ALGORITHMS else cases(1) | cases(2)
+    # The tensor-core ones decline reductions under 32 products: they draw
+    # 4-12 channels per group, or too few draws could run (hypothesis:
+    # Unsatisfiable, 459 of 459 rejected for tf32x3_image on one seed).
+    channels = (4, 12) if algorithm in ("tf32x3", "tf32x3_image") else (1, 3)
+    if algorithm in ONE_D_ALGORITHMS:
+        strategy = cases(1)
+    else:
+        strategy = cases(1, channels=channels) | cases(2, channels=channels)
 
     @settings(max_examples=40, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
     @given(case=strategy)
@@ -98,8 +105,10 @@ def test_every_algorithm_matches_reference(algorithm):
 def test_every_backward_algorithm_matches_reference(algorithm):
     ran = []
 
+    channels = (4, 12) if algorithm == "tf32x3" else (1, 3)  # as the forward test: long enough reductions
+
     @settings(max_examples=40, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
-    @given(case=cases(1) | cases(2))
+    @given(case=cases(1, channels=channels) | cases(2, channels=channels))
     def run(case):
         x, w, _ = case.arrays()
         spec = _spec(case, x, w, None)
