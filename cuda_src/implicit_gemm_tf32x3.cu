@@ -34,44 +34,13 @@
 // instantiation exists only so every kernel template has one (the backend
 // never launches it): it traps.
 #include "common.cuh"
+#include "tf32x3.cuh"
 
 #define TX_BN 128
 #define TX_BK 8
 // Rows of BM+8 (or 136) words: 8 mod 32 for BM = 32, 64, 128, 24 for BM = 16 (the weight gradient's
 // thin tiles); either way a fragment load (4 k-rows x 8 columns) hits 32 different banks.
 #define TX_PAD 8
-
-// One TF32 value (as its 32-bit pattern) rounded to nearest, ties away from
-// zero, from a finite float below 2^126: what cvt.rna.tf32.f32 gives, in two
-// integer operations (sm_90 has no conversion instruction: the cvt is
-// emulated in ~6). Adding half of the dropped 13 bits' unit carries into the
-// kept mantissa (and exponent) exactly as rounding does.
-__device__ __forceinline__ unsigned tx_tf32(float v) { return (__float_as_uint(v) + 0x1000u) & 0xffffe000u; }
-
-// v = big + small (+ a residue below 2^-22 |v|), both TF32.
-__device__ __forceinline__ void tx_split(float v, unsigned& big, unsigned& small) {
-    big = tx_tf32(v);
-    small = tx_tf32(v - __uint_as_float(big));
-}
-
-// d += a * b for one 16x8x8 TF32 tile (PTX ISA fragment layouts: a row-major, b column-major).
-__device__ __forceinline__ void tx_mma(float d[4], const unsigned a[4], const unsigned b[2]) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// Whether a loaded operand cannot be split (inf, NaN, or so large that big*big may overflow differently).
-__device__ __forceinline__ bool tx_unsplittable(float v) { return !(fabsf(v) < 8.5070592e37f); }   // 2^126
-
-// tx_split, noting in `unsplittable` an operand that cannot be split (the
-// block then recomputes its tile in float32).
-__device__ __forceinline__ void tx_split_noting(float v, unsigned& big, unsigned& small, bool& unsplittable) {
-    unsplittable |= tx_unsplittable(v);
-    tx_split(v, big, small);
-}
 
 // A float32 zero in global memory: the kernels' loads read it in place of an element
 // outside the operands (the padding, rows or taps past a tile's edge).

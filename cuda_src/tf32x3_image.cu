@@ -34,28 +34,11 @@
 //
 // groups = 1 only (the backend's check). The double instantiation traps.
 #include "common.cuh"
-
-// The helpers below repeat implicit_gemm_tf32x3.cu's (each .cu is its own
-// NVRTC module); their comments there explain the rounding.
-__device__ __forceinline__ unsigned ti_tf32(float v) { return (__float_as_uint(v) + 0x1000u) & 0xffffe000u; }
-
-__device__ __forceinline__ void ti_split_noting(float v, unsigned& big, unsigned& small, bool& unsplittable) {
-    unsplittable |= !(fabsf(v) < 8.5070592e37f);   // 2^126, inf, NaN
-    big = ti_tf32(v);
-    small = ti_tf32(v - __uint_as_float(big));
-}
-
-__device__ __forceinline__ void ti_mma(float d[4], const unsigned a[4], unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+#include "tf32x3.cuh"
 
 // One float global -> shared by cp.async (sm_80, as tf32x3 needs), or a zero where !ok
 // (source size 0: src is any valid address and is not read).
-__device__ __forceinline__ void ti_cp_async(unsigned* dst, const float* src, bool ok) {
+__device__ __forceinline__ void cp_async_float(unsigned* dst, const float* src, bool ok) {
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 4 : 0));
 }
@@ -91,8 +74,8 @@ __global__ void __launch_bounds__(384, 2)
             const float v0 = (n < M && k0 < Kd) ? w[(i64)n * Kd + k0] : 0.0f;
             const float v1 = (n < M && k1 < Kd) ? w[(i64)n * Kd + k1] : 0.0f;
             uint4 u;
-            ti_split_noting(v0, u.x, u.z, bad_w);
-            ti_split_noting(v1, u.y, u.w, bad_w);
+            tx_split_noting(v0, u.x, u.z, bad_w);
+            tx_split_noting(v1, u.y, u.w, bad_w);
             wfrag[e] = u;
         }
         for (int e = tid; e < ksteps * 4; e += blockDim.x) kt[e] = ktab[e];
@@ -110,7 +93,7 @@ __global__ void __launch_bounds__(384, 2)
                 for (int col = lane; col < Wp; col += 32) {
                     const int iw = col - pw;
                     const bool ok = row_in && (unsigned)iw < (unsigned)W;
-                    ti_cp_async(img_big + row * Wp + col, ok ? xr + iw : xr, ok);
+                    cp_async_float(img_big + row * Wp + col, ok ? xr + iw : xr, ok);
                 }
             }
             asm volatile("cp.async.commit_group;\n" ::);
@@ -118,7 +101,7 @@ __global__ void __launch_bounds__(384, 2)
             __syncthreads();
             bool bad = bad_w;
             for (int e = tid; e < IMG; e += blockDim.x)
-                ti_split_noting(__uint_as_float(img_big[e]), img_big[e], img_small[e], bad);
+                tx_split_noting(__uint_as_float(img_big[e]), img_big[e], img_small[e], bad);
             bad = __syncthreads_or(bad);
 
             if (!bad) {
@@ -154,9 +137,10 @@ __global__ void __launch_bounds__(384, 2)
                             const unsigned as[4] = {img_small[a0], img_small[a1], img_small[a2], img_small[a3]};
 #pragma unroll
                             for (int j = 0; j < NT; ++j) {
-                                ti_mma(acc[i][j], ab, bw[j].z, bw[j].w);   // big * small
-                                ti_mma(acc[i][j], as, bw[j].x, bw[j].y);   // small * big
-                                ti_mma(acc[i][j], ab, bw[j].x, bw[j].y);   // big * big, last
+                                const unsigned b_big[2] = {bw[j].x, bw[j].y}, b_small[2] = {bw[j].z, bw[j].w};
+                                tx_mma(acc[i][j], ab, b_small);   // big * small
+                                tx_mma(acc[i][j], as, b_big);     // small * big
+                                tx_mma(acc[i][j], ab, b_big);     // big * big, last
                             }
                         }
                     }
