@@ -43,10 +43,11 @@ __device__ __forceinline__ void cp_async_float(unsigned* dst, const float* src, 
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 4 : 0));
 }
 
-// Two blocks of up to 384 threads per multiprocessor: the register cap (85) keeps
-// the NT = 4 kernel's accumulators unspilled (sm_90: 64-78 registers at NT 1-3),
-// and with one block of 11 warps an SM stalled on the shared-load -> MMA
-// chain (H100, Nsight Compute: 57% of cycles with no eligible warp).
+// Two blocks of up to 384 threads per multiprocessor (80 registers a thread; with
+// one block of 11 warps an SM stalled on the shared-load -> MMA chain, H100,
+// Nsight Compute: 57% of cycles with no eligible warp). nvcc 13, sm_90: 72
+// registers at NT = 1, 80 at NT = 2-4; NT = 3 and 4 spill 8-16 bytes, outside
+// the main loop (whose SASS has no local loads or stores).
 template <typename T, int NT, int ACT>
 __global__ void __launch_bounds__(384, 2)
     conv2d_tf32x3_image(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,

@@ -65,6 +65,8 @@ FORWARD_CLASSES = [
     ("ECE408 fa21 conv2 B8", (8, 4, 40, 40), (16, 4, 7, 7), {}, "tf32x3_image", "4->16 channels"),
     ("fa21 conv2 B16", (16, 4, 40, 40), (16, 4, 7, 7), {}, "tf32x3_image", "tensor cores"),
     ("8->16 5x5 pad2 28x28 B64", (64, 8, 28, 28), (16, 8, 5, 5), dict(padding=2), "tf32x3_image", "8->16"),
+    # ... not for larger images (unmeasured: a block takes several rounds, a small batch idles the GPU)
+    ("4->16 3x3 56x56 B8", (8, 4, 56, 56), (16, 4, 3, 3), dict(padding=1), "igemm_big", "big block tiles"),
     # few output channels, enough blocks for register_tiled (an image too large for tf32x3_image, float64)
     ("40->24 5x5 22x22 B10000", (10_000, 40, 22, 22), (24, 40, 5, 5), {}, "register_tiled", "10000 blocks"),
     ("float64 fa19 conv2 B10000", (10_000, 12, 22, 22), (24, 12, 5, 5), dict(dtype=np.float64), "register_tiled", ""),

@@ -315,8 +315,12 @@ def test_tf32x3_image_geometry_and_tap_table():
             assert table[step, t, half] == want, (spec, k)
 
 
-def test_tf32x3_image_declines_without_a_gpu_on_the_case_alone():
+def test_tf32x3_image_declines_without_a_gpu_on_the_case_alone(monkeypatch):
     """What the spec decides (groups, channels, dtype, reduction, shared memory) is said without a device."""
+    from convsuite.backends import _cupy_runtime as rt
+
+    monkeypatch.setattr(rt, "compute_capability", lambda: None)  # as on a machine without a GPU
+    monkeypatch.setattr(rt, "shared_memory_optin", lambda: None)
     backend = CupyBackend()
     assert backend.can_run(_spec((4, 12, 22, 22), (24, 12, 5, 5)), "tf32x3_image", "forward") is True
     assert "groups=1" in backend.can_run(_spec((2, 8, 9, 9), (8, 4, 3, 3), groups=2), "tf32x3_image", "forward")

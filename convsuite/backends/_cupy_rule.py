@@ -151,6 +151,12 @@ TF32X3_FROM = 64
 #: layers, whose reduction is mostly under 32 anyway), strides, dilations.
 TF32X3_IMAGE_FROM = 4
 
+#: Most 32-pixel tile pairs (an image's outputs / 32) for which the rule takes
+#: tf32x3_image: the measured layers had 10 to 37 (outputs of 18x18 to 34x34).
+#: A larger image keeps one block busy for several rounds of its warps, and a
+#: small batch of them leaves most multiprocessors idle (not measured).
+TF32X3_IMAGE_MOST_PAIRS = 40
+
 #: Output channels per group register_tiled covers with one register tile
 #: (its largest MT): beyond it the 64-row GEMM tiles are well used.
 REGISTER_TILED_MOST = 24
@@ -229,6 +235,8 @@ def _forward_rules(spec: ConvSpec, s: ConvSpec, tiles: int) -> list[tuple[str, s
         and mg <= TF32X3_IMAGE_MAX_CHANNELS
         and s.stride == (1, 1)
         and s.dilation == (1, 1)
+        and math.prod(s.kernel_size) > 1  # a padded 1x1 (not the pointwise class) was not measured
+        and math.ceil(math.prod(s.out_size) / 32) <= TF32X3_IMAGE_MOST_PAIRS
     ):
         rules.append(("tf32x3_image", f"{cg}->{mg} channels, stride 1: one image in shared memory, tensor cores"))
     if mg <= REGISTER_TILED_MOST and math.prod(s.kernel_size) > 1:

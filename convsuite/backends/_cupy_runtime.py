@@ -79,6 +79,7 @@ _functions: dict[tuple, object] = {}
 _sm_counts: dict[int, int] = {}
 _capabilities: dict[int, int] = {}
 _smem_optin: dict[int, int] = {}
+_raised_ceilings: dict[int, int] = {}  # CUfunction -> the dynamic shared memory ceiling set on it
 _zero_cache: dict[tuple, object] = {}
 
 
@@ -228,18 +229,24 @@ def shared_memory_optin() -> int | None:
 def resident_blocks(function, threads: int, shared_mem: int) -> int:
     """Blocks of ``function`` one multiprocessor holds at once (the driver's occupancy calculator).
 
-    Raises the function's dynamic shared memory ceiling to ``shared_mem``
-    first where that exceeds the 48 KiB every kernel gets without asking
-    (a launch above the ceiling fails, and the calculator counts against it),
-    and asks for the largest shared-memory carveout: left to the driver, an
-    sm_90 multiprocessor held one block of 104 KiB where two fit (Nsight
-    Compute, tf32x3_image on ECE408 fa19 conv2).
+    Where ``shared_mem`` exceeds the 48 KiB every kernel gets without asking,
+    first raises the function's dynamic shared memory ceiling to it (a launch
+    above the ceiling fails, and the calculator counts against it) -- only
+    ever up: the ceiling belongs to the kernel, which plans of other layers
+    share and launch with their own sizes -- and asks for the largest
+    shared-memory carveout: left to the driver, an sm_90 multiprocessor held
+    one block of 104 KiB where two fit (Nsight Compute, tf32x3_image on
+    ECE408 fa19 conv2).
     """
     driver = cupy().cuda.driver
+    ptr = function.kernel.ptr
     if shared_mem > 48 * 1024:
-        driver.funcSetAttribute(function.kernel.ptr, _MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_mem)
-        driver.funcSetAttribute(function.kernel.ptr, _PREFERRED_SHARED_MEMORY_CARVEOUT, 100)
-    return int(driver.occupancyMaxActiveBlocksPerMultiprocessor(function.kernel.ptr, threads, shared_mem))
+        with _lock:
+            if _raised_ceilings.get(ptr, 0) < shared_mem:
+                driver.funcSetAttribute(ptr, _MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_mem)
+                driver.funcSetAttribute(ptr, _PREFERRED_SHARED_MEMORY_CARVEOUT, 100)
+                _raised_ceilings[ptr] = shared_mem
+    return int(driver.occupancyMaxActiveBlocksPerMultiprocessor(ptr, threads, shared_mem))
 
 
 #: CUfunction_attribute values (cuda.h): the dynamic shared memory ceiling, the carveout in percent.
