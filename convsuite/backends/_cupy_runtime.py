@@ -186,13 +186,27 @@ def kernel(filename: str, name: str, dtype: str, total: int | None = None, overr
     return function
 
 
+def _queried_once(cache: dict, device: int, read):
+    """``read(device)``, kept in ``cache`` per device: device queries are slow (a driver call each)."""
+    value = cache.get(device)
+    if value is None:
+        value = cache[device] = read(device)
+    return value
+
+
+def _current_device_or_none() -> int | None:
+    """The current device's ordinal, or None when CuPy, the driver or a device is missing."""
+    try:
+        return device_id()
+    except Exception:  # no cupy, no driver, no device
+        return None
+
+
 def sm_count() -> int:
     """Multiprocessors of the current device (queried once per device: the query is slow)."""
-    device = device_id()
-    count = _sm_counts.get(device)
-    if count is None:
-        count = _sm_counts[device] = cupy().cuda.runtime.getDeviceProperties(device)["multiProcessorCount"]
-    return count
+    return _queried_once(
+        _sm_counts, device_id(), lambda d: cupy().cuda.runtime.getDeviceProperties(d)["multiProcessorCount"]
+    )
 
 
 def compute_capability() -> int | None:
@@ -201,14 +215,10 @@ def compute_capability() -> int | None:
     None when CuPy is missing or no device answers, so the planning checks that ask
     (tf32x3's) still run, and decline nothing, on a machine without a GPU.
     """
-    try:
-        device = device_id()
-    except Exception:  # no cupy, no driver, no device: nothing to decline on
+    device = _current_device_or_none()
+    if device is None:
         return None
-    capability = _capabilities.get(device)
-    if capability is None:
-        capability = _capabilities[device] = int(cupy().cuda.Device(device).compute_capability)
-    return capability
+    return _queried_once(_capabilities, device, lambda d: int(cupy().cuda.Device(d).compute_capability))
 
 
 def shared_memory_optin() -> int | None:
@@ -216,14 +226,12 @@ def shared_memory_optin() -> int | None:
 
     227 KiB on sm_90, 163 KiB on sm_80, 99 KiB on sm_86/89 (queried once per device).
     """
-    try:
-        device = device_id()
-    except Exception:  # no cupy, no driver, no device: nothing to decline on
+    device = _current_device_or_none()
+    if device is None:
         return None
-    limit = _smem_optin.get(device)
-    if limit is None:
-        limit = _smem_optin[device] = int(cupy().cuda.runtime.getDeviceProperties(device)["sharedMemPerBlockOptin"])
-    return limit
+    return _queried_once(
+        _smem_optin, device, lambda d: int(cupy().cuda.runtime.getDeviceProperties(d)["sharedMemPerBlockOptin"])
+    )
 
 
 def resident_blocks(function, threads: int, shared_mem: int) -> int:
