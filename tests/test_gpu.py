@@ -268,10 +268,16 @@ def test_tf32x3_nonfinite_and_huge_operands_fall_back_to_float32(where):
         x[0, 10, 20, 2] = 3.0e38  # finite, but big*small may overflow where the exact product does not
     else:
         w[5, 1, 0, 0] = np.inf
-    spec = cs.explain(x, w, padding=1).spec
-    want = cs.conv2d(x, w, padding=1, backend="numpy")
+    _assert_specials_as_numpy("tf32x3", x, w, padding=1)
+
+
+def _assert_specials_as_numpy(algorithm, x, w, padding):
+    """``algorithm``'s forward on operands holding inf, NaN or a huge value, outputs poisoned: the
+    same non-finite pattern as the numpy backend, and every other output within the float32 bound."""
+    spec = cs.explain(x, w, padding=padding).spec
+    want = cs.conv2d(x, w, padding=padding, backend="numpy")
     with cs.testing.poisoned_outputs():
-        got = _cupy().asnumpy(cs.conv2d(x, w, padding=1, backend="cupy", algorithm="tf32x3"))
+        got = _cupy().asnumpy(cs.conv2d(x, w, padding=padding, backend="cupy", algorithm=algorithm))
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
     assert (~np.isfinite(want)).any() and np.isfinite(want).mean() > 0.5
@@ -279,7 +285,7 @@ def test_tf32x3_nonfinite_and_huge_operands_fall_back_to_float32(where):
     plain_w = np.where(np.isfinite(w), w, 0).astype(np.float32)
     ref, tol = reference_forward(spec, plain_x, plain_w), forward_tolerance(spec, plain_x, plain_w)
     clean = np.isfinite(want) & (np.abs(want) < 1e30)  # windows without a special or the huge value
-    assert_within(np.where(clean, got, 0), np.where(clean, ref, 0), tol, f"tf32x3 next to specials in {where}")
+    assert_within(np.where(clean, got, 0), np.where(clean, ref, 0), tol, f"{algorithm} next to specials")
 
 
 @pytest.mark.parametrize("out_channels", [70, 12])  # dW on 64-row tiles (two row blocks), on one 16-row tile
@@ -378,18 +384,7 @@ def test_tf32x3_image_special_values_recompute_in_float32(where):
         x[2, 10, 8, 2] = 3.0e38
     else:
         w[5, 1, 0, 0] = np.inf
-    spec = cs.explain(x, w, padding=2).spec
-    want = cs.conv2d(x, w, padding=2, backend="numpy")
-    with cs.testing.poisoned_outputs():
-        got = _cupy().asnumpy(cs.conv2d(x, w, padding=2, backend="cupy", algorithm="tf32x3_image"))
-    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
-    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
-    assert (~np.isfinite(want)).any() and np.isfinite(want).mean() > 0.5
-    plain_x = np.where(np.isfinite(x) & (np.abs(x) < 1e38), x, 0).astype(np.float32)
-    plain_w = np.where(np.isfinite(w), w, 0).astype(np.float32)
-    ref, tol = reference_forward(spec, plain_x, plain_w), forward_tolerance(spec, plain_x, plain_w)
-    clean = np.isfinite(want) & (np.abs(want) < 1e30)
-    assert_within(np.where(clean, got, 0), np.where(clean, ref, 0), tol, f"tf32x3_image next to specials in {where}")
+    _assert_specials_as_numpy("tf32x3_image", x, w, padding=2)
 
 
 def test_tf32x3_image_declines_what_it_does_not_cover():
