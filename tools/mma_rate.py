@@ -85,21 +85,17 @@ def main() -> int:
     print(f"{name}: {sms} SMs, SM clock while spinning {clock / 1e9:.2f} GHz")
     threads, blocks = 256, sms * 8
     buf = cp.zeros(threads * blocks, cp.float32)
-    rows = []
-    for kernel, per_iter, flop in (("mma_tf32", 8, 16 * 8 * 8 * 2), ("ffma", 16, 2)):
+    # kernel, what one warp instruction is, warp instructions per loop iteration, FLOP each, iterations
+    cases = (
+        ("mma_tf32", "HMMA.1688 (m16n8k8 TF32)", 8, 16 * 8 * 8 * 2, 4096),
+        ("ffma", "FFMA (warp instr)", 16, 32 * 2, 16384),
+    )
+    for kernel, unit, per_iter, flop, iters in cases:
         fn = module.get_function(kernel)
-        iters = 4096 if kernel == "mma_tf32" else 16384
         seconds = _time(lambda fn=fn, iters=iters: fn((blocks,), (threads,), (buf, cp.int32(iters))))
-        per_warp_insts = per_iter * iters
-        insts = per_warp_insts * (threads // 32) * blocks  # warp instructions
-        if kernel == "ffma":
-            insts = per_iter * iters * threads * blocks / 32
+        insts = per_iter * iters * (threads // 32) * blocks
         rate = insts / seconds / sms / clock
-        flops = (insts * flop * (32 if kernel == "ffma" else 1)) / seconds
-        rows.append((kernel, rate, flops))
-    for kernel, rate, flops in rows:
-        unit = "HMMA.1688 (m16n8k8 TF32)" if kernel == "mma_tf32" else "FFMA (warp instr)"
-        print(f"{unit:26s} {rate:6.3f} per SM per clock, {flops / 1e12:7.1f} TFLOP/s")
+        print(f"{unit:26s} {rate:6.3f} per SM per clock, {insts * flop / seconds / 1e12:7.1f} TFLOP/s")
     return 0
 
 
