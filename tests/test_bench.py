@@ -241,3 +241,19 @@ def test_anchor_not_installed_gets_a_note(monkeypatch):
     )
     assert _anchor_notes([skipped, skipped]) == ["anchor torch left out: torch is not installed"]
     assert "torch" in anchors.ANCHORS
+
+
+def test_gpu_targets_only_selects_by_label_fragment_and_refuses_a_typo(capsys):
+    """`--only` keeps the targets whose label holds a fragment; one that matches none is an error
+    naming the labels (before anything needs a GPU), not a silently shorter table."""
+    from convsuite.bench.gpu_targets import TARGETS, main, select_targets
+
+    assert select_targets("") == list(TARGETS) and select_targets(" , ") == list(TARGETS)
+    chosen = select_targets("ECE408, 1-D")
+    assert chosen and all("ECE408" in t.label or "1-D" in t.label for t in chosen)
+    assert [t for t in TARGETS if "ECE408" in t.label or "1-D" in t.label] == chosen
+    with pytest.raises(ValueError, match=r"\['fa99'\] match no target.*ECE408 fa19 conv2"):
+        select_targets("ECE408,fa99")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--only", "fa99"])
+    assert exit_info.value.code == 2 and "match no target" in capsys.readouterr().err

@@ -276,6 +276,22 @@ def _run_target(t: Target, backend, repeat: int, quick: bool) -> list[dict]:
     return rows
 
 
+def select_targets(only: str) -> list[Target]:
+    """The targets whose label holds one of the comma-separated fragments of ``only`` (all when empty).
+
+    Raises ValueError, naming every label, when a fragment matches none: a
+    typo must not silently measure less than asked.
+    """
+    fragments = [f.strip() for f in only.split(",") if f.strip()]
+    if not fragments:
+        return list(TARGETS)
+    unmatched = [f for f in fragments if not any(f in t.label for t in TARGETS)]
+    if unmatched:
+        labels = "; ".join(t.label for t in TARGETS)
+        raise ValueError(f"`--only` fragment(s) {unmatched} match no target; the targets are: {labels}")
+    return [t for t in TARGETS if any(f in t.label for f in fragments)]
+
+
 def main(argv=None) -> int:
     """Measure every target and the ablation; write the tables to ``--out``; print the targets."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -286,6 +302,10 @@ def main(argv=None) -> int:
         "--only", default="", help="comma-separated label fragments: the targets whose label holds one (default: all)"
     )
     args = parser.parse_args(argv)
+    try:
+        selected = select_targets(args.only)
+    except ValueError as error:
+        parser.error(str(error))
 
     import cupy as cp
     import torch
@@ -301,8 +321,7 @@ def main(argv=None) -> int:
     print(f"{device}: copy {ceilings['copy_gbs']:.0f} GB/s, SGEMM {ceilings['sgemm_tflops']:.1f} TFLOP/s", flush=True)
     backend = cs._registry.get_backend("cupy")
     backend.warm_up()
-    fragments = [f.strip() for f in args.only.split(",") if f.strip()]
-    rows, targets = [], [t for t in TARGETS if not fragments or any(f in t.label for f in fragments)]
+    rows, targets = [], selected
     if args.quick:
         targets = [
             Target(
@@ -347,7 +366,7 @@ def main(argv=None) -> int:
         repeat=args.repeat,
         only=args.only,
     )
-    stem = "gpu-targets" + ("-quick" if args.quick else "") + ("-only" if fragments else "")
+    stem = "gpu-targets" + ("-quick" if args.quick else "") + ("-only" if args.only.strip(" ,") else "")
     (out / f"{stem}.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=2))
     lines = [
         f"# GPU targets (issue 11) and ablation, {date}",
