@@ -80,8 +80,14 @@ __device__ __forceinline__ void tx_stage_mma(const unsigned (*Ab)[BM + TX_PAD], 
 // columns, each warp 32 rows (16 where BM = 16).
 __host__ __device__ constexpr int tx_wgrad_threads(int BM) { return BM >= 32 ? 2 * BM : 64; }
 
+// Minimum resident blocks the forward kernel's registers must allow: CS_TX_BLOCKS
+// blocks of 128 threads (BM = 64), half as many of 256 (BM = 128), at least one.
+// Occupancy, not code, changes: 1 lets the compiler take ~166 registers (three
+// 128-thread blocks per multiprocessor), 4 caps it at 128.
+__host__ __device__ constexpr int tx_fwd_min_blocks(int BM) { return CS_TX_BLOCKS * 64 / BM > 0 ? CS_TX_BLOCKS * 64 / BM : 1; }
+
 template <typename T, int BM, int ACT>
-__global__ void __launch_bounds__(2 * BM)
+__global__ void __launch_bounds__(2 * BM, tx_fwd_min_blocks(BM))
     conv2d_tf32x3_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias, T* __restrict__ y,
                       const int4* __restrict__ koff, CONV_PARAMS) {
     if constexpr (sizeof(T) != 4) {

@@ -118,7 +118,7 @@ def test_the_expected_records_are_tunable():
         "register_tiled": ["mt", "block_w", "px"],
         "fused_gemm": ["bk"],
         "igemm_big": ["bm"],
-        "tf32x3": ["bm"],
+        "tf32x3": ["bm", "blocks"],
         "pointwise": ["mt"],
         "depthwise": ["px", "py"],
         "blocked": ["v"],

@@ -25,6 +25,7 @@ LAYERS = [  # name, B, C, M, H, K, stride, pad
     ("5x5 s2 C16->32", 64, 16, 32, 64, 5, 2, 2),
 ]
 ALGORITHMS = ("tf32x3", "igemm_big")
+BLOCKS = (1, 2, 3, 4)  # tf32x3's "blocks" tunable; the first is compared against the rest
 
 
 def contenders(x, w, b, kw):
@@ -39,6 +40,9 @@ def contenders(x, w, b, kw):
         calls[f"{alg}+relu"] = conv(alg, activation="relu")
         plain = conv(alg)
         calls[f"{alg} then relu"] = lambda plain=plain: cp.maximum(plain(), 0)
+    for blocks in BLOCKS[1:]:  # the register budget of the forward kernel (-D CS_TX_BLOCKS)
+        budget = cs.plan(x, w, b, backend="cupy", algorithm="tf32x3", params={"blocks": blocks}, **kw)
+        calls[f"tf32x3 blocks={blocks}"] = lambda budget=budget: budget(x, w, b)
     if w.shape[0] > 64:  # the default block tile is 128 rows here: time 64 too
         small = cs.plan(x, w, b, backend="cupy", algorithm="tf32x3", params={"bm": 64}, **kw)
         calls["tf32x3 bm=64"] = lambda: small(x, w, b)
@@ -55,6 +59,11 @@ def backward_contenders(x, w, kw):
         f"bwd {alg}": (lambda alg=alg: cs.conv2d_backward(gy, x, w, backend="cupy", algorithm=alg, **kw))
         for alg in ALGORITHMS
     }
+    for blocks in BLOCKS[1:]:
+        budget = cs.plan(
+            x, w, backend="cupy", algorithm="tf32x3", direction="backward", params={"blocks": blocks}, **kw
+        )
+        calls[f"bwd tf32x3 blocks={blocks}"] = lambda budget=budget: budget(gy, x, w)
     xt, wt, gyt = (torch.as_tensor(a, device="cuda") for a in (x, w, gy))
     stride, padding = [kw["stride"]] * 2, [kw["padding"]] * 2
 
@@ -96,6 +105,16 @@ def timed(calls, rounds=9):
     return times
 
 
+def register_budgets(times, default, prefix):
+    """One line: each register budget's time over the default's (blocks=1), median and spread, cuDNN-relative."""
+    base = float(np.median(times[default]))
+    parts = [f"blocks=1 {base:.3f} ms ({min(times[default]):.3f}-{max(times[default]):.3f})"]
+    for blocks in BLOCKS[1:]:
+        t = times[f"{prefix}{blocks}"]
+        parts.append(f"blocks={blocks} {base / float(np.median(t)):.3f}x of blocks=1 ({min(t):.3f}-{max(t):.3f} ms)")
+    return "; ".join(parts)
+
+
 def main():
     rng = np.random.default_rng(0)
     print(cp.cuda.runtime.getDeviceProperties(0)["name"].decode())
@@ -114,11 +133,13 @@ def main():
         relu = " ".join(f"{a} {med[f'{a} then relu'] / med[f'{a}+relu']:.2f}x" for a in ALGORITHMS)
         spread = f"{min(times['tf32x3']):.3f}-{max(times['tf32x3']):.3f}"
         print(f"    {rates}; {versus}; fused relu gain {relu}; tf32x3 spread {spread} ms")
+        print("    " + register_budgets(times, "tf32x3", "tf32x3 blocks="))
         if name.startswith(("cnn", "3x3")):
             times = timed(backward_contenders(x, w, kw))
             med = {k: float(np.median(v)) for k, v in times.items()}
             ratios = ", ".join(f"{a} vs cudnn {med['bwd cudnn'] / med[f'bwd {a}']:.2f}x" for a in ALGORITHMS)
             print("    backward " + "  ".join(f"{k} {v:.3f}ms" for k, v in med.items()) + f"; {ratios}")
+            print("    backward " + register_budgets(times, "bwd tf32x3", "bwd tf32x3 blocks="))
 
 
 if __name__ == "__main__":

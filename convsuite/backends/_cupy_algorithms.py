@@ -686,8 +686,10 @@ def tf32x3_wgrad_rows(out_per_group: int, bm: int) -> int:
 
 
 def _plan_tf32x3(spec: ConvSpec, direction: str, params: dict) -> Launch:
-    """tf32x3 with its block-tile rows ``params["bm"]``."""
-    return _plan_implicit_gemm(spec, direction, True, bm=params["bm"], kind="tf32x3")
+    """tf32x3 with its block-tile rows ``params["bm"]`` and register budget ``params["blocks"]``."""
+    return _plan_implicit_gemm(
+        spec, direction, True, bm=params["bm"], kind="tf32x3", tx_overrides=(("CS_TX_BLOCKS", params["blocks"]),)
+    )
 
 
 TF32X3_TUNABLES = (
@@ -698,6 +700,13 @@ TF32X3_TUNABLES = (
         "block-tile rows (output channels; template BM, 2*BM threads): 64 keeps three blocks of 168 registers "
         "per multiprocessor; 128 (one block) was slower at 128 and 256 channels (H100: 0.504 vs 0.468 ms, "
         "0.601 vs 0.447 ms)",
+    ),
+    Tunable(
+        "blocks",
+        OVERRIDABLE["CS_TX_BLOCKS"][1],
+        DEFINES["CS_TX_BLOCKS"],
+        "128-thread blocks per multiprocessor the forward kernel's registers must allow (-D CS_TX_BLOCKS, "
+        "its __launch_bounds__; one module each): more blocks hide more latency, fewer registers may spill",
     ),
 )
 
@@ -804,6 +813,7 @@ def _plan_implicit_gemm(
     bk: int = GEMM_BK,
     kind: str = "simt",
     act: int = 0,
+    tx_overrides=(),
 ) -> Launch:
     """fused_gemm (64x64 tiles, both dtypes) or igemm_big (float32, BM x 128 tiles, pipelined).
 
@@ -816,7 +826,8 @@ def _plan_implicit_gemm(
     ``kind="tf32x3"`` runs the forward product, the weight gradient and the
     input gradient of a stride-1 convolution (itself a forward problem) on
     the tensor cores with error-compensated TF32 (it has no ``_masked``
-    kernels: ``fuses_relu_mask`` says False for it).
+    kernels: ``fuses_relu_mask`` says False for it); ``tx_overrides`` (its
+    ``-D CS_TX_BLOCKS``) selects the module of its kernels.
     """
     slice_depth = (("CS_GEMM_BK", bk),)
     s = spec.as_2d()
@@ -833,7 +844,9 @@ def _plan_implicit_gemm(
             koff = _filter_offsets(Cg, (H, W), (KH, KW), s.dilation)
             grid = (math.ceil(n / BIG_BN), math.ceil(Mg / bm), G)
             if kind == "tf32x3":
-                fn = rt.kernel("implicit_gemm_tf32x3.cu", f"conv2d_tf32x3_fwd@{bm},{act}", s.dtype)
+                fn = rt.kernel(
+                    "implicit_gemm_tf32x3.cu", f"conv2d_tf32x3_fwd@{bm},{act}", s.dtype, overrides=tx_overrides
+                )
             else:
                 fn = rt.kernel("implicit_gemm_big.cu", f"conv2d_igemm_fwd@{bm},{act}", s.dtype)
             return _with_bias(s, rt.bind(fn, grid, (2 * bm,), (*_ARRAYS4, koff, *p)))
@@ -844,14 +857,16 @@ def _plan_implicit_gemm(
     kd = Cg * KH * KW
     if masked and kind == "tf32x3":
         raise ValueError("tf32x3 has no kernels that read grad_y through a ReLU mask")
-    dgrad = _plan_input_gradient(s, big, slice_depth, masked=masked, tensor_cores=kind == "tf32x3")
+    dgrad = _plan_input_gradient(
+        s, big, slice_depth, masked=masked, tensor_cores=kind == "tf32x3", tx_overrides=tx_overrides
+    )
     suffix = "_masked" if masked else ""
     if bm is not None:
         koff = _filter_offsets(Cg, (H, W), (KH, KW), s.dilation)
         if kind == "tf32x3":
             rows = tf32x3_wgrad_rows(Mg, bm)
             splits = _wgrad_splits(s, rows, BIG_BN, TF32X3_WGRAD_BLOCKS_PER_SM[rows])
-            wgrad = rt.kernel("implicit_gemm_tf32x3.cu", f"conv2d_tf32x3_wgrad@{rows}", s.dtype)
+            wgrad = rt.kernel("implicit_gemm_tf32x3.cu", f"conv2d_tf32x3_wgrad@{rows}", s.dtype, overrides=tx_overrides)
             wblock = (2 * rows if rows >= 32 else 64,)  # tx_wgrad_threads in the .cu
         else:
             rows = bm
@@ -912,7 +927,7 @@ def _input_gradient_as_forward(s: ConvSpec) -> ConvSpec:
 
 
 def _plan_input_gradient(
-    s: ConvSpec, big: bool, overrides=(), masked: bool = False, tensor_cores: bool = False
+    s: ConvSpec, big: bool, overrides=(), masked: bool = False, tensor_cores: bool = False, tx_overrides=()
 ) -> Callable:
     """``dgrad(grad_y, w, grad_x)`` for an implicit-GEMM backward pass.
 
@@ -926,8 +941,8 @@ def _plan_input_gradient(
     its shape: ``register_tiled`` when it has at most 24 output channels per
     group (the input channels of the layer: ECE408-style layers), else the
     algorithm's own implicit GEMM (``tensor_cores``: tf32x3 where it takes
-    the transposed problem, else igemm_big). The filters are flipped and transposed per
-    call (a copy of the weights, small). Other strides use a dedicated gather
+    the transposed problem, with the layer's ``tx_overrides``, else igemm_big).
+    The filters are flipped and transposed per call (a copy of the weights, small). Other strides use a dedicated gather
     kernel that skips the stride gaps.
     """
     G, Mg, Cg = s.groups, s.out_channels_per_group, s.channels_per_group
@@ -953,7 +968,9 @@ def _plan_input_gradient(
                 conv_masked(grad_y, relu_output, flipped(w).reshape(t.w_shape), grad_x)
 
             return dgrad_as_conv_masked
-        conv = RECORDS[name].build(t, "forward")  # the hand-chosen parameters of the transposed problem
+        # The hand-chosen parameters of the transposed problem (tf32x3: the layer's register budget).
+        given = {"blocks": dict(tx_overrides)["CS_TX_BLOCKS"]} if name == "tf32x3" and tx_overrides else None
+        conv = RECORDS[name].build(t, "forward", given)
 
         def dgrad_as_conv(grad_y, w, grad_x):
             conv(grad_y, flipped(w).reshape(t.w_shape), None, grad_x)
