@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the lent GPU machine, by section, logs under $OUT, a short summary last.
-#   bash tools/device_run.sh tests    GPU tests (every gpu-marked file, cupy rows of the cross-backend
-#                                     suites), compute-sanitizer memcheck and racecheck
+#   bash tools/device_run.sh tests    GPU tests (every gpu-marked file, cupy rows of the cross-backend suites)
+#   bash tools/device_run.sh sanitize compute-sanitizer memcheck and racecheck over tools/gpu_smoke.py
 #   bash tools/device_run.sh bench    per-call overhead, MobileNetV2 (52 convs, whole network, CUDA
 #                                     graph) and the GPU crossover map
 #   bash tools/device_run.sh regret   the regret of auto on held-out cases
@@ -12,6 +12,8 @@
 #                                     vs cuDNN, and a profile of the per-call path of a tiny conv
 #   bash tools/device_run.sh multi [REPEAT]  several GPUs: the multi-GPU tests (also under memcheck), the
 #                                     scaling figures and `compare --scaling gpus`
+#   bash tools/device_run.sh probe [LAYERS]  tools/tf32x3_probe.py alone (every tf32x3 register budget against
+#                                     cuDNN; LAYERS: comma-separated name prefixes)
 #   bash tools/device_run.sh tc       tf32x3: its GPU tests, the probe against igemm_big and cuDNN, Nsight Compute on c1
 #   bash tools/device_run.sh phases   every kernel of a backward call per algorithm (CUPTI), and register_tiled's
 #                                     parameters on two ECE408 problems against cuDNN
@@ -39,6 +41,15 @@ if ls .whl/*.whl > /dev/null 2>&1; then
   export PYTHONPATH=/tmp/site
 fi
 python3 -m pip install -q --no-build-isolation --no-deps -e . > "$LOGS/install.log" 2>&1 || { tail -20 "$LOGS/install.log"; exit 1; }
+# CuPy's compile cache travels between calls (a fresh machine has none, and compiling every
+# module is minutes of each call): carried in as .cupy_cache (git-excluded), sent back as a tarball.
+export CUPY_CACHE_DIR="$PWD/.cupy_cache"
+mkdir -p "$CUPY_CACHE_DIR"
+send_cache() {
+  tar czf "$LOGS/cupy_cache.tgz" -C "$CUPY_CACHE_DIR" . 2> /dev/null
+  [ "$(stat -c %s "$LOGS/cupy_cache.tgz")" -lt 16000000 ] || rm -f "$LOGS/cupy_cache.tgz"
+}
+trap send_cache EXIT
 run() {  # run NAME TIMEOUT COMMAND...: log to $LOGS/NAME.log, note the exit status and the last line
   local name=$1 limit=$2; shift 2
   timeout "$limit" "$@" > "$LOGS/$name.log" 2>&1
@@ -49,14 +60,16 @@ IFS=+ read -r -a SECTIONS <<< "${1:-tests}"
 for SECTION in "${SECTIONS[@]}"; do
 case "$SECTION" in
 tests)
-  run pytest-gpu 290 python3 -m pytest -q -p no:cacheprovider -n 4 -m gpu tests/
+  run pytest-gpu "${GPU_TESTS_LIMIT:-400}" python3 -m pytest -q -p no:cacheprovider -n 8 -m gpu tests/
   grep -E "^(FAILED|ERROR)" "$LOGS/pytest-gpu.log" | head -20 | tee -a "$SUMMARY"
   run pytest-cupy-rows 120 python3 -m pytest -q -p no:cacheprovider -n 4 -k cupy \
     tests/test_agreement.py tests/test_reliability_nonfinite.py tests/test_epilogue.py tests/test_plans.py
   grep -E "^(FAILED|ERROR)" "$LOGS/pytest-cupy-rows.log" | head -20 | tee -a "$SUMMARY"
-  run memcheck 110 compute-sanitizer --tool memcheck python3 tools/gpu_smoke.py
+  ;;
+sanitize)
+  run memcheck 200 compute-sanitizer --tool memcheck python3 tools/gpu_smoke.py
   grep -E "ERROR SUMMARY|WRONG" "$LOGS/memcheck.log" | head -3 | tee -a "$SUMMARY"
-  run racecheck 170 compute-sanitizer --tool racecheck python3 tools/gpu_smoke.py
+  run racecheck 300 compute-sanitizer --tool racecheck python3 tools/gpu_smoke.py
   grep -E "RACECHECK SUMMARY|ERROR SUMMARY|WRONG" "$LOGS/racecheck.log" | head -3 | tee -a "$SUMMARY"
   ;;
 image)
@@ -150,6 +163,11 @@ phases)
   grep -E "==|total" "$LOGS/phases.log" | tee -a "$SUMMARY"
   run rt-sweep 200 python3 tools/register_tiled_sweep.py
   grep -E "==|default" "$LOGS/rt-sweep.log" | tee -a "$SUMMARY"
+  ;;
+probe)
+  # the probe alone: tf32x3 (every register budget) vs igemm_big vs cuDNN
+  run probe 170 python3 tools/tf32x3_probe.py ${2:+--layers "$2"}
+  cat "$LOGS/probe.log" | tee -a "$SUMMARY"
   ;;
 tc)
   # tf32x3 iteration: its GPU tests, then the probe (tf32x3 vs igemm_big vs cuDNN, fused ReLU).

@@ -100,8 +100,16 @@ compiled = {
     "blocked": ("v",),
     "depthwise": ("px", "py"),
     "fused_gemm": ("bk",),
+    "tf32x3": ("blocks",),
 }
-assert set(OVERRIDABLE) == {"CS_RT_PX", "CS_BLOCKED_V", "CS_DW_PX", "CS_DW_PY", "CS_GEMM_BK"}, "update `compiled`"
+assert set(OVERRIDABLE) == {
+    "CS_RT_PX",
+    "CS_BLOCKED_V",
+    "CS_DW_PX",
+    "CS_DW_PY",
+    "CS_GEMM_BK",
+    "CS_TX_BLOCKS",
+}, "update `compiled`"
 for name, knobs in compiled.items():
     if name not in table:
         continue

@@ -5,6 +5,8 @@ medians of interleaved rounds through the public API. Run on the GPU machine:
 ``bash tools/device_run.sh tc``.
 """
 
+import argparse
+
 import cupy as cp
 import numpy as np
 import torch
@@ -115,10 +117,15 @@ def register_budgets(times, default, prefix):
     return "; ".join(parts)
 
 
-def main():
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", default="", help="comma-separated name prefixes of the layers to run (default all)")
+    prefixes = tuple(p for p in parser.parse_args(argv).layers.split(",") if p)
     rng = np.random.default_rng(0)
     print(cp.cuda.runtime.getDeviceProperties(0)["name"].decode())
     for name, B, C, M, H, K, s, p in LAYERS:
+        if prefixes and not name.startswith(prefixes):
+            continue
         x = cp.asarray(rng.standard_normal((B, C, H, H), dtype=np.float32))
         w = cp.asarray(rng.standard_normal((M, C, K, K), dtype=np.float32))
         b = cp.asarray(rng.standard_normal(M, dtype=np.float32))
