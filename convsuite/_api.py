@@ -755,9 +755,10 @@ def plan(
     if direction == "forward":
         return _build(ndim, direction, xs, ws, bs, *geometry, params=params)
     call = prepare_forward(_OPS[ndim], ndim, xs, ws, None, stride, padding, dilation, groups, convert=False)
-    gy = np.lib.stride_tricks.as_strided(
-        np.zeros(1, xs.dtype), call.user_shape(call.spec.y_shape), (0,) * len(call.user_shape(call.spec.y_shape))
-    )
+    # A zero-strided grad_y stand-in in the array library of x (a CuPy x needs a CuPy grad_y).
+    home = home_backend(xs)
+    xp = np if home is None else home.array_module()
+    gy = xp.broadcast_to(xp.zeros((), xs.dtype), call.user_shape(call.spec.y_shape))
     return _build(ndim, direction, gy, xs, ws, *geometry, params=params)
 
 

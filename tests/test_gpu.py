@@ -491,6 +491,24 @@ def test_arrays_in_arrays_out():
         cs.conv2d(cp.asarray(x), w, backend="cupy")
 
 
+@pytest.mark.parametrize("backend", ["cupy", "numpy"])
+def test_plans_built_from_device_arrays(backend):
+    """A plan built from CuPy operands (forward and backward) runs them and equals the function's result."""
+    cp = _cupy()
+    rng = np.random.default_rng(3)
+    x = cp.asarray(rng.standard_normal((2, 3, 10, 10), dtype=np.float32))
+    w = cp.asarray(rng.standard_normal((4, 3, 3, 3), dtype=np.float32))
+    gy = cp.asarray(rng.standard_normal((2, 4, 10, 10), dtype=np.float32))
+    forward = cs.plan(x, w, padding=1, backend=backend)
+    cp.testing.assert_array_equal(forward(x, w), cs.conv2d(x, w, padding=1, backend=backend))
+    backward = cs.plan(x, w, padding=1, backend=backend, direction="backward")
+    got = backward(gy, x, w)
+    want = cs.conv2d_backward(gy, x, w, padding=1, backend=backend)
+    for g, h in zip(got, want):
+        assert isinstance(g, cp.ndarray)
+        cp.testing.assert_array_equal(g, h)
+
+
 def test_layer_keeps_weights_on_device():
     cp = _cupy()
     layer = cs.Conv2D(3, 8, 3, padding=1, backend="cupy", seed=0)
