@@ -14,6 +14,7 @@
 #                                     scaling figures and `compare --scaling gpus`
 #   bash tools/device_run.sh probe [LAYERS]  tools/tf32x3_probe.py alone (every tf32x3 register budget against
 #                                     cuDNN; LAYERS: comma-separated name prefixes)
+#   bash tools/device_run.sh harness  tf32x3 vs cuDNN on 3x3 C=64 with gpu_targets' torch call and the probe's, one process
 #   bash tools/device_run.sh tc       tf32x3: its GPU tests, the probe against igemm_big and cuDNN, Nsight Compute on c1
 #   bash tools/device_run.sh phases   every kernel of a backward call per algorithm (CUPTI), and register_tiled's
 #                                     parameters on two ECE408 problems against cuDNN
@@ -163,6 +164,11 @@ phases)
   grep -E "==|total" "$LOGS/phases.log" | tee -a "$SUMMARY"
   run rt-sweep 200 python3 tools/register_tiled_sweep.py
   grep -E "==|default" "$LOGS/rt-sweep.log" | tee -a "$SUMMARY"
+  ;;
+harness)
+  # tf32x3 on the 3x3 C=64 targets against cuDNN called as gpu_targets calls it and as the probe does
+  run harness 120 python3 tools/cudnn_harness_check.py
+  cat "$LOGS/harness.log" | tee -a "$SUMMARY"
   ;;
 probe)
   # the probe alone: tf32x3 (every register budget) vs igemm_big vs cuDNN

@@ -697,16 +697,17 @@ TF32X3_TUNABLES = (
         "bm",
         (64, 128),
         64,
-        "block-tile rows (output channels; template BM, 2*BM threads): 64 keeps three blocks of 168 registers "
-        "per multiprocessor; 128 (one block) was slower at 128 and 256 channels (H100: 0.504 vs 0.468 ms, "
-        "0.601 vs 0.447 ms)",
+        "block-tile rows (output channels; template BM, 2*BM threads): 64 keeps several blocks per "
+        "multiprocessor; 128 was slower at 128 and 256 channels (H100, three blocks of 168 registers against "
+        "one: 0.504 vs 0.468 ms, 0.601 vs 0.447 ms)",
     ),
     Tunable(
         "blocks",
         OVERRIDABLE["CS_TX_BLOCKS"][1],
         DEFINES["CS_TX_BLOCKS"],
         "128-thread blocks per multiprocessor the forward kernel's registers must allow (-D CS_TX_BLOCKS, "
-        "its __launch_bounds__; one module each): more blocks hide more latency, fewer registers may spill",
+        "its __launch_bounds__; one module each): more blocks hide more latency, fewer registers may spill; "
+        "4 (128 registers, no spills) against 1 (166): 1.24x forward, 1.16x backward (H100, 3x3 C=64 56x56 B=64)",
     ),
 )
 
