@@ -257,3 +257,32 @@ def test_gpu_targets_only_selects_by_label_fragment_and_refuses_a_typo(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--only", "fa99"])
     assert exit_info.value.code == 2 and "match no target" in capsys.readouterr().err
+
+
+def test_gpu_targets_times_cudnn_in_both_modes_and_restores_benchmark(monkeypatch):
+    """The cuDNN anchor is timed with ``cudnn.benchmark`` on and with it off (the heuristic pick); the
+    heuristic call turns benchmark off only for itself, also when the call raises."""
+    import sys
+    import types
+
+    from convsuite.bench import gpu_targets
+
+    cudnn = types.SimpleNamespace(benchmark=True)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(backends=types.SimpleNamespace(cudnn=cudnn)))
+    seen, fail = [], []
+
+    def fake_call():
+        seen.append(cudnn.benchmark)
+        if fail:
+            raise RuntimeError("cuDNN failed")
+        return "y"
+
+    monkeypatch.setattr(gpu_targets, "_torch_call", lambda *args: fake_call)
+    calls = gpu_targets._cudnn_contenders(gpu_targets.TARGETS[0], None, None, None, None)
+    assert tuple(calls) == gpu_targets.CUDNN_MODES
+    assert calls["cudnn benchmark"]() == "y" and calls["cudnn heuristic"]() == "y"
+    assert seen == [True, False] and cudnn.benchmark is True
+    fail.append(True)
+    with pytest.raises(RuntimeError, match="cuDNN failed"):
+        calls["cudnn heuristic"]()
+    assert seen[-1] is False and cudnn.benchmark is True

@@ -17,6 +17,7 @@ from convsuite.testing import forward_tolerance, reference_forward
 torch.backends.cudnn.allow_tf32 = False
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.benchmark = True
+torch.backends.cudnn.benchmark_limit = 0  # every cuDNN algorithm tried, as gpu_targets does
 LAYERS = [  # name, B, C, M, H, K, stride, pad
     ("cnn c1", 64, 32, 64, 64, 3, 1, 1),
     ("cnn c2", 64, 64, 64, 56, 3, 1, 1),
