@@ -263,20 +263,35 @@ def _check_params(params: Any, name: str, algorithm: str) -> dict | None:
 
 
 def _planned(
-    ndim, direction, a, b, c, stride, padding, dilation, groups, backend, algorithm, activation=None, input_grad=True
+    ndim,
+    direction,
+    a,
+    b,
+    c,
+    stride,
+    padding,
+    dilation,
+    groups,
+    backend,
+    algorithm,
+    activation=None,
+    input_grad=True,
+    params=None,
 ) -> Plan:
-    """The cached plan of a call, built on a miss."""
+    """The cached plan of a call, built on a miss (``params``: pinned tunables of the named algorithm)."""
     name, source = requested_backend(backend)
     geometry = (stride, padding, dilation, groups, name, source, algorithm)
     try:
         key = _plan_key(ndim, direction, a, b, c, *geometry, activation, input_grad)
+        if params is not None:
+            key += (tuple(sorted(params.items())),)
         found = _CACHE.get(key)
     except (AttributeError, TypeError):  # lists, or unhashable keywords: validate every time
         key = found = None
     if found is None:
         if activation is not None:
             check_activation(activation)
-        found = _build(ndim, direction, a, b, c, *geometry, activation=activation, input_grad=input_grad)
+        found = _build(ndim, direction, a, b, c, *geometry, activation=activation, input_grad=input_grad, params=params)
         # Only operands of exactly the array type the plan runs on may take the
         # fast path later: subclasses (masked arrays) and other array-likes
         # (__array__, DLPack) are validated and converted on every call.

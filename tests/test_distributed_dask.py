@@ -493,3 +493,33 @@ def test_in_place_block_whose_part_is_declined_falls_back_to_the_glued_slab(monk
     cs.clear_plan_cache()
     np.testing.assert_array_equal(got, cs.conv1d(x, w, padding="same", backend="cython", algorithm="direct"))
     assert in_place_blocks["tried"] > 0 and in_place_blocks["taken"] == 0
+
+
+def test_in_place_parts_of_equal_chunks_are_planned_once(monkeypatch, in_place_blocks):
+    """Equal chunks have equal parts: through the plan cache each part shape is built once, not per block."""
+    from convsuite import _api
+
+    built = []
+    original = _api._build
+
+    def counting(ndim, direction, a, *args, **kwargs):
+        padding = args[3]  # after w, bias and stride
+        built.append((a.shape, padding, tuple(sorted((kwargs.get("params") or {}).items()))))
+        return original(ndim, direction, a, *args, **kwargs)
+
+    monkeypatch.setattr(_api, "_build", counting)
+    rng = np.random.default_rng(43)
+    x, w = rng.standard_normal(20_000).astype(np.float32), rng.standard_normal(31).astype(np.float32)
+    cs.clear_plan_cache()
+    with dask.config.set(scheduler="synchronous"):
+        got = cs.conv1d(da.from_array(x, chunks=1000), w, padding="same", backend="cython").compute()
+    cs.clear_plan_cache()
+    np.testing.assert_array_equal(got, cs.conv1d(x, w, padding="same", backend="cython", algorithm=_slab_algorithm()))
+    assert in_place_blocks["taken"] == 20
+    assert len(built) == len(set(built)), built  # no part or slab (shape and padding) built twice
+    assert len(built) <= 8, built  # the first, middle and last blocks' slabs and parts, not 20 blocks' worth
+
+
+def _slab_algorithm():
+    """The algorithm auto picks on the cython backend for a middle block's slab (1,000 samples + 2 x 15 halo)."""
+    return cs.explain(np.zeros(1030, np.float32), np.zeros(31, np.float32), backend="cython").algorithm
