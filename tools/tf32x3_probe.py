@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 import convsuite as cs
+from convsuite.backends._cuda_sources import DEFINES, OVERRIDABLE
 from convsuite.testing import forward_tolerance, reference_forward
 
 torch.backends.cudnn.allow_tf32 = False
@@ -28,7 +29,8 @@ LAYERS = [  # name, B, C, M, H, K, stride, pad
     ("5x5 s2 C16->32", 64, 16, 32, 64, 5, 2, 2),
 ]
 ALGORITHMS = ("tf32x3", "igemm_big")
-BLOCKS = (4, 1, 2, 3)  # tf32x3's "blocks" tunable: the default first, compared against the rest
+# tf32x3's "blocks" tunable: the default first, compared against the rest.
+BLOCKS = (DEFINES["CS_TX_BLOCKS"], *(b for b in OVERRIDABLE["CS_TX_BLOCKS"][1] if b != DEFINES["CS_TX_BLOCKS"]))
 
 
 def contenders(x, w, b, kw):

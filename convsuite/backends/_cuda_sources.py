@@ -50,7 +50,10 @@ DEFINES = {
     "CS_PW_PX": 4,  # pointwise pixels per thread (one float4)
     "CS_SPLITK_TILE": 32,  # pointwise_splitk: output channels and pixels of a block's tile, channels per chunk
     "CS_LADDER_YB": 4,  # output rows per thread of the dW ladder's padded step (the write-up's yBatch)
-    "CS_TX_BLOCKS": 4,  # tf32x3 forward: 128-thread blocks per multiprocessor its registers must allow
+    # tf32x3 forward: 128-thread blocks per multiprocessor its registers must allow. 4 measured
+    # 1.24x faster (H100, 2026-11-26) but has not run the whole GPU suite and racecheck as the
+    # default (branch tf32x3-four-blocks); 1 lets the compiler take the 166 registers it wants.
+    "CS_TX_BLOCKS": 1,
 }
 
 #: The ``-D`` constants a tunable parameter may set per configuration: name ->
