@@ -81,14 +81,20 @@ __device__ __forceinline__ void tx_stage_mma(const unsigned (*Ab)[BM + TX_PAD], 
 __host__ __device__ constexpr int tx_wgrad_threads(int BM) { return BM >= 32 ? 2 * BM : 64; }
 
 // Minimum resident blocks the forward kernel's registers must allow: CS_TX_BLOCKS
-// blocks of 128 threads (BM = 64), half as many of 256 (BM = 128), at least one.
-// Occupancy, not code, changes: 1 (the default) lets the compiler take ~166
-// registers (three 128-thread blocks per multiprocessor), 4 caps it at 128 without
-// spills; H100, 3x3 C=64 56x56 B=64: forward 1.24x, backward 1.16x faster than 1.
+// blocks of 128 threads (BM = 64), half as many of 256 (BM = 128), at least one; 0
+// (the default) gives no minimum. Occupancy, not code, changes: with no minimum
+// ptxas takes 166 registers (three 128-thread blocks per multiprocessor; a minimum
+// of one would take 174, two blocks), 4 caps it at 128 without spills (H100, 3x3
+// C=64 56x56 B=64: forward 1.04-1.05x faster than 3 blocks).
 __host__ __device__ constexpr int tx_fwd_min_blocks(int BM) { return CS_TX_BLOCKS * 64 / BM > 0 ? CS_TX_BLOCKS * 64 / BM : 1; }
+#if CS_TX_BLOCKS > 0
+#define TX_FWD_BOUNDS(BM) __launch_bounds__(2 * (BM), tx_fwd_min_blocks(BM))
+#else
+#define TX_FWD_BOUNDS(BM) __launch_bounds__(2 * (BM))
+#endif
 
 template <typename T, int BM, int ACT>
-__global__ void __launch_bounds__(2 * BM, tx_fwd_min_blocks(BM))
+__global__ void TX_FWD_BOUNDS(BM)
     conv2d_tf32x3_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias, T* __restrict__ y,
                       const int4* __restrict__ koff, CONV_PARAMS) {
     if constexpr (sizeof(T) != 4) {

@@ -50,10 +50,11 @@ DEFINES = {
     "CS_PW_PX": 4,  # pointwise pixels per thread (one float4)
     "CS_SPLITK_TILE": 32,  # pointwise_splitk: output channels and pixels of a block's tile, channels per chunk
     "CS_LADDER_YB": 4,  # output rows per thread of the dW ladder's padded step (the write-up's yBatch)
-    # tf32x3 forward: 128-thread blocks per multiprocessor its registers must allow. 4 measured
-    # 1.24x faster (H100, 2026-11-26) but has not run the whole GPU suite and racecheck as the
-    # default (branch tf32x3-four-blocks); 1 lets the compiler take the 166 registers it wants.
-    "CS_TX_BLOCKS": 1,
+    # tf32x3 forward: 128-thread blocks per multiprocessor its registers must allow; 0: no minimum
+    # (the compiler takes 166 registers: three blocks). 4 measured 1.04-1.05x faster (H100,
+    # 2026-11-26) but has not run the whole GPU suite and racecheck as the default (branch
+    # tf32x3-four-blocks).
+    "CS_TX_BLOCKS": 0,
 }
 
 #: The ``-D`` constants a tunable parameter may set per configuration: name ->
@@ -80,9 +81,11 @@ OVERRIDABLE = {
     "CS_DW_PX": (("depthwise.cu",), (1, 2, 4, 8)),
     "CS_DW_PY": (("depthwise.cu",), (1, 2, 4)),
     # conv2d_tf32x3_fwd's __launch_bounds__ minimum blocks (in 128-thread blocks; BM = 128
-    # asks half as many): a register budget only, the code is the same for any value, so
-    # every value is correct; 4 caps the kernel at 128 registers (ptxas: no spills at sm_90).
-    "CS_TX_BLOCKS": (("implicit_gemm_tf32x3.cu",), (1, 2, 3, 4)),
+    # asks half as many; 0: none given): a register budget only, the source is the same for
+    # any value, so every value is correct. 3 caps the kernel at 168 registers, 4 at 128
+    # (ptxas: no spills at sm_90). 1 and 2 are not offered: a minimum of one block made ptxas
+    # take 174 registers, two blocks per multiprocessor, slower than no minimum.
+    "CS_TX_BLOCKS": (("implicit_gemm_tf32x3.cu",), (0, 3, 4)),
 }
 
 #: Square kernel sizes the register steps of the dW ladder are compiled for.
