@@ -1085,6 +1085,7 @@ def plan_forward_activation(spec: ConvSpec, algorithm: str, activation: str, par
         bk=resolved.get("bk", GEMM_BK),
         kind="tf32x3" if algorithm == "tf32x3" else "simt",
         act=act,
+        tx_overrides=(("CS_TX_BLOCKS", resolved["blocks"]),) if algorithm == "tf32x3" else (),
     )
 
 
