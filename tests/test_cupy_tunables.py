@@ -413,18 +413,18 @@ def test_tf32x3_checks_the_sums_of_each_direction():
 
 @pytest.mark.parametrize("activation", [None, "relu", "relu6"])
 def test_tf32x3_register_budget_reaches_every_kernel_it_selects(monkeypatch, activation):
-    """``blocks`` selects the -D CS_TX_BLOCKS module of tf32x3's kernels on the plain forward, the
+    """``blocks`` reaches tf32x3's kernels (their -D CS_TX_BLOCKS module) on the plain forward, the
     fused-activation forward and the backward plan alike (no GPU: the plan's request is recorded)."""
     requested = []
     monkeypatch.setattr(
-        algs, "_plan_implicit_gemm", lambda spec, direction, big, **kw: requested.append(kw["tx_overrides"])
+        algs, "_plan_implicit_gemm", lambda spec, direction, big, **kw: requested.append(kw["tx_blocks"])
     )
     spec = SPECS[8]
     if activation is None:
         algs.RECORDS["tf32x3"].build(spec, "forward", {"blocks": 4})
         algs.RECORDS["tf32x3"].build(spec, "backward", {"blocks": 3})
-        assert requested == [(("CS_TX_BLOCKS", 4),), (("CS_TX_BLOCKS", 3),)]
+        assert requested == [4, 3]
     else:
         algs.plan_forward_activation(spec, "tf32x3", activation, {"blocks": 4})
         algs.plan_forward_activation(spec, "tf32x3", activation)
-        assert requested == [(("CS_TX_BLOCKS", 4),), (("CS_TX_BLOCKS", DEFINES["CS_TX_BLOCKS"]),)]
+        assert requested == [4, DEFINES["CS_TX_BLOCKS"]]

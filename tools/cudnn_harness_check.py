@@ -35,12 +35,13 @@ def compare(t):
     b = rng.standard_normal(t.w_shape[0], dtype=cp.float32) if t.direction == "forward" else None
     spec = cs.explain(x, w, b, **t.kw).spec
     xt, wt = torch.as_tensor(x, device="cuda"), torch.as_tensor(w, device="cuda")
+    pad = t.kw["padding"]  # these targets: stride 1, one symmetric padding
     if t.direction == "forward":
         bt = torch.as_tensor(b, device="cuda")
         calls = {
             "tf32x3 API": lambda: cs.conv2d(x, w, b, backend="cupy", algorithm="tf32x3", **t.kw),
             **_cudnn_contenders(t, x, w, b, None),
-            "cudnn (probe)": lambda: torch.nn.functional.conv2d(xt, wt, bt, padding=1),
+            "cudnn (probe)": lambda: torch.nn.functional.conv2d(xt, wt, bt, padding=pad),
         }
     else:
         gy = rng.standard_normal(spec.y_shape, dtype=cp.float32)
@@ -49,7 +50,7 @@ def compare(t):
             "tf32x3 API": lambda: cs.conv2d_backward(gy, x, w, backend="cupy", algorithm="tf32x3", **t.kw),
             **_cudnn_contenders(t, x, w, None, gy),
             "cudnn (probe)": lambda: torch.ops.aten.convolution_backward(
-                gyt, xt, wt, [64], [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, True]
+                gyt, xt, wt, [t.w_shape[0]], [1, 1], [pad, pad], [1, 1], False, [0, 0], 1, [True, True, True]
             ),
         }
     samples = _interleaved(calls, 15)

@@ -687,9 +687,7 @@ def tf32x3_wgrad_rows(out_per_group: int, bm: int) -> int:
 
 def _plan_tf32x3(spec: ConvSpec, direction: str, params: dict) -> Launch:
     """tf32x3 with its block-tile rows ``params["bm"]`` and register budget ``params["blocks"]``."""
-    return _plan_implicit_gemm(
-        spec, direction, True, bm=params["bm"], kind="tf32x3", tx_overrides=(("CS_TX_BLOCKS", params["blocks"]),)
-    )
+    return _plan_implicit_gemm(spec, direction, True, bm=params["bm"], kind="tf32x3", tx_blocks=params["blocks"])
 
 
 TF32X3_TUNABLES = (
@@ -816,7 +814,7 @@ def _plan_implicit_gemm(
     bk: int = GEMM_BK,
     kind: str = "simt",
     act: int = 0,
-    tx_overrides=(),
+    tx_blocks: int | None = None,
 ) -> Launch:
     """fused_gemm (64x64 tiles, both dtypes) or igemm_big (float32, BM x 128 tiles, pipelined).
 
@@ -829,10 +827,11 @@ def _plan_implicit_gemm(
     ``kind="tf32x3"`` runs the forward product, the weight gradient and the
     input gradient of a stride-1 convolution (itself a forward problem) on
     the tensor cores with error-compensated TF32 (it has no ``_masked``
-    kernels: ``fuses_relu_mask`` says False for it); ``tx_overrides`` (its
-    ``-D CS_TX_BLOCKS``) selects the module of its kernels.
+    kernels: ``fuses_relu_mask`` says False for it); ``tx_blocks`` is its
+    register budget (``-D CS_TX_BLOCKS``, the module of its kernels; None: the default).
     """
     slice_depth = (("CS_GEMM_BK", bk),)
+    tx_overrides = () if tx_blocks is None else (("CS_TX_BLOCKS", tx_blocks),)
     s = spec.as_2d()
     p = _params(s)
     G, Mg, Cg = s.groups, s.out_channels_per_group, s.channels_per_group
@@ -860,9 +859,7 @@ def _plan_implicit_gemm(
     kd = Cg * KH * KW
     if masked and kind == "tf32x3":
         raise ValueError("tf32x3 has no kernels that read grad_y through a ReLU mask")
-    dgrad = _plan_input_gradient(
-        s, big, slice_depth, masked=masked, tensor_cores=kind == "tf32x3", tx_overrides=tx_overrides
-    )
+    dgrad = _plan_input_gradient(s, big, slice_depth, masked=masked, tensor_cores=kind == "tf32x3", tx_blocks=tx_blocks)
     suffix = "_masked" if masked else ""
     if bm is not None:
         koff = _filter_offsets(Cg, (H, W), (KH, KW), s.dilation)
@@ -930,7 +927,7 @@ def _input_gradient_as_forward(s: ConvSpec) -> ConvSpec:
 
 
 def _plan_input_gradient(
-    s: ConvSpec, big: bool, overrides=(), masked: bool = False, tensor_cores: bool = False, tx_overrides=()
+    s: ConvSpec, big: bool, overrides=(), masked: bool = False, tensor_cores: bool = False, tx_blocks=None
 ) -> Callable:
     """``dgrad(grad_y, w, grad_x)`` for an implicit-GEMM backward pass.
 
@@ -944,7 +941,7 @@ def _plan_input_gradient(
     its shape: ``register_tiled`` when it has at most 24 output channels per
     group (the input channels of the layer: ECE408-style layers), else the
     algorithm's own implicit GEMM (``tensor_cores``: tf32x3 where it takes
-    the transposed problem, with the layer's ``tx_overrides``, else igemm_big).
+    the transposed problem, with the layer's register budget ``tx_blocks``, else igemm_big).
     The filters are flipped and transposed per call (a copy of the weights, small). Other strides use a dedicated gather
     kernel that skips the stride gaps.
     """
@@ -972,7 +969,7 @@ def _plan_input_gradient(
 
             return dgrad_as_conv_masked
         # The hand-chosen parameters of the transposed problem (tf32x3: the layer's register budget).
-        given = {"blocks": dict(tx_overrides)["CS_TX_BLOCKS"]} if name == "tf32x3" and tx_overrides else None
+        given = {"blocks": tx_blocks} if name == "tf32x3" and tx_blocks is not None else None
         conv = RECORDS[name].build(t, "forward", given)
 
         def dgrad_as_conv(grad_y, w, grad_x):
@@ -1085,7 +1082,7 @@ def plan_forward_activation(spec: ConvSpec, algorithm: str, activation: str, par
         bk=resolved.get("bk", GEMM_BK),
         kind="tf32x3" if algorithm == "tf32x3" else "simt",
         act=act,
-        tx_overrides=(("CS_TX_BLOCKS", resolved["blocks"]),) if algorithm == "tf32x3" else (),
+        tx_blocks=resolved.get("blocks"),
     )
 
 
