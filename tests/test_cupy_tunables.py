@@ -231,6 +231,8 @@ def test_bad_parameters_raise_naming_what_is_accepted():
         algs.plan_forward_activation(SPECS[8], "fused_gemm", "relu", {"bk": 12})
     with pytest.raises(ValueError, match=r"'igemm_big' parameter 'bm' accepts 64, 128; got 32"):
         algs.plan_forward_activation(SPECS[8], "igemm_big", "relu6", {"bm": 32})
+    with pytest.raises(ValueError, match=r"'tf32x3' parameter 'blocks' accepts 0, 3, 4; got 1"):
+        backend.plan(SPECS[8], "tf32x3", "forward", {"blocks": 1})
     with pytest.raises(
         ValueError, match=r"`activation` of a fused epilogue must be one of 'relu', 'relu6'; got 'tanh'"
     ):
