@@ -294,7 +294,7 @@ def _plan_per_output_1d(algorithm: str):
         launch = rt.bind(fn, blocks, block, (ARG, ARG, ARG, *p))
 
         def run(x, w, bias, out):
-            _upload_constant("conv1d.cu", w)
+            _upload_constant("conv1d.cu", "conv1d_const_mask|I", w)
             launch(x, bias, out)
 
         return _with_bias(s, run)
@@ -393,7 +393,7 @@ def _plan_per_output_2d(algorithm: str):
         launch = rt.bind(fn, blocks, block, (ARG, ARG, ARG, *p))
 
         def run(x, w, bias, out):
-            _upload_constant("conv2d.cu", w)
+            _upload_constant("conv2d.cu", "conv2d_const_weights|I", w)
             launch(x, bias, out)
 
         return _with_bias(s, run)
@@ -401,10 +401,10 @@ def _plan_per_output_2d(algorithm: str):
     return plan
 
 
-def _upload_constant(filename: str, w) -> None:
-    """Copy the weights into the module's constant memory."""
+def _upload_constant(filename: str, kernel: str, w) -> None:
+    """Copy the weights into the constant memory of ``kernel``'s module (the copy its launches read)."""
     cp = rt.cupy()
-    symbol = rt.module(filename).get_global("c_weights")
+    symbol = rt.module(filename, kernel=kernel).get_global("c_weights")
     symbol.copy_from_device_async(w.data, w.nbytes, cp.cuda.get_current_stream())
 
 
