@@ -113,12 +113,12 @@ def module(filename: str, overrides=(), kernel: str | None = None):
     configuration is one module whatever the spelling.
     """
     overrides = normalize_overrides(filename, overrides)
-    expressions = name_expressions(filename, kernel)  # KeyError on a kernel the file lacks
     cp = cupy()
     key = (cp.cuda.Device().id, filename, overrides, kernel)
     with _lock:
         compiled = _modules.get(key)
         if compiled is None:
+            expressions = name_expressions(filename, kernel)  # KeyError on a kernel the file lacks
             t0 = time.perf_counter()
             compiled = cp.RawModule(
                 code=compile_source(filename),
