@@ -949,11 +949,11 @@ def test_tunable_plans_share_modules_and_record_compile_times():
     defaults = record.defaults(spec, "forward")
     assert backend.plan(spec, "register_tiled", "forward") is backend.plan(spec, "register_tiled", "forward", defaults)
     tile = f"conv2d_register_tiled@{defaults['mt']}"
-    assert rt.module("conv2d.cu", {"CS_RT_PX": defaults["px"]}, tile) is rt.module("conv2d.cu", kernel=tile)
+    assert rt.module("conv2d.cu", {"CS_RT_PX": defaults["px"]}, kernel=tile) is rt.module("conv2d.cu", kernel=tile)
     other = 2 if defaults["px"] != 2 else 1
     plan = backend.plan(spec, "register_tiled", "forward", {"px": other})
     assert plan is not backend.plan(spec, "register_tiled", "forward")
-    assert rt.module("conv2d.cu", {"CS_RT_PX": other}, tile) is not rt.module("conv2d.cu", kernel=tile)
+    assert rt.module("conv2d.cu", {"CS_RT_PX": other}, kernel=tile) is not rt.module("conv2d.cu", kernel=tile)
     seconds = rt.compile_seconds()
     assert seconds[("conv2d.cu", (("CS_RT_PX", other),))] > 0
     assert seconds[("conv2d.cu", ())] > 0

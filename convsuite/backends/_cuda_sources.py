@@ -191,7 +191,7 @@ def normalize_overrides(filename: str, overrides=()) -> tuple[tuple[str, int], .
     """``overrides`` (a mapping or ``(name, value)`` pairs) as a sorted tuple without the defaults.
 
     Values equal to :data:`DEFINES` are dropped, so the default configuration
-    is always the empty tuple and shares the one default module.
+    is always the empty tuple and shares each kernel's one default module.
 
     Raises
     ------

@@ -12,9 +12,10 @@ declares them as :class:`~convsuite.backends.base.Tunable` s (the default is
 today's hand rule, so an untuned plan is unchanged) and a ``constraint`` that
 refuses, with the reason, the sets no launch can honour (threads per block,
 shared memory, grid limits, accumulator registers). A block shape is a
-launch argument; a template argument picks another instantiation of the one
-module; a ``-D`` constant (``_cuda_sources.OVERRIDABLE``) compiles the source
-once more for that configuration (``_cupy_runtime.module(file, overrides)``).
+launch argument; a template argument picks another kernel entry (its own
+module, compiled on first use); a ``-D`` constant (``_cuda_sources.OVERRIDABLE``)
+compiles the kernel once more for that configuration
+(``_cupy_runtime.module(file, overrides, kernel=...)``).
 The geometry helpers here are pure Python: nothing below imports cupy until a
 plan is built.
 """

@@ -69,6 +69,7 @@ __all__ = [
     "i32",
     "kernel",
     "module",
+    "module_seconds",
     "resident_blocks",
     "shared_memory_optin",
     "sm_count",
@@ -80,6 +81,8 @@ THREADS = DEFINES["CS_THREADS"]
 _lock = threading.Lock()
 _modules: dict[tuple[int, str, tuple, str | None], object] = {}
 _compile_seconds: dict[tuple[str, tuple], float] = {}
+_module_seconds: dict[tuple[str, tuple, str], float] = {}
+_building: dict[tuple, threading.Lock] = {}  # one lock per module key while it is compiled
 _functions: dict[tuple, object] = {}
 _sm_counts: dict[int, int] = {}
 _capabilities: dict[int, int] = {}
@@ -100,22 +103,34 @@ def device_id() -> int:
     return cupy().cuda.Device().id
 
 
-def module(filename: str, overrides=(), kernel: str | None = None):
+def module(filename: str, overrides=(), *, kernel: str):
     """The compiled module of ``kernel`` of ``filename`` on the current device, built once per configuration.
 
     ``kernel`` is an entry of ``_cuda_sources.KERNELS[filename]`` (such as
     ``"conv2d_register_tiled@8"`` or ``"conv2d_direct|I"``): the module
     holds its instantiations only, and its own copy of every ``__constant__``
-    symbol of the source (a kernel reads the copy of its module). None: every
-    kernel of the file in one module. ``overrides`` replaces some ``-D``
-    constants (see ``_cuda_sources.OVERRIDABLE``): a mapping or ``(name,
-    value)`` pairs; values equal to the defaults are dropped, so the default
-    configuration is one module whatever the spelling.
+    symbol of the source (a kernel reads the copy of its module).
+    ``overrides`` replaces some ``-D`` constants (see
+    ``_cuda_sources.OVERRIDABLE``): a mapping or ``(name, value)`` pairs;
+    values equal to the defaults are dropped, so the default configuration
+    of a kernel is one module whatever the spelling.
+
+    Raises
+    ------
+    KeyError
+        ``kernel`` is not an entry of ``KERNELS[filename]``.
     """
     overrides = normalize_overrides(filename, overrides)
     cp = cupy()
     key = (cp.cuda.Device().id, filename, overrides, kernel)
+    compiled = _modules.get(key)
+    if compiled is not None:
+        return compiled
+    # One lock per module: a first call compiling one kernel (tens of seconds for the
+    # big ones) must not hold up other threads' kernels or device queries.
     with _lock:
+        building = _building.setdefault(key, threading.Lock())
+    with building:
         compiled = _modules.get(key)
         if compiled is None:
             expressions = name_expressions(filename, kernel)  # KeyError on a kernel the file lacks
@@ -127,8 +142,10 @@ def module(filename: str, overrides=(), kernel: str | None = None):
             )
             compiled.compile()
             seconds = time.perf_counter() - t0
-            _compile_seconds[(filename, overrides)] = _compile_seconds.get((filename, overrides), 0.0) + seconds
-            _modules[key] = compiled
+            with _lock:
+                _compile_seconds[(filename, overrides)] = _compile_seconds.get((filename, overrides), 0.0) + seconds
+                _module_seconds[(filename, overrides, kernel)] = seconds
+                _modules[key] = compiled
         return compiled
 
 
@@ -171,6 +188,12 @@ def compile_seconds() -> dict[tuple[str, tuple], float]:
     """
     with _lock:
         return dict(_compile_seconds)
+
+
+def module_seconds() -> dict[tuple[str, tuple, str], float]:
+    """Seconds each kernel's module took to build in this process: ``{(file, overrides, kernel): seconds}``."""
+    with _lock:
+        return dict(_module_seconds)
 
 
 def compile_all() -> None:
