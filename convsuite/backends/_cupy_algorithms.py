@@ -867,7 +867,9 @@ def _plan_implicit_gemm(
         if kind == "tf32x3":
             rows = tf32x3_wgrad_rows(Mg, bm)
             splits = _wgrad_splits(s, rows, BIG_BN, TF32X3_WGRAD_BLOCKS_PER_SM[rows])
-            wgrad = rt.kernel("implicit_gemm_tf32x3.cu", f"conv2d_tf32x3_wgrad@{rows}", s.dtype, overrides=tx_overrides)
+            # CS_TX_BLOCKS bounds the forward kernel only: the weight gradient's module is the
+            # default one whatever the budget (a module per kernel: no second compile of the same code).
+            wgrad = rt.kernel("implicit_gemm_tf32x3.cu", f"conv2d_tf32x3_wgrad@{rows}", s.dtype)
             wblock = (2 * rows if rows >= 32 else 64,)  # tx_wgrad_threads in the .cu
         else:
             rows = bm
