@@ -47,6 +47,17 @@ def _configurations() -> list[tuple[str, tuple]]:
     return configs
 
 
+def test_each_kernel_of_a_file_has_its_own_instantiations():
+    """A kernel's module (``_cupy_runtime.module(file, kernel=...)``) holds its instantiations, and the
+    kernels of a file together hold every instantiation of the file, each once."""
+    for filename, kernels in KERNELS.items():
+        parts = [name_expressions(filename, kernel) for kernel in kernels]
+        assert all(parts), filename
+        assert [e for part in parts for e in part] == name_expressions(filename)
+    with pytest.raises(KeyError, match=r"'conv2d_nope' is not a kernel of conv2d.cu .*conv2d_direct\|I"):
+        name_expressions("conv2d.cu", "conv2d_nope")
+
+
 def test_every_source_file_is_listed_and_present():
     on_disk = {p.name for p in (REPO / "cuda_src").glob("*.cu")}
     assert on_disk == set(KERNELS)

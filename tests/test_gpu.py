@@ -948,11 +948,12 @@ def test_tunable_plans_share_modules_and_record_compile_times():
     record = backend.algorithm_table()["register_tiled"]
     defaults = record.defaults(spec, "forward")
     assert backend.plan(spec, "register_tiled", "forward") is backend.plan(spec, "register_tiled", "forward", defaults)
-    assert rt.module("conv2d.cu", {"CS_RT_PX": defaults["px"]}) is rt.module("conv2d.cu")
+    tile = f"conv2d_register_tiled@{defaults['mt']}"
+    assert rt.module("conv2d.cu", {"CS_RT_PX": defaults["px"]}, kernel=tile) is rt.module("conv2d.cu", kernel=tile)
     other = 2 if defaults["px"] != 2 else 1
     plan = backend.plan(spec, "register_tiled", "forward", {"px": other})
     assert plan is not backend.plan(spec, "register_tiled", "forward")
-    assert rt.module("conv2d.cu", {"CS_RT_PX": other}) is not rt.module("conv2d.cu")
+    assert rt.module("conv2d.cu", {"CS_RT_PX": other}, kernel=tile) is not rt.module("conv2d.cu", kernel=tile)
     seconds = rt.compile_seconds()
     assert seconds[("conv2d.cu", (("CS_RT_PX", other),))] > 0
     assert seconds[("conv2d.cu", ())] > 0
@@ -1024,6 +1025,35 @@ def test_compiled_configurations_persist_across_processes(tmp_path):
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == entries, "the second process compiled"
     print(f"compile {first['seconds']:.3f} s, load from disk {second['seconds']:.3f} s")
     assert second["seconds"] < first["seconds"]
+
+
+_ONE_KERNEL_CHILD = """
+import json, numpy as np, convsuite as cs
+from convsuite.backends import _cupy_runtime as rt
+from convsuite.testing import forward_tolerance, reference_forward, assert_within
+rng = np.random.default_rng(8)
+x = rng.standard_normal((2, 16, 12, 12)).astype(np.float32)
+w = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
+y = cs.conv2d(x, w, padding=1, backend="cupy", algorithm="tf32x3")
+spec = cs.explain(x, w, padding=1).spec
+assert_within(y, reference_forward(spec, x, w), forward_tolerance(spec, x, w), "tf32x3")
+print(json.dumps(sorted([k[1], k[3]] for k in rt._modules)))
+"""
+
+
+def test_a_first_call_compiles_the_modules_of_its_kernels_only(tmp_path):
+    """A tf32x3 forward call in a fresh process (empty disk cache) builds the module of its one
+    forward kernel, not the file's weight-gradient kernels nor its other tiles and epilogues."""
+    import json
+    import subprocess
+    import sys
+
+    env = {**__import__("os").environ, "CUPY_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", _ONE_KERNEL_CHILD], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    built = json.loads(out.stdout.strip().splitlines()[-1])
+    tf32x3 = [kernel for filename, kernel in built if filename == "implicit_gemm_tf32x3.cu"]
+    assert tf32x3 == ["conv2d_tf32x3_fwd@64,0"], built
 
 
 def test_device_name_tells_the_model_for_the_tuning_cache_and_the_records():

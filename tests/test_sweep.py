@@ -554,7 +554,4 @@ def test_module_builds_are_reported_apart_from_running(tmp_path):
     assert result.meta["modules_built"] == 2 and result.meta["module_build_s"] == pytest.approx(0.5)
     assert result.meta["compile_cache"]["directory"] == str(tmp_path)
     text = "\n".join(summary_lines(result))
-    assert (
-        f"2 new configuration(s) built in 0.5 s (NVRTC, or loaded from the disk cache: read back from {tmp_path})"
-        in (text)
-    )
+    assert f"2 new module(s) built in 0.5 s (NVRTC, or loaded from the disk cache: read back from {tmp_path})" in (text)

@@ -191,7 +191,7 @@ def normalize_overrides(filename: str, overrides=()) -> tuple[tuple[str, int], .
     """``overrides`` (a mapping or ``(name, value)`` pairs) as a sorted tuple without the defaults.
 
     Values equal to :data:`DEFINES` are dropped, so the default configuration
-    is always the empty tuple and shares the one default module.
+    is always the empty tuple and shares each kernel's one default module.
 
     Raises
     ------
@@ -235,14 +235,22 @@ def name_expression(kernel: str, dtype: str, wide: bool = False) -> str:
     return f"{base}<{', '.join(args)}>"
 
 
-def name_expressions(filename: str) -> list[str]:
-    """Every instantiation a module built from ``filename`` provides."""
+def name_expressions(filename: str, kernel: str | None = None) -> list[str]:
+    """Every instantiation of ``filename`` (of its entry ``kernel`` of :data:`KERNELS` only, if given).
+
+    Raises
+    ------
+    KeyError
+        ``kernel`` is not an entry of ``KERNELS[filename]``.
+    """
+    if kernel is not None and kernel not in KERNELS[filename]:
+        raise KeyError(f"{kernel!r} is not a kernel of {filename} (those that are: {', '.join(KERNELS[filename])})")
     names = []
-    for kernel in KERNELS[filename]:
+    for entry in KERNELS[filename] if kernel is None else [kernel]:
         for dtype in _CTYPES:
-            names.append(name_expression(kernel, dtype))
-            if kernel.endswith("|I"):
-                names.append(name_expression(kernel, dtype, wide=True))
+            names.append(name_expression(entry, dtype))
+            if entry.endswith("|I"):
+                names.append(name_expression(entry, dtype, wide=True))
     return names
 
 

@@ -12,9 +12,10 @@ declares them as :class:`~convsuite.backends.base.Tunable` s (the default is
 today's hand rule, so an untuned plan is unchanged) and a ``constraint`` that
 refuses, with the reason, the sets no launch can honour (threads per block,
 shared memory, grid limits, accumulator registers). A block shape is a
-launch argument; a template argument picks another instantiation of the one
-module; a ``-D`` constant (``_cuda_sources.OVERRIDABLE``) compiles the source
-once more for that configuration (``_cupy_runtime.module(file, overrides)``).
+launch argument; a template argument picks another kernel entry (its own
+module, compiled on first use); a ``-D`` constant (``_cuda_sources.OVERRIDABLE``)
+compiles the kernel once more for that configuration
+(``_cupy_runtime.module(file, overrides, kernel=...)``).
 The geometry helpers here are pure Python: nothing below imports cupy until a
 plan is built.
 """
@@ -294,7 +295,7 @@ def _plan_per_output_1d(algorithm: str):
         launch = rt.bind(fn, blocks, block, (ARG, ARG, ARG, *p))
 
         def run(x, w, bias, out):
-            _upload_constant("conv1d.cu", w)
+            _upload_constant("conv1d.cu", "conv1d_const_mask|I", w)
             launch(x, bias, out)
 
         return _with_bias(s, run)
@@ -393,7 +394,7 @@ def _plan_per_output_2d(algorithm: str):
         launch = rt.bind(fn, blocks, block, (ARG, ARG, ARG, *p))
 
         def run(x, w, bias, out):
-            _upload_constant("conv2d.cu", w)
+            _upload_constant("conv2d.cu", "conv2d_const_weights|I", w)
             launch(x, bias, out)
 
         return _with_bias(s, run)
@@ -401,10 +402,10 @@ def _plan_per_output_2d(algorithm: str):
     return plan
 
 
-def _upload_constant(filename: str, w) -> None:
-    """Copy the weights into the module's constant memory."""
+def _upload_constant(filename: str, kernel: str, w) -> None:
+    """Copy the weights into the constant memory of ``kernel``'s module (the copy its launches read)."""
     cp = rt.cupy()
-    symbol = rt.module(filename).get_global("c_weights")
+    symbol = rt.module(filename, kernel=kernel).get_global("c_weights")
     symbol.copy_from_device_async(w.data, w.nbytes, cp.cuda.get_current_stream())
 
 
@@ -866,7 +867,9 @@ def _plan_implicit_gemm(
         if kind == "tf32x3":
             rows = tf32x3_wgrad_rows(Mg, bm)
             splits = _wgrad_splits(s, rows, BIG_BN, TF32X3_WGRAD_BLOCKS_PER_SM[rows])
-            wgrad = rt.kernel("implicit_gemm_tf32x3.cu", f"conv2d_tf32x3_wgrad@{rows}", s.dtype, overrides=tx_overrides)
+            # CS_TX_BLOCKS bounds the forward kernel only: the weight gradient's module is the
+            # default one whatever the budget (a module per kernel: no second compile of the same code).
+            wgrad = rt.kernel("implicit_gemm_tf32x3.cu", f"conv2d_tf32x3_wgrad@{rows}", s.dtype)
             wblock = (2 * rows if rows >= 32 else 64,)  # tx_wgrad_threads in the .cu
         else:
             rows = bm

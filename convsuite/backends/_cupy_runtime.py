@@ -1,10 +1,15 @@
 """CUDA plumbing of the cupy backend: modules, kernel handles, packed launches, device facts, timing.
 
-Everything here is per device and cached: NVRTC compiles each source once
-per device and per configuration (the shared ``-D`` constants of
-``_cuda_sources``, some replaced by a tunable parameter's value), a kernel
-handle is looked up once, the multiprocessor count is queried once. cupy is
-imported on first use only.
+Everything here is per device and cached: NVRTC compiles each kernel (an
+entry of ``_cuda_sources.KERNELS``: one template argument list, both dtypes,
+and both index types where it has them) once per device and per
+configuration (the shared ``-D`` constants of ``_cuda_sources``, some
+replaced by a tunable parameter's value), a kernel handle is looked up once,
+the multiprocessor count is queried once. cupy is imported on first use only.
+A module per kernel rather than per file, because a first call compiles only
+what it runs: the tf32x3 forward kernel alone compiles in ~4 s, its file's
+ten float32 kernels (forward and weight gradient, every tile and epilogue)
+in ~65 s (nvcc -cubin sm_90 on the 2-core VM, 2026-11-26).
 
 Across processes: CuPy writes every NVRTC result to its disk cache
 (``CUPY_CACHE_DIR``, default ``~/.cupy/kernel_cache``) and, from CuPy 14.2 on,
@@ -64,6 +69,7 @@ __all__ = [
     "i32",
     "kernel",
     "module",
+    "module_seconds",
     "resident_blocks",
     "shared_memory_optin",
     "sm_count",
@@ -73,8 +79,10 @@ __all__ = [
 THREADS = DEFINES["CS_THREADS"]
 
 _lock = threading.Lock()
-_modules: dict[tuple[int, str, tuple], object] = {}
+_modules: dict[tuple[int, str, tuple, str | None], object] = {}
 _compile_seconds: dict[tuple[str, tuple], float] = {}
+_module_seconds: dict[tuple[str, tuple, str], float] = {}
+_building: dict[tuple, threading.Lock] = {}  # one lock per module key while it is compiled
 _functions: dict[tuple, object] = {}
 _sm_counts: dict[int, int] = {}
 _capabilities: dict[int, int] = {}
@@ -95,29 +103,49 @@ def device_id() -> int:
     return cupy().cuda.Device().id
 
 
-def module(filename: str, overrides=()):
-    """The compiled module of ``filename`` on the current device, built once per configuration.
+def module(filename: str, overrides=(), *, kernel: str):
+    """The compiled module of ``kernel`` of ``filename`` on the current device, built once per configuration.
 
+    ``kernel`` is an entry of ``_cuda_sources.KERNELS[filename]`` (such as
+    ``"conv2d_register_tiled@8"`` or ``"conv2d_direct|I"``): the module
+    holds its instantiations only, and its own copy of every ``__constant__``
+    symbol of the source (a kernel reads the copy of its module).
     ``overrides`` replaces some ``-D`` constants (see
     ``_cuda_sources.OVERRIDABLE``): a mapping or ``(name, value)`` pairs;
     values equal to the defaults are dropped, so the default configuration
-    is one module whatever the spelling.
+    of a kernel is one module whatever the spelling.
+
+    Raises
+    ------
+    KeyError
+        ``kernel`` is not an entry of ``KERNELS[filename]``.
     """
     overrides = normalize_overrides(filename, overrides)
     cp = cupy()
-    key = (cp.cuda.Device().id, filename, overrides)
+    key = (cp.cuda.Device().id, filename, overrides, kernel)
+    compiled = _modules.get(key)
+    if compiled is not None:
+        return compiled
+    # One lock per module: a first call compiling one kernel (tens of seconds for the
+    # big ones) must not hold up other threads' kernels or device queries.
     with _lock:
+        building = _building.setdefault(key, threading.Lock())
+    with building:
         compiled = _modules.get(key)
         if compiled is None:
+            expressions = name_expressions(filename, kernel)  # KeyError on a kernel the file lacks
             t0 = time.perf_counter()
             compiled = cp.RawModule(
                 code=compile_source(filename),
                 options=("-std=c++17", f"-I{source_dir()}", *compile_options(overrides)),
-                name_expressions=name_expressions(filename),
+                name_expressions=expressions,
             )
             compiled.compile()
-            _compile_seconds[(filename, overrides)] = time.perf_counter() - t0
-            _modules[key] = compiled
+            seconds = time.perf_counter() - t0
+            with _lock:
+                _compile_seconds[(filename, overrides)] = _compile_seconds.get((filename, overrides), 0.0) + seconds
+                _module_seconds[(filename, overrides, kernel)] = seconds
+                _modules[key] = compiled
         return compiled
 
 
@@ -152,20 +180,27 @@ def disk_cache() -> dict:
 
 
 def compile_seconds() -> dict[tuple[str, tuple], float]:
-    """Seconds each configuration's compile took in this process: ``{(file, overrides): seconds}``.
+    """Seconds each configuration's compiles took in this process: ``{(file, overrides): seconds}``.
 
     ``overrides`` is the normalised tuple of ``(name, value)`` pairs (empty
-    for the default configuration); a module compiled on several devices
-    keeps its last time.
+    for the default configuration); the time is the sum over the modules of
+    the file's kernels built so far (on every device).
     """
     with _lock:
         return dict(_compile_seconds)
 
 
+def module_seconds() -> dict[tuple[str, tuple, str], float]:
+    """Seconds each kernel's module took to build in this process: ``{(file, overrides, kernel): seconds}``."""
+    with _lock:
+        return dict(_module_seconds)
+
+
 def compile_all() -> None:
-    """Build every module on the current device (what a first call would do)."""
-    for filename in KERNELS:
-        module(filename)
+    """Build every kernel's module on the current device (what first calls of every algorithm would do)."""
+    for filename, kernels in KERNELS.items():
+        for entry in kernels:
+            module(filename, kernel=entry)
 
 
 def kernel(filename: str, name: str, dtype: str, total: int | None = None, overrides=()):
@@ -182,7 +217,8 @@ def kernel(filename: str, name: str, dtype: str, total: int | None = None, overr
     key = (device_id(), filename, name, dtype, wide, overrides)
     function = _functions.get(key)
     if function is None:
-        function = _functions[key] = module(filename, overrides).get_function(name_expression(name, dtype, wide))
+        compiled = module(filename, overrides, kernel=name)
+        function = _functions[key] = compiled.get_function(name_expression(name, dtype, wide))
     return function
 
 

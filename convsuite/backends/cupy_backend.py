@@ -205,8 +205,12 @@ class CupyBackend(Backend):
     # --- which algorithm can run what ------------------------------------
 
     def compiled_modules(self) -> dict:
-        """``{(file, overrides): seconds}`` of every module built in this process (a compile or a disk-cache load)."""
-        return rt.compile_seconds()
+        """``{(file, overrides, kernel): seconds}`` of every module built in this process.
+
+        A build is a compile or a disk-cache load; there is one module per
+        kernel and ``-D`` configuration.
+        """
+        return rt.module_seconds()
 
     def compile_cache(self) -> dict:
         """CuPy's kernel cache: its directory and whether it reads our template modules back (CuPy >= 14.2)."""

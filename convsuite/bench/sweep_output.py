@@ -126,7 +126,7 @@ def summary_lines(result: SweepResult) -> list[str]:
             else f"not read back across processes (CuPy {cache.get('cupy', '?')}; needs >= 14.2)"
         )
         lines.append(
-            f"module builds: {result.meta['modules_built']} new configuration(s) built in "
+            f"module builds: {result.meta['modules_built']} new module(s) built in "
             f"{result.meta['module_build_s']:.1f} s (NVRTC, or loaded from the disk cache: {where})"
         )
     for params, label, reason in result.failures():
