@@ -51,10 +51,9 @@ DEFINES = {
     "CS_SPLITK_TILE": 32,  # pointwise_splitk: output channels and pixels of a block's tile, channels per chunk
     "CS_LADDER_YB": 4,  # output rows per thread of the dW ladder's padded step (the write-up's yBatch)
     # tf32x3 forward: 128-thread blocks per multiprocessor its registers must allow; 0: no minimum
-    # (the compiler takes 166 registers: three blocks). 4 measured 1.04-1.05x faster (H100,
-    # 2026-11-26) but has not run the whole GPU suite and racecheck as the default (branch
-    # tf32x3-four-blocks).
-    "CS_TX_BLOCKS": 0,
+    # (the compiler takes 166 registers: three blocks). 4: 128 registers, 1.04-1.05x faster
+    # (H100, 2026-11-26).
+    "CS_TX_BLOCKS": 4,
 }
 
 #: The ``-D`` constants a tunable parameter may set per configuration: name ->
