@@ -286,3 +286,45 @@ def test_gpu_targets_times_cudnn_in_both_modes_and_restores_benchmark(monkeypatc
     with pytest.raises(RuntimeError, match="cuDNN failed"):
         calls["cudnn heuristic"]()
     assert seen[-1] is False and cudnn.benchmark is True
+
+
+def _target_row(target, algorithm, api_ms, correct=True):
+    """One ablation row as gpu_targets writes it (cuDNN at 1 ms in both modes)."""
+    return dict(
+        target=target, algorithm=algorithm, auto=False, kernel_ms=api_ms * 0.9, api_ms=api_ms, cudnn_ms=1.0,
+        cudnn_benchmark_ms=1.2, cudnn_heuristic_ms=1.0, spread=1.0, vs_cudnn_kernel=1.0 / (api_ms * 0.9),
+        vs_cudnn_api=1.0 / api_ms, tflops=1.0, gbs=1.0, gbs_api=1.0, rel_err=0.0, correct=correct,
+    )  # fmt: skip
+
+
+def test_gpu_targets_judges_simt_and_tensor_core_goals_apart_and_renders_an_earlier_run(tmp_path, capsys):
+    """A target with a tensor-core goal gets two lines: its plain goal on the SIMT algorithms alone (a
+    faster tf32x3 does not meet it) and the tensor-core goal on tf32x3; wrong results never count;
+    ``--from-json`` re-renders a run's JSON with these rules without a GPU."""
+    import json
+
+    from convsuite.bench.gpu_targets import TARGETS, main, summarise
+
+    three = next(t for t in TARGETS if t.tensor_core_goal is not None)
+    dw = next(t for t in TARGETS if t.label.startswith("depthwise 3x3 s2"))
+    rows = [
+        _target_row(three.label, "igemm_big", 2.0),
+        _target_row(three.label, "fused_gemm", 0.5, correct=False),  # fastest but wrong: never the best
+        _target_row(three.label, "tf32x3", 0.8),
+        _target_row(dw.label, "depthwise", 0.5),
+    ]
+    verdicts = summarise(rows, [three, dw], copy_gbs=1000.0)
+    by_label = {v.label: v for v in verdicts}
+    simt, tc = by_label[three.label + " (SIMT FP32)"], by_label[three.label + " (tf32x3)"]
+    assert simt.best["algorithm"] == "igemm_big" and simt.value == pytest.approx(0.5) and simt.met is False
+    assert tc.best["algorithm"] == "tf32x3" and tc.value == pytest.approx(1.25) and tc.goal == 1.5 and not tc.met
+    assert by_label[dw.label].value == pytest.approx(2.0) and by_label[dw.label].met is True
+    meta = dict(date="d", device="GPU", driver=1, ceilings=dict(copy_gbs=1000.0, sgemm_tflops=50.0), cupy="c",
+                torch="t", quick=False, repeat=3, only="")  # fmt: skip
+    path = tmp_path / "gpu-targets.json"
+    path.write_text(json.dumps(dict(meta=meta, rows=rows)))
+    assert main(["--from-json", str(path)]) == 0
+    table = path.with_suffix(".md").read_text()
+    assert "| 3x3 C=M=64 56x56 pad1 B=64 (tf32x3) | tf32x3 | 0.800 |" in table
+    assert "1.000 (1.200 / 1.000)" in table and "(SIMT FP32) | igemm_big" in table
+    assert "(SIMT FP32) | igemm_big" in capsys.readouterr().out
