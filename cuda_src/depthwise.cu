@@ -13,18 +13,20 @@
 // K*K weights of its channel sit in registers too. K == 0 is the general
 // path (any kernel, stride, dilation), still several outputs per thread.
 // Consecutive threads take consecutive column blocks of one row (coalesced).
-// ACT: the activation epilogue (activate<ACT>, common.cuh).
-template <typename T, int K, int S, int ACT>
+// ACT: the activation epilogue (activate<ACT>, common.cuh). I is int when
+// every tile index (plus the grid stride) fits in 31 bits, long long
+// otherwise: the three divisions per tile are 64-bit emulations otherwise.
+template <typename T, int K, int S, int ACT, typename I>
 __global__ void __launch_bounds__(CS_THREADS) depthwise_forward(const T* __restrict__ x, const T* __restrict__ w,
                                                                const T* __restrict__ bias, T* __restrict__ y,
                                                                CONV_PARAMS) {
     constexpr int PX = CS_DW_PX, PY = CS_DW_PY;
     const int Mg = M / C;
     const int tiles_x = (Wo + PX - 1) / PX, tiles_y = (Ho + PY - 1) / PY;
-    const i64 per_plane = (i64)tiles_x * tiles_y;
-    const i64 total = (i64)B * M * per_plane;
-    for (i64 t = blockIdx.x * (i64)blockDim.x + threadIdx.x; t < total; t += (i64)gridDim.x * blockDim.x) {
-        const i64 plane = t / per_plane;                 // b * M + m
+    const I per_plane = (I)tiles_x * tiles_y;
+    const I total = (I)B * M * per_plane;
+    for (I t = blockIdx.x * (I)blockDim.x + threadIdx.x; t < total; t += (I)gridDim.x * blockDim.x) {
+        const I plane = t / per_plane;                   // b * M + m
         const int tile = (int)(t - plane * per_plane);
         const int m = (int)(plane % M);
         const i64 b = plane / M;
@@ -83,7 +85,7 @@ __global__ void __launch_bounds__(CS_THREADS) depthwise_forward(const T* __restr
                 }
             }
         }
-        T* yp = y + plane * (i64)Ho * Wo;
+        T* yp = y + (i64)plane * Ho * Wo;
 #pragma unroll
         for (int py = 0; py < PY; ++py) {
             if (oy0 + py >= Ho) break;

@@ -250,3 +250,17 @@ def test_compile_source_names_each_included_header_by_its_hash(tmp_path, monkeyp
     with open(copy / "implicit_gemm.cu", "a") as plain:
         plain.write("\n// an edit\n")
     assert _cuda_sources.compile_source("implicit_gemm_masked.cu") != masked
+
+
+def test_grid_stride_loops_take_64_bit_indices_before_an_int_could_overflow():
+    """A ``|I`` kernel's loop index reaches up to total + stride - 1: the int instantiation only while that
+    fits in 31 bits (a total just under 2^31 with a large grid's stride would wrap to negative indices)."""
+    from convsuite.backends._cupy_runtime import needs_wide_index
+
+    limit, stride = 2**31 - 1, 132 * 32 * 256
+    assert not needs_wide_index(1000, stride)
+    assert not needs_wide_index(limit - stride, stride)
+    assert needs_wide_index(limit - stride + 1, stride)
+    assert needs_wide_index(limit - 1, stride)  # the old rule (total >= 2^31 - 1) took int here
+    assert needs_wide_index(2**40, stride)
+    assert "depthwise_forward<float, 3, 2, 0, long long>" in name_expressions("depthwise.cu")

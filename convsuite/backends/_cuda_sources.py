@@ -45,8 +45,10 @@ DEFINES = {
     "CS_GEMM_BM": 64,  # implicit-GEMM block tile rows (output channels)
     "CS_GEMM_BN": 64,  # implicit-GEMM block tile columns (pixels)
     "CS_GEMM_BK": 16,  # implicit-GEMM reduction slice per shared-memory stage
-    "CS_DW_PX": 4,  # depthwise outputs per thread along W
-    "CS_DW_PY": 2,  # depthwise outputs per thread along H
+    # depthwise outputs per thread along W and H: 2 x 4 was at or near the fastest of 2,4,8 x 1,2,4 on 9 of
+    # 11 MobileNet-class layers, 1.04-1.36x the old 4 x 2 (H100, docs/measurements/depthwise-2026-11-26-h100.md)
+    "CS_DW_PX": 2,
+    "CS_DW_PY": 4,
     "CS_PW_PX": 4,  # pointwise pixels per thread (one float4)
     "CS_SPLITK_TILE": 32,  # pointwise_splitk: output channels and pixels of a block's tile, channels per chunk
     "CS_LADDER_YB": 4,  # output rows per thread of the dW ladder's padded step (the write-up's yBatch)
@@ -129,7 +131,7 @@ KERNELS = {
         *[f"conv2d_register_tiled@{mt}" for mt in REGISTER_TILES],
     ],
     "depthwise.cu": [
-        *[f"depthwise_forward@{k},{s},{act}" for k, s in DEPTHWISE_FIXED for act in EPILOGUES],
+        *[f"depthwise_forward@{k},{s},{act}|I" for k, s in DEPTHWISE_FIXED for act in EPILOGUES],
         *[f"depthwise_grad_input@{k},{s}" for k, s in DEPTHWISE_FIXED],
         *[f"depthwise_grad_weight@{k}" for k in DEPTHWISE_WGRAD_KMAX],
     ],

@@ -1443,7 +1443,7 @@ def _plan_depthwise(spec: ConvSpec, direction: str, params: dict, masked: bool =
         px, py = params["px"], params["py"]
         total = s.batch * s.out_channels * math.ceil(Ho / py) * math.ceil(Wo / px)
         overrides = (("CS_DW_PX", px), ("CS_DW_PY", py))
-        fn = rt.kernel("depthwise.cu", f"depthwise_forward@{k},{st},{act}", s.dtype, overrides=overrides)
+        fn = rt.kernel("depthwise.cu", f"depthwise_forward@{k},{st},{act}", s.dtype, total, overrides=overrides)
         blocks = (rt.grid_stride_blocks(total),)
         return _with_bias(s, rt.bind(fn, blocks, (THREADS,), (*_ARRAYS4, *p)))
     cp = rt.cupy()

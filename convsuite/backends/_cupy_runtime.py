@@ -213,7 +213,7 @@ def kernel(filename: str, name: str, dtype: str, total: int | None = None, overr
     overrides = normalize_overrides(filename, overrides)
     if total is not None:
         name += "|I"
-    wide = total is not None and total >= 2**31 - 1
+    wide = total is not None and needs_wide_index(total, THREADS * 32 * sm_count())
     key = (device_id(), filename, name, dtype, wide, overrides)
     function = _functions.get(key)
     if function is None:
@@ -296,6 +296,17 @@ def resident_blocks(function, threads: int, shared_mem: int) -> int:
 #: CUfunction_attribute values (cuda.h): the dynamic shared memory ceiling, the carveout in percent.
 _MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 _PREFERRED_SHARED_MEMORY_CARVEOUT = 9
+
+
+def needs_wide_index(total: int, stride: int) -> bool:
+    """Whether a grid-stride loop over ``total`` items, ``stride`` apart, needs 64-bit indices.
+
+    Its last index is the first one at or past ``total`` (up to ``total + stride - 1``):
+    an int index overflows there before the loop test sees it, so ``total`` just
+    under 2^31 is not enough; ``stride`` is the largest the grid can have
+    (:func:`grid_stride_blocks`' cap times the block size).
+    """
+    return total + stride > 2**31 - 1
 
 
 def grid_stride_blocks(total: int) -> int:
