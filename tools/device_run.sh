@@ -14,8 +14,8 @@
 #                                     scaling figures and `compare --scaling gpus`
 #   bash tools/device_run.sh probe [LAYERS]  tools/tf32x3_probe.py alone (every tf32x3 register budget against
 #                                     cuDNN; LAYERS: comma-separated name prefixes)
-#   bash tools/device_run.sh depthwise [LAYERS]  depthwise GPU tests, tools/depthwise_probe.py (the forward
-#                                     kernel over px x py against torch) and the depthwise targets
+#   bash tools/device_run.sh depthwise [LAYERS]  tools/depthwise_probe.py (the forward kernel over px x py
+#                                     against torch) and the depthwise targets (its tests: the tests section)
 #   bash tools/device_run.sh harness  tf32x3 vs cuDNN on 3x3 C=64 with gpu_targets' torch call and the probe's, one process
 #   bash tools/device_run.sh tc       tf32x3: its GPU tests, the probe against igemm_big and cuDNN, Nsight Compute on c1
 #   bash tools/device_run.sh phases   every kernel of a backward call per algorithm (CUPTI), and register_tiled's
@@ -177,8 +177,6 @@ harness)
   ;;
 depthwise)
   # the depthwise forward kernel over px x py against torch, then the depthwise targets
-  run pytest-depthwise 240 python3 -m pytest -q -p no:cacheprovider -n 4 -m gpu tests/test_gpu.py -k "depthwise or tunable"
-  grep -E "^(FAILED|ERROR)|passed|failed" "$LOGS/pytest-depthwise.log" | head -20 | tee -a "$SUMMARY"
   run depthwise-probe 260 python3 tools/depthwise_probe.py ${2:+--layers "$2"}
   sed -n '/== summary/,$p' "$LOGS/depthwise-probe.log" | tee -a "$SUMMARY"
   run targets-depthwise 120 python3 -m convsuite.bench.gpu_targets --out "$LOGS" --repeat 15 --only depthwise
