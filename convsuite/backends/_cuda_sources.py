@@ -45,8 +45,8 @@ DEFINES = {
     "CS_GEMM_BM": 64,  # implicit-GEMM block tile rows (output channels)
     "CS_GEMM_BN": 64,  # implicit-GEMM block tile columns (pixels)
     "CS_GEMM_BK": 16,  # implicit-GEMM reduction slice per shared-memory stage
-    # depthwise outputs per thread along W and H: 2 x 4 was at or near the fastest of 2,4,8 x 1,2,4 on 9 of
-    # 11 MobileNet-class layers, 1.04-1.36x the old 4 x 2 (H100, docs/measurements/depthwise-2026-11-26-h100.md)
+    # depthwise outputs per thread along W and H: 2 x 4 ran 1.04-1.35x the old 4 x 2 on 9 of 11 MobileNet-class
+    # layers, 1.00x and 0.91x on the two 7x7-14x14 ones (H100, docs/measurements/depthwise-2026-11-26-h100.md)
     "CS_DW_PX": 2,
     "CS_DW_PY": 4,
     "CS_PW_PX": 4,  # pointwise pixels per thread (one float4)
