@@ -16,6 +16,7 @@
 #                                     cuDNN; LAYERS: comma-separated name prefixes)
 #   bash tools/device_run.sh depthwise [LAYERS]  tools/depthwise_probe.py (the forward kernel over px x py
 #                                     against torch) and the depthwise targets (its tests: the tests section)
+#   bash tools/device_run.sh ncu-layers  Nsight Compute on tf32x3 (3x3 C=64) and the depthwise forward (s2 C=144)
 #   bash tools/device_run.sh harness  tf32x3 vs cuDNN on 3x3 C=64 with gpu_targets' torch call and the probe's, one process
 #   bash tools/device_run.sh tc       tf32x3: its GPU tests, the probe against igemm_big and cuDNN, Nsight Compute on c1
 #   bash tools/device_run.sh phases   every kernel of a backward call per algorithm (CUPTI), and register_tiled's
@@ -181,6 +182,15 @@ depthwise)
   sed -n '/== summary/,$p' "$LOGS/depthwise-probe.log" | tee -a "$SUMMARY"
   run targets-depthwise 120 python3 -m convsuite.bench.gpu_targets --out "$LOGS" --repeat 15 --only depthwise
   grep -E "^\| (backward )?depthwise" "$LOGS/targets-depthwise.log" | head -4 | tee -a "$SUMMARY"
+  ;;
+ncu-layers)
+  # Nsight Compute on the issue-11 misses: tf32x3 on 3x3 C=64 and the depthwise forward (s2 C=144)
+  if command -v ncu > /dev/null; then
+    run ncu-layers 300 ncu --kernel-name regex:"tf32x3_fwd|depthwise_forward" --section SpeedOfLight \
+      --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
+      --section SchedulerStats python3 tools/ncu_layers.py
+    grep -E "conv2d_|depthwise_|Duration|Throughput|Warp Cycles|Stall|Achieved Occupancy|Registers|Issue Slots|Eligible|No Eligible|Mem Busy|Max Bandwidth|L1/TEX Hit|L2 Hit" "$LOGS/ncu-layers.log" | head -120 | tee -a "$SUMMARY"
+  else note "ncu: not on this machine"; fi
   ;;
 probe)
   # the probe alone: tf32x3 (every register budget) vs igemm_big vs cuDNN
