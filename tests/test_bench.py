@@ -328,3 +328,34 @@ def test_gpu_targets_judges_simt_and_tensor_core_goals_apart_and_renders_an_earl
     assert "| 3x3 C=M=64 56x56 pad1 B=64 (tf32x3) | tf32x3 | 0.800 |" in table
     assert "1.000 (1.200 / 1.000)" in table and "(SIMT FP32) | igemm_big" in table
     assert "(SIMT FP32) | igemm_big" in capsys.readouterr().out
+
+
+def test_gpu_targets_render_says_what_ran_and_refuses_what_it_cannot_read(tmp_path, capsys):
+    """A class with no algorithm run reads "none ran" (a GPU without TF32 tensor cores), one whose
+    algorithms all failed "none correct"; a run from before both cuDNN modes were timed renders without
+    them; another layout, or --only with --from-json, is refused with the reason."""
+    import json
+
+    from convsuite.bench.gpu_targets import TARGETS, format_markdown, main
+
+    three = next(t for t in TARGETS if t.tensor_core_goal is not None)
+    meta = dict(date="d", device="GPU", driver=1, ceilings=dict(copy_gbs=1000.0, sgemm_tflops=50.0), cupy="c",
+                torch="t", quick=False, repeat=3, only="")  # fmt: skip
+    rows = [_target_row(three.label, "igemm_big", 2.0, correct=False)]
+    old = [{k: v for k, v in r.items() if not k.startswith("cudnn_") or k == "cudnn_ms"} for r in rows]
+    lines, head = format_markdown(meta, old, [three])
+    table = "\n".join(lines[:head])
+    assert "(SIMT FP32) | none correct |" in table and "(tf32x3) | none ran |" in table
+    assert "benchmark / heuristic" not in table and "before both modes were timed" in table
+    path = tmp_path / "gpu-targets.json"
+    path.write_text(json.dumps([{"label": "x"}]))
+    with pytest.raises(SystemExit):
+        main(["--from-json", str(path)])
+    assert "is not a gpu_targets JSON" in capsys.readouterr().err
+    path.write_text(json.dumps(dict(meta=meta, rows=[{"case": "x"}])))
+    with pytest.raises(SystemExit):
+        main(["--from-json", str(path)])
+    assert "older gpu_targets layout" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--from-json", str(path), "--only", "ECE408"])
+    assert "takes no --only" in capsys.readouterr().err

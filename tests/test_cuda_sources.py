@@ -150,9 +150,13 @@ def test_configurations_cover_every_overridable_value():
 def test_overrides_are_checked_and_normalised():
     """Defaults drop out (one module for the default configuration); other files' constants and values are refused."""
     assert normalize_overrides("conv2d.cu", {"CS_RT_PX": DEFINES["CS_RT_PX"]}) == ()
-    assert normalize_overrides("depthwise.cu", [("CS_DW_PY", 4), ("CS_DW_PX", 1)]) == (
-        ("CS_DW_PX", 1),
-        ("CS_DW_PY", 4),
+    px, py = (next(v for v in OVERRIDABLE[n][1] if v != DEFINES[n]) for n in ("CS_DW_PX", "CS_DW_PY"))
+    assert normalize_overrides("depthwise.cu", [("CS_DW_PY", py), ("CS_DW_PX", px)]) == (
+        ("CS_DW_PX", px),
+        ("CS_DW_PY", py),
+    )
+    assert normalize_overrides("depthwise.cu", [("CS_DW_PY", DEFINES["CS_DW_PY"]), ("CS_DW_PX", px)]) == (
+        ("CS_DW_PX", px),
     )
     assert "-DCS_RT_PX=8" in compile_options((("CS_RT_PX", 8),))
     assert f"-DCS_RT_PX={DEFINES['CS_RT_PX']}" in compile_options()

@@ -547,6 +547,41 @@ def test_backward_matches_reference(dtype):
 
 
 @pytest.mark.parametrize(
+    "algorithm, x_shape, w_shape, kw",
+    [
+        ("naive", (2, 3, 50), (4, 3, 5), dict(padding="same")),
+        ("const_mask", (2, 3, 50), (4, 3, 5), dict(stride=2)),
+        ("direct", (2, 3, 11, 9), (4, 3, 3, 3), dict(padding=1)),
+        ("const_weights", (2, 3, 11, 9), (4, 3, 3, 3), dict(stride=2)),
+        ("im2col_gemm", (2, 3, 11, 9), (4, 3, 3, 3), dict(padding=1, dilation=2)),
+        ("depthwise", (2, 6, 14, 15), (6, 1, 3, 3), dict(stride=2, padding=1, groups=6)),
+        ("depthwise", (1, 4, 12, 13), (8, 1, 3, 2), dict(padding=(1, 0), dilation=(1, 2), groups=4)),
+    ],
+)
+def test_64_bit_index_instantiations_agree_with_the_reference(monkeypatch, algorithm, x_shape, w_shape, kw):
+    """The long long instantiations of the ``|I`` kernels (taken for loops past 2^31 - 1, too large to
+    run in a test) forced on small cases: the same results as the reference."""
+    from convsuite.backends import _cupy_runtime as rt
+
+    cp = _cupy()
+    monkeypatch.setattr(rt, "needs_wide_index", lambda total, stride: True)
+    monkeypatch.setattr(rt, "_functions", {})  # handles of the int instantiations were cached
+    backend = cs._registry.get_backend("cupy")
+    monkeypatch.setattr(backend, "_plans", type(backend._plans)())
+    rng = np.random.default_rng(sum(x_shape))
+    x, w = rng.standard_normal(x_shape).astype(np.float32), rng.standard_normal(w_shape).astype(np.float32)
+    bias = rng.standard_normal(w_shape[0]).astype(np.float32)
+    spec = cs.explain(x, w, bias, **kw).spec
+    assert backend.can_run(spec, algorithm, "forward") is True
+    launch = backend.plan(spec, algorithm, "forward")
+    assert any(name[2].endswith("|I") and name[4] for name in rt._functions), "no 64-bit instantiation was taken"
+    out = cp.full(spec.y_shape, cp.nan, cp.float32)
+    launch(*(cp.asarray(a.reshape(s)) for a, s in ((x, spec.x_shape), (w, spec.w_shape))), cp.asarray(bias), out)
+    want, tol = reference_forward(spec, x, w, bias), forward_tolerance(spec, x, w, bias)
+    assert_within(cp.asnumpy(out).reshape(want.shape), want, tol, f"{algorithm} long long")
+
+
+@pytest.mark.parametrize(
     "algorithm, x_shape, w_shape",
     [
         ("naive", (1100, 1, 2_000_000), (1, 1, 3)),
@@ -554,6 +589,8 @@ def test_backward_matches_reference(dtype):
         ("direct", (160, 1, 3700, 3700), (1, 1, 3, 3)),
         ("register_tiled", (160, 1, 3700, 3700), (1, 1, 3, 3)),
         ("fused_gemm", (160, 1, 3700, 3700), (1, 1, 3, 3)),
+        # more than 2^31 outputs in fewer than 2^31 tiles: the int tile index, 64-bit element offsets
+        ("depthwise", (160, 1, 3700, 3700), (1, 1, 3, 3)),
     ],
 )
 def test_indexing_beyond_2_to_the_31(algorithm, x_shape, w_shape):

@@ -87,8 +87,10 @@ def probe(layer, repeat: int) -> list[tuple]:
         print(f"  WRONG {params}")
     default = cs.explain(x, w, b, backend="cupy", algorithm="depthwise", **kw).params
     key = f"px={default['px']} py={default['py']}"
-    best = min((v[0], k) for k, v in times.items() if k.startswith("px="))
-    return [(name, t_torch, times["API default"][0], times[key][0], key, best, len(wrong))]
+    nan = float("nan")
+    best = min(((v[0], k) for k, v in times.items() if k.startswith("px=")), default=(nan, "none correct"))
+    t_default = times[key][0] if key in times else nan  # the default configuration was WRONG
+    return [(name, t_torch, times["API default"][0], t_default, key, best, len(wrong))]
 
 
 def main():

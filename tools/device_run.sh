@@ -83,7 +83,7 @@ image)
   run pytest-image 240 python3 -m pytest -q -p no:cacheprovider -n 4 -m gpu tests/test_gpu.py \
     -k "tf32x3 or nonfinite or big_tile or every_algorithm_matches or relu_every"
   grep -E "^(FAILED|ERROR)" "$LOGS/pytest-image.log" | head -20 | tee -a "$SUMMARY"
-  run targets-image 300 python3 -m convsuite.bench.gpu_targets --out "$LOGS" --repeat 9 --only "ECE408,1-D"
+  run targets-image 300 python3 -m convsuite.bench.gpu_targets --out "$LOGS/targets-image" --repeat 9 --only "ECE408,1-D"
   grep -E "tf32x3_image|register_tiled|blocked" "$LOGS/targets-image.log" | cut -c1-150 | tee -a "$SUMMARY"
   ;;
 cpu)
@@ -180,7 +180,7 @@ depthwise)
   # the depthwise forward kernel over px x py against torch, then the depthwise targets
   run depthwise-probe 260 python3 tools/depthwise_probe.py ${2:+--layers "$2"}
   sed -n '/== summary/,$p' "$LOGS/depthwise-probe.log" | tee -a "$SUMMARY"
-  run targets-depthwise 120 python3 -m convsuite.bench.gpu_targets --out "$LOGS" --repeat 15 --only depthwise
+  run targets-depthwise 120 python3 -m convsuite.bench.gpu_targets --out "$LOGS/targets-depthwise" --repeat 15 --only depthwise
   grep -E "^\| (backward )?depthwise" "$LOGS/targets-depthwise.log" | head -4 | tee -a "$SUMMARY"
   ;;
 ncu-layers)

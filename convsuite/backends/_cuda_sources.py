@@ -115,7 +115,8 @@ DEPTHWISE_WGRAD_KMAX = (3, 5, 7)
 #: file -> kernel templates it defines. The scalar type is the first template
 #: argument; "@A,B" adds more (a register tile, a kernel size); a trailing "|I"
 #: marks kernels also templated on their index type, instantiated for int (fast
-#: division) and long long (tensors of 2^31 elements or more).
+#: division) and long long (grid-stride loops whose last index passes 2^31 - 1:
+#: ``_cupy_runtime.needs_wide_index``).
 KERNELS = {
     "conv1d.cu": [
         "conv1d_naive|I",

@@ -1550,7 +1550,8 @@ RECORDS: dict[str, Algorithm] = {
         ),
         Algorithm(
             "depthwise",
-            "one channel per group: 2x4 outputs per thread from register rows; backward gather dX, per-channel dW",
+            f"one channel per group: {DW_PX} (along W) x {DW_PY} (along H) outputs per thread from register rows; "
+            "backward gather dX, per-channel dW",
             _plan_depthwise,
             directions=_BOTH,
             check=_check_depthwise,

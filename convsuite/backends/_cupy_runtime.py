@@ -206,6 +206,10 @@ def compile_all() -> None:
 def kernel(filename: str, name: str, dtype: str, total: int | None = None, overrides=()):
     """A kernel handle; ``total`` picks the 64-bit-index instantiation of a ``|I`` kernel when needed.
 
+    ``total`` is the count the kernel's grid-stride loop runs over (outputs, im2col
+    columns, depthwise tiles), launched with :func:`grid_stride_blocks` blocks of
+    THREADS: the int instantiation is taken while that loop's last index fits
+    (:func:`needs_wide_index` with :func:`max_grid_stride`).
     ``overrides`` selects the configuration's module (see :func:`module`).
     Handles are cached: a module lookup costs a driver call, which at a few
     microseconds matters for small layers.
@@ -213,7 +217,7 @@ def kernel(filename: str, name: str, dtype: str, total: int | None = None, overr
     overrides = normalize_overrides(filename, overrides)
     if total is not None:
         name += "|I"
-    wide = total is not None and needs_wide_index(total, THREADS * 32 * sm_count())
+    wide = total is not None and needs_wide_index(total, max_grid_stride())
     key = (device_id(), filename, name, dtype, wide, overrides)
     function = _functions.get(key)
     if function is None:
@@ -312,6 +316,11 @@ def needs_wide_index(total: int, stride: int) -> bool:
 def grid_stride_blocks(total: int) -> int:
     """Enough blocks to fill the device (32 per SM); grid-stride kernels loop over the rest."""
     return max(1, min(math.ceil(total / THREADS), sm_count() * 32))
+
+
+def max_grid_stride() -> int:
+    """The largest stride of a grid-stride loop launched with :func:`grid_stride_blocks` blocks of THREADS."""
+    return sm_count() * 32 * THREADS
 
 
 def zeros(n: int, dtype):

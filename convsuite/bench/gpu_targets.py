@@ -335,6 +335,7 @@ class Verdict:
     best: dict | None
     value: float
     kernel_value: float
+    ran: int = 0  # algorithms of the class that ran (correct or not)
 
     @property
     def met(self) -> bool | None:
@@ -349,30 +350,38 @@ def summarise(rows: list[dict], targets: list[Target], copy_gbs: float) -> list[
     """
     verdicts = []
     for t in targets:
-        correct = [r for r in rows if r["target"] == t.label and r["correct"]]
+        ran = [r for r in rows if r["target"] == t.label]
         if t.tensor_core_goal is None:
-            classes = [(t.label, t.goal, correct)]
+            classes = [(t.label, t.goal, ran)]
         else:
             classes = [
-                (f"{t.label} (SIMT FP32)", t.goal, [r for r in correct if r["algorithm"] not in TENSOR_CORE]),
-                (f"{t.label} (tf32x3)", t.tensor_core_goal, [r for r in correct if r["algorithm"] in TENSOR_CORE]),
+                (f"{t.label} (SIMT FP32)", t.goal, [r for r in ran if r["algorithm"] not in TENSOR_CORE]),
+                (f"{t.label} (tf32x3)", t.tensor_core_goal, [r for r in ran if r["algorithm"] in TENSOR_CORE]),
             ]
-        for label, goal, cands in classes:
+        for label, goal, in_class in classes:
+            cands = [r for r in in_class if r["correct"]]
             if not cands:
-                verdicts.append(Verdict(label, goal, None, float("nan"), float("nan")))
+                verdicts.append(Verdict(label, goal, None, float("nan"), float("nan"), len(in_class)))
                 continue
             best = min(cands, key=lambda r: r["api_ms"])
             if t.one_d:
                 value, kernel_value = best["gbs_api"] / copy_gbs, best["gbs"] / copy_gbs
             else:
                 value, kernel_value = best["vs_cudnn_api"], best["vs_cudnn_kernel"]
-            verdicts.append(Verdict(label, goal, best, value, kernel_value))
+            verdicts.append(Verdict(label, goal, best, value, kernel_value, len(in_class)))
     return verdicts
 
 
 def format_markdown(meta: dict, rows: list[dict], targets: list[Target]) -> tuple[list[str], int]:
     """The report's lines (target table, then the ablation) and how many lines the target table takes."""
     ceilings = meta["ceilings"]
+    mode_keys = [k.replace(" ", "_") + "_ms" for k in CUDNN_MODES]
+    both_modes = bool(rows) and all(k in r for r in rows for k in mode_keys)
+    anchor = (
+        "the faster of its cudnn.benchmark pick (every algorithm tried) and its heuristic pick (both shown)"
+        if both_modes
+        else "as that run timed it (before both modes were timed: the cudnn.benchmark pick)"
+    )
     lines = [
         f"# GPU targets (issue 11) and ablation, {meta['date']}",
         "",
@@ -380,13 +389,13 @@ def format_markdown(meta: dict, rows: list[dict], targets: list[Target]) -> tupl
         f"Ceilings measured in this run: copy {ceilings['copy_gbs']:.0f} GB/s (read + write), "
         f"cuBLAS SGEMM {ceilings['sgemm_tflops']:.1f} TFLOP/s (strict FP32). float32, device-resident data; "
         f"medians of {meta['repeat']} interleaved rounds, CUDA events; cuDNN "
-        "through torch with TF32 off, the faster of its cudnn.benchmark pick (every algorithm tried) and its "
-        "heuristic pick (both shown). Ratio > 1: convsuite faster. 'API' is the whole public "
+        f"through torch with TF32 off, {anchor}. Ratio > 1: convsuite faster. 'API' is the whole public "
         "call (validation, allocation, launch); 'kernel' is the algorithm's launch alone.",
         "",
         "## Targets",
         "",
-        "| target | best algorithm | API ms | kernel ms | cuDNN ms (benchmark / heuristic) | value (API) "
+        f"| target | best algorithm | API ms | kernel ms | cuDNN ms{' (benchmark / heuristic)' if both_modes else ''} "
+        "| value (API) "
         "| value (kernel) | goal | met |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
@@ -395,14 +404,13 @@ def format_markdown(meta: dict, rows: list[dict], targets: list[Target]) -> tupl
         met = "-" if v.met is None else ("yes" if v.met else "**no**")
         r = v.best
         if r is None:
-            lines.append(f"| {v.label} | none correct | | | | | | {goal} | **no** |")
+            why = "none correct" if v.ran else "none ran"
+            lines.append(f"| {v.label} | {why} | | | | | | {goal} | {'**no**' if v.goal is not None else '-'} |")
             continue
-        modes = " / ".join(
-            f"{r[k.replace(' ', '_') + '_ms']:.3f}" for k in CUDNN_MODES if k.replace(" ", "_") + "_ms" in r
-        )
+        modes = f" ({' / '.join(f'{r[k]:.3f}' for k in mode_keys)})" if both_modes else ""
         lines.append(
-            f"| {v.label} | {r['algorithm']} | {r['api_ms']:.3f} | {r['kernel_ms']:.3f} | {r['cudnn_ms']:.3f} "
-            f"({modes}) | {v.value:.2f} | {v.kernel_value:.2f} | {goal} | {met} |"
+            f"| {v.label} | {r['algorithm']} | {r['api_ms']:.3f} | {r['kernel_ms']:.3f} | {r['cudnn_ms']:.3f}"
+            f"{modes} | {v.value:.2f} | {v.kernel_value:.2f} | {goal} | {met} |"
         )
     head = len(lines)
     lines += [
@@ -430,9 +438,21 @@ def _quick(t: Target) -> Target:
 
 
 def _render(path: Path) -> int:
-    """Write the .md of an earlier run's JSON beside it (with today's table rules) and print its targets."""
+    """Write the .md of an earlier run's JSON beside it (with today's table rules) and print its targets.
+
+    Raises
+    ------
+    ValueError
+        The file is not a gpu_targets JSON of this layout (``meta`` and ``rows`` with a ``target`` each).
+    """
     data = json.loads(path.read_text())
-    meta, rows = data["meta"], data["rows"]
+    meta, rows = (data.get("meta"), data.get("rows")) if isinstance(data, dict) else (None, None)
+    needed = ("target", "algorithm", "correct", "api_ms", "kernel_ms", "cudnn_ms")
+    if not isinstance(meta, dict) or not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise ValueError(f"{path} is not a gpu_targets JSON (a 'meta' object and a 'rows' list)")
+    missing = sorted({k for r in rows for k in needed if k not in r})
+    if missing:
+        raise ValueError(f"{path}: rows without {', '.join(missing)} (an older gpu_targets layout; re-run it)")
     targets = [_quick(t) if meta.get("quick") else t for t in TARGETS]
     labels = {r["target"] for r in rows}
     lines, head = format_markdown(meta, rows, [t for t in targets if t.label in labels])
@@ -461,7 +481,12 @@ def main(argv=None) -> int:
     except ValueError as error:
         parser.error(str(error))
     if args.from_json:
-        return _render(Path(args.from_json))
+        if args.only.strip(" ,") or args.quick:
+            parser.error("--from-json re-renders a whole earlier run: it takes no --only or --quick")
+        try:
+            return _render(Path(args.from_json))
+        except (OSError, ValueError) as error:
+            parser.error(str(error))
 
     import cupy as cp
     import torch
