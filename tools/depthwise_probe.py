@@ -2,20 +2,22 @@
 kernel (torch's default path: cudnn.benchmark off, TF32 off).
 
 Every configuration is checked against the float64 reference on two images first. Times are CUDA-event
-medians of interleaved rounds (each call between two events, after warm-up): the held plan ("plan") for
-every configuration, and the public call ``cs.conv2d`` for the default one ("API"). Run on the GPU machine:
+medians of interleaved rounds (``measure_side_by_side``: each call between two events, after
+warm-up): the held plan for every configuration, and the public call ``cs.conv2d`` for the
+default one ("API default"). Run on the GPU machine:
 ``bash tools/device_run.sh depthwise``. Prints one table per layer and a summary last.
 """
 
 import argparse
 import itertools
-import statistics
 
 import cupy as cp
 import numpy as np
 import torch
 
 import convsuite as cs
+from convsuite._timing import Contender, measure_side_by_side
+from convsuite.backends import _cupy_runtime as rt
 from convsuite.testing import forward_tolerance, reference_forward
 
 torch.backends.cudnn.allow_tf32 = False
@@ -38,18 +40,11 @@ PX, PY = (2, 4, 8), (1, 2, 4)
 
 
 def _timed(calls: dict, repeat: int) -> dict:
-    for fn in calls.values():
-        fn(), fn()
-    samples = {k: [] for k in calls}
-    for _ in range(repeat):
-        for name, fn in calls.items():
-            start, end = cp.cuda.Event(), cp.cuda.Event()
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            samples[name].append(cp.cuda.get_elapsed_time(start, end))
-    return {k: (statistics.median(v), min(v), max(v)) for k, v in samples.items()}
+    """name -> (median, min, max) milliseconds: CUDA events around each call, contenders interleaved."""
+    timings = measure_side_by_side(
+        {k: Contender(f, rt.EventTimer) for k, f in calls.items()}, repeat=repeat, rounds=repeat
+    )
+    return {k: (t.median * 1e3, t.low * 1e3, t.high * 1e3) for k, t in timings.items()}
 
 
 def probe(layer, repeat: int) -> list[tuple]:
