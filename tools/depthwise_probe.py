@@ -40,9 +40,14 @@ PX, PY = (2, 4, 8), (1, 2, 4)
 
 
 def _timed(calls: dict, repeat: int) -> dict:
-    """name -> (median, min, max) milliseconds: CUDA events around each call, contenders interleaved."""
+    """name -> (median, min, max) milliseconds: CUDA events around each call, contenders interleaved.
+
+    One call per contender per round and no warm-up inside a round: each timed call starts on an
+    idle GPU (the previous one synchronised), so its host time before the launch counts, as in
+    ``gpu_targets`` (a warm-up call just before would hide it behind that call's kernel).
+    """
     timings = measure_side_by_side(
-        {k: Contender(f, rt.EventTimer) for k, f in calls.items()}, repeat=repeat, rounds=repeat
+        {k: Contender(f, rt.EventTimer) for k, f in calls.items()}, repeat=repeat, rounds=repeat, warmup=0
     )
     return {k: (t.median * 1e3, t.low * 1e3, t.high * 1e3) for k, t in timings.items()}
 
