@@ -2,7 +2,7 @@
 kernel (torch's default path: cudnn.benchmark off, TF32 off).
 
 Every configuration is checked against the float64 reference on two images first. Times are CUDA-event
-medians of interleaved rounds (``measure_side_by_side``: each call between two events, after
+medians of interleaved rounds, timed as ``gpu_targets`` times (each call between two events, after
 warm-up): the held plan for every configuration, and the public call ``cs.conv2d`` for the
 default one ("API default"). Run on the GPU machine:
 ``bash tools/device_run.sh depthwise``. Prints one table per layer and a summary last.
@@ -10,14 +10,14 @@ default one ("API default"). Run on the GPU machine:
 
 import argparse
 import itertools
+import statistics
 
 import cupy as cp
 import numpy as np
 import torch
 
 import convsuite as cs
-from convsuite._timing import Contender, measure_side_by_side
-from convsuite.backends import _cupy_runtime as rt
+from convsuite.bench.gpu_targets import _interleaved
 from convsuite.testing import forward_tolerance, reference_forward
 
 torch.backends.cudnn.allow_tf32 = False
@@ -40,16 +40,10 @@ PX, PY = (2, 4, 8), (1, 2, 4)
 
 
 def _timed(calls: dict, repeat: int) -> dict:
-    """name -> (median, min, max) milliseconds: CUDA events around each call, contenders interleaved.
-
-    One call per contender per round and no warm-up inside a round: each timed call starts on an
-    idle GPU (the previous one synchronised), so its host time before the launch counts, as in
-    ``gpu_targets`` (a warm-up call just before would hide it behind that call's kernel).
-    """
-    timings = measure_side_by_side(
-        {k: Contender(f, rt.EventTimer) for k, f in calls.items()}, repeat=repeat, rounds=repeat, warmup=0
-    )
-    return {k: (t.median * 1e3, t.low * 1e3, t.high * 1e3) for k, t in timings.items()}
+    """name -> (median, min, max) milliseconds, timed as gpu_targets times (``_interleaved``: after
+    warm-up, one call per contender per round, CUDA events around each, on an idle GPU)."""
+    samples = _interleaved(calls, repeat)
+    return {k: (statistics.median(v) * 1e3, min(v) * 1e3, max(v) * 1e3) for k, v in samples.items()}
 
 
 def probe(layer, repeat: int) -> list[tuple]:
