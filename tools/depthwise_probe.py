@@ -93,6 +93,9 @@ def main():
     parser.add_argument("--layers", default="", help="comma-separated name fragments (default: all)")
     args = parser.parse_args()
     frags = [f.strip() for f in args.layers.split(",") if f.strip()]
+    unmatched = [f for f in frags if not any(f in layer[0] for layer in LAYERS)]
+    if unmatched:
+        parser.error(f"--layers: {unmatched} match no layer; the layers: {'; '.join(n for n, *_ in LAYERS)}")
     layers = [layer for layer in LAYERS if not frags or any(f in layer[0] for f in frags)]
     print(torch.cuda.get_device_name(), torch.__version__, cp.__version__)
     summary = []
