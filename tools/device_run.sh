@@ -19,6 +19,8 @@
 #   bash tools/device_run.sh ncu-layers  Nsight Compute on tf32x3 (3x3 C=64) and the depthwise forward (s2 C=144)
 #   bash tools/device_run.sh harness  tf32x3 vs cuDNN on 3x3 C=64 with gpu_targets' torch call and the probe's, one process
 #   bash tools/device_run.sh tc       tf32x3: its GPU tests, the probe against igemm_big and cuDNN, Nsight Compute on c1
+#   bash tools/device_run.sh dask [REPEAT]  issue 14's Dask rows on the host's CPU: all cores, then two (taskset)
+#   bash tools/device_run.sh rtsweep [NAMES]  register_tiled's block_w x px on the input-gradient problems it runs
 #   bash tools/device_run.sh phases   every kernel of a backward call per algorithm (CUPTI), and register_tiled's
 #                                     parameters on two ECE408 problems against cuDNN
 #   bash tools/device_run.sh mnet     the network GPU tests; MobileNetV2 batch 1: graph call vs replay vs host time,
@@ -162,6 +164,20 @@ multi)
   grep -E "^gpus" "$LOGS/scaling.log" | tail -8 | tee -a "$SUMMARY"
   run compare-scaling 90 python3 -m convsuite compare --scaling gpus --repeat 5
   tail -6 "$LOGS/compare-scaling.log" | tee -a "$SUMMARY"
+  ;;
+dask)
+  # Issue 14's Dask rows on this host's CPU: once with every core (the scheduler, nannies and client
+  # have cores of their own beside the two single-threaded workers) and once held to two cores by
+  # taskset (every process of the cluster on the workers' two cores, as on the 2-core CI machine).
+  note "cores: $(nproc --all) on the host; dask, distributed: $(python3 -c 'import dask, distributed; print(dask.__version__, distributed.__version__)' 2>&1 | tail -1)"
+  run dask-all-cores 300 python3 -m convsuite.bench.scaling --only dask --repeat ${2:-7} --out "$LOGS/dask-all-cores"
+  grep -E "^(machine|dask)" "$LOGS/dask-all-cores.log" | tail -8 | tee -a "$SUMMARY"
+  run dask-two-cores 300 taskset -c 0,1 python3 -m convsuite.bench.scaling --only dask --repeat ${2:-7} --out "$LOGS/dask-two-cores"
+  grep -E "^(machine|dask)" "$LOGS/dask-two-cores.log" | tail -8 | tee -a "$SUMMARY"
+  ;;
+rtsweep)
+  run register-tiled-sweep 400 python3 tools/register_tiled_sweep.py ${2:+--only "$2"}
+  grep -E "^==|default" "$LOGS/register-tiled-sweep.log" | tee -a "$SUMMARY"
   ;;
 phases)
   # Where backward time goes (every kernel of a backward call per algorithm, CUPTI) and register_tiled's

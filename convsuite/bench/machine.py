@@ -77,10 +77,17 @@ def _cpuinfo() -> dict[str, str]:
 
 
 def cpu_description() -> str:
-    """CPU model name and logical core count, as far as the OS tells."""
+    """CPU model name and logical core count, as far as the OS tells, and how many of them this
+    process may run on where that is fewer (``taskset``, a container's CPU set)."""
     info = _cpuinfo()
     model = info.get("model name") or platform.processor() or platform.machine()
-    return f"{model}, {os.cpu_count()} logical cores"
+    total = os.cpu_count()
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux: no affinity to report
+        usable = total
+    limited = f" ({usable} usable by this process)" if total and usable < total else ""
+    return f"{model}, {total} logical cores{limited}"
 
 
 def cpu_flags() -> list[str]:
