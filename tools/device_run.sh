@@ -20,6 +20,8 @@
 #   bash tools/device_run.sh harness  tf32x3 vs cuDNN on 3x3 C=64 with gpu_targets' torch call and the probe's, one process
 #   bash tools/device_run.sh tc       tf32x3: its GPU tests, the probe against igemm_big and cuDNN, Nsight Compute on c1
 #   bash tools/device_run.sh dask [REPEAT]  issue 14's Dask rows on the host's CPU: all cores, then two (taskset)
+#   bash tools/device_run.sh taskstream  tools/dask_task_stream.py on the host's CPU: scheduler-placed, then spread chunks
+#   bash tools/device_run.sh targets  gpu_targets (TARGETS=label fragments, comma-separated; all when unset)
 #   bash tools/device_run.sh rtsweep [NAMES]  register_tiled's block_w x px on the input-gradient problems it runs
 #   bash tools/device_run.sh phases   every kernel of a backward call per algorithm (CUPTI), and register_tiled's
 #                                     parameters on two ECE408 problems against cuDNN
@@ -174,6 +176,18 @@ dask)
   grep -E "^(machine|dask)" "$LOGS/dask-all-cores.log" | tail -8 | tee -a "$SUMMARY"
   run dask-two-cores 300 taskset -c 0,1 python3 -m convsuite.bench.scaling --only dask --repeat ${2:-7} --out "$LOGS/dask-two-cores"
   grep -E "^(machine|dask)" "$LOGS/dask-two-cores.log" | tail -8 | tee -a "$SUMMARY"
+  ;;
+taskstream)
+  # Where a 2-worker Dask call's time goes on this host: scheduler-placed input chunks, then spread in turn.
+  run dask-task-stream 200 python3 tools/dask_task_stream.py --repeat 4
+  grep -vE "^(20|/tmp|  warn|This may|Consider| or using|See also)" "$LOGS/dask-task-stream.log" | tail -24 | tee -a "$SUMMARY"
+  run dask-task-stream-spread 200 python3 tools/dask_task_stream.py --repeat 4 --spread
+  grep -vE "^(20|/tmp|  warn|This may|Consider| or using|See also)" "$LOGS/dask-task-stream-spread.log" | tail -24 | tee -a "$SUMMARY"
+  ;;
+targets)
+  # The issue-11 table on the targets named by TARGETS (label fragments; all when empty).
+  run gpu-targets 400 python3 -m convsuite.bench.gpu_targets --out "$LOGS/targets" --repeat 9 ${TARGETS:+--only "$TARGETS"}
+  grep -E "^\|" "$LOGS/gpu-targets.log" | head -24 | tee -a "$SUMMARY"
   ;;
 rtsweep)
   run register-tiled-sweep 400 python3 tools/register_tiled_sweep.py ${2:+--only "$2"}
