@@ -59,6 +59,10 @@ if [ -f .cupy_cache.tgz ]; then tar xzf .cupy_cache.tgz -C "$CUPY_CACHE_DIR"; fi
 send_cache() {
   tar czf "$LOGS/cupy_cache.tgz" -C "$CUPY_CACHE_DIR" . 2> /dev/null
   [ "$(stat -c %s "$LOGS/cupy_cache.tgz")" -lt 16000000 ] || rm -f "$LOGS/cupy_cache.tgz"
+  # The device tool returns at most 8 files: every log and record goes back in one archive
+  # (unpack with `tar xzf logs.tgz`), beside the summary and the cache.
+  (cd "$LOGS" && find . -mindepth 1 -maxdepth 1 ! -name cupy_cache.tgz ! -name summary.txt ! -name logs.tgz -print0 \
+    | tar czf logs.tgz --null -T - --remove-files 2> /dev/null)
 }
 trap send_cache EXIT
 run() {  # run NAME TIMEOUT COMMAND...: log to $LOGS/NAME.log, note the exit status and the last line
