@@ -430,3 +430,35 @@ def test_tf32x3_register_budget_reaches_every_kernel_it_selects(monkeypatch, act
         algs.plan_forward_activation(spec, "tf32x3", activation, {"blocks": 4})
         algs.plan_forward_activation(spec, "tf32x3", activation)
         assert requested == [4, DEFINES["CS_TX_BLOCKS"]]
+
+
+def test_register_tiled_takes_fewer_outputs_per_thread_on_a_grid_too_small_for_the_gpu(monkeypatch):
+    """The hand rule halves px while its grid would leave more than half the multiprocessors idle,
+    keeps px where the grid fills them or no GPU answers, and the defaults follow it."""
+    from convsuite.backends import _cupy_runtime as runtime
+
+    small = _spec((64, 32, 32, 32), (16, 32, 3, 3), padding=1)  # 64 blocks at px=4
+    large = _spec((1000, 16, 34, 34), (4, 16, 7, 7), padding=6)  # 2,000 blocks at px=4
+    record = algs.RECORDS["register_tiled"]
+
+    def blocks(spec, params):
+        s = spec.as_2d()
+        return math.prod(
+            algs._register_tiled_grid(s, params["mt"], algs._tile_geometry(s, "register_tiled", params)["tiles"])
+        )
+
+    monkeypatch.setattr(runtime, "sm_count_or_none", lambda: None)
+    assert algs._tiled_params(small.as_2d(), "register_tiled")["px"] == algs.REGISTER_PX
+    for sms, want in ((132, 2), (1000, 1), (100, algs.REGISTER_PX)):
+        monkeypatch.setattr(runtime, "sm_count_or_none", lambda sms=sms: sms)
+        params = algs._tiled_params(small.as_2d(), "register_tiled")
+        assert params["px"] == want, sms
+        assert params["block_w"] == algs._block_width(small.as_2d(), want)
+        assert record.resolve(small, "forward", None) == params
+        assert record.can_run(small, "forward", params) is True
+        # Halved only while the grid would fill fewer than half the multiprocessors.
+        assert want == 1 or 2 * blocks(small, params) >= sms
+        if want < algs.REGISTER_PX:
+            wider = {**params, "px": 2 * want, "block_w": algs._block_width(small.as_2d(), 2 * want)}
+            assert 2 * blocks(small, wider) < sms
+        assert algs._tiled_params(large.as_2d(), "register_tiled")["px"] == algs.REGISTER_PX

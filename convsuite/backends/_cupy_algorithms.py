@@ -166,11 +166,43 @@ def _block_height(s: ConvSpec, bx: int) -> int:
 
 
 def _tiled_params(s: ConvSpec, algorithm: str) -> dict:
-    """The hand rule's parameters of a tiled 2-D kernel (the tunables' defaults)."""
+    """The hand rule's parameters of a tiled 2-D kernel (the tunables' defaults).
+
+    register_tiled takes REGISTER_PX outputs per thread, fewer on a grid
+    too small to fill the GPU (:func:`_small_grid_px`).
+    """
     if algorithm == "tiled_shared":
         bx = _block_width(s, 1)
         return {"tile_w": bx, "tile_h": _block_height(s, bx)}
-    return {"mt": _register_tile(s), "block_w": _block_width(s, REGISTER_PX), "px": REGISTER_PX}
+    mt = _register_tile(s)
+    px = _small_grid_px(s, mt, REGISTER_PX)
+    return {"mt": mt, "block_w": _block_width(s, px), "px": px}
+
+
+def _small_grid_px(s: ConvSpec, mt: int, px: int) -> int:
+    """``px`` halved while register_tiled's launch would have blocks for fewer than half the multiprocessors.
+
+    A small problem (a few images, few channels) gives a grid of fewer blocks
+    than the GPU has multiprocessors; halving the outputs per thread doubles
+    the blocks. H100, register_tiled on input gradients of 64 blocks
+    (3x3 C=16->32 and 5x5 C=3->32 at 32x32, B=64, 2026-11-26 sweep): px=2
+    on 128 blocks 0.052 vs 0.068 ms and 0.057 vs 0.069 ms; at 128 blocks and
+    more (LeNet, ECE408 layers) px=4 stays within 7% of the best or is it.
+    Without a GPU (planning checks on a CPU-only machine) ``px`` is kept.
+    """
+    sms = rt.sm_count_or_none()
+    if sms is None:
+        return px
+    while px > 1:
+        params = {"mt": mt, "block_w": _block_width(s, px), "px": px}
+        blocks = math.prod(_register_tiled_grid(s, mt, _tile_geometry(s, "register_tiled", params)["tiles"]))
+        if 2 * blocks >= sms:
+            break
+        smaller = {"mt": mt, "block_w": _block_width(s, px // 2), "px": px // 2}
+        if _check_tiled(s, "register_tiled", smaller) is not True:
+            break
+        px //= 2
+    return px
 
 
 def _tile_geometry(s: ConvSpec, algorithm: str, params: dict | None = None) -> dict:
@@ -473,7 +505,13 @@ REGISTER_TILED_TUNABLES = (
         "threads per block along W (the height follows the hand rule: the rest of 256 threads)",
         follows=("px",),
     ),
-    Tunable("px", RT_PX_VALUES, REGISTER_PX, "adjacent outputs per thread along W (-D CS_RT_PX: one module each)"),
+    Tunable(
+        "px",
+        RT_PX_VALUES,
+        _default_of("register_tiled", "px"),
+        "adjacent outputs per thread along W (-D CS_RT_PX: one module each); the hand rule: "
+        f"{REGISTER_PX}, fewer on grids too small for the GPU",
+    ),
 )
 
 

@@ -249,6 +249,13 @@ def sm_count() -> int:
     )
 
 
+def sm_count_or_none() -> int | None:
+    """:func:`sm_count`, or None without a usable GPU (for hand rules that also run on a CPU-only machine)."""
+    if _current_device_or_none() is None:
+        return None
+    return sm_count()
+
+
 def compute_capability() -> int | None:
     """The current device's compute capability as an int (90 for sm_90), or None without a usable GPU.
 
