@@ -78,7 +78,8 @@ def _cpuinfo() -> dict[str, str]:
 
 def cpu_description() -> str:
     """CPU model name and logical core count, as far as the OS tells, and how many of them this
-    process may run on where that is fewer (``taskset``, a container's CPU set)."""
+    process may run on where that is fewer (``taskset``, a container's CPU set).
+    """
     info = _cpuinfo()
     model = info.get("model name") or platform.processor() or platform.machine()
     total = os.cpu_count()
