@@ -978,12 +978,21 @@ def test_tunable_configurations_match_reference(algorithm, dtype):
 def test_tunable_plans_share_modules_and_record_compile_times():
     """Defaults spelled out share the default plan and module; a -D configuration compiles once, timed."""
     from convsuite.backends import _cupy_runtime as rt
+    from convsuite.backends._cupy_algorithms import REGISTER_PX
 
     backend = cs._registry.get_backend("cupy")
-    x, w = np.ones((1, 2, 9, 9), np.float32), np.ones((4, 2, 3, 3), np.float32)
-    spec = cs.explain(x, w).spec
     record = backend.algorithm_table()["register_tiled"]
+    # A grid too small for the GPU: the hand rule's px is below the module's -D default, and
+    # spelling the defaults out still gives the default plan.
+    tiny = cs.explain(np.ones((1, 2, 9, 9), np.float32), np.ones((4, 2, 3, 3), np.float32)).spec
+    small = record.defaults(tiny, "forward")
+    assert small["px"] < REGISTER_PX
+    assert backend.plan(tiny, "register_tiled", "forward") is backend.plan(tiny, "register_tiled", "forward", small)
+    # 256 blocks: the module's own px.
+    x, w = np.ones((64, 2, 64, 64), np.float32), np.ones((4, 2, 3, 3), np.float32)
+    spec = cs.explain(x, w).spec
     defaults = record.defaults(spec, "forward")
+    assert defaults["px"] == REGISTER_PX
     assert backend.plan(spec, "register_tiled", "forward") is backend.plan(spec, "register_tiled", "forward", defaults)
     tile = f"conv2d_register_tiled@{defaults['mt']}"
     assert rt.module("conv2d.cu", {"CS_RT_PX": defaults["px"]}, kernel=tile) is rt.module("conv2d.cu", kernel=tile)
