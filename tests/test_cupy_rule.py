@@ -195,7 +195,7 @@ def test_register_tiled_needs_enough_blocks():
 
 
 def test_register_tiled_blocks_geometry():
-    """Blocks = (image, group) x output tiles x channel blocks of the hand-chosen launch."""
+    """Blocks = (image, group) x output tiles x channel blocks of the launch at REGISTER_PX outputs per thread."""
     # 3x3 s3 on 40x40: a 13x13 output is one tile; 16 channels, one MT=16 block; 2 images
     assert register_tiled_blocks(_spec((2, 16, 40, 40), (16, 16, 3, 3), stride=3)) == 2
     # fa21 conv1 at batch 8: 80x80 outputs in 7 tiles of 80x12

@@ -462,3 +462,5 @@ def test_register_tiled_takes_fewer_outputs_per_thread_on_a_grid_too_small_for_t
             wider = {**params, "px": 2 * want, "block_w": algs._block_width(small.as_2d(), 2 * want)}
             assert 2 * blocks(small, wider) < sms
         assert algs._tiled_params(large.as_2d(), "register_tiled")["px"] == algs.REGISTER_PX
+        # auto's rule weighs the grid at REGISTER_PX (its threshold's measurements): unmoved by the launch's px.
+        assert algs.register_tiled_blocks(small) == 64

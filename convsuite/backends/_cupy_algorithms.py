@@ -465,10 +465,17 @@ def _register_tiled_grid(s: ConvSpec, mt: int, tiles: int) -> tuple[int, int, in
 
 
 def register_tiled_blocks(spec: ConvSpec) -> int:
-    """Thread blocks of register_tiled's hand-chosen launch on ``spec`` (what auto's rule weighs)."""
+    """Blocks of register_tiled's launch on ``spec`` at REGISTER_PX outputs per thread (what auto's rule weighs).
+
+    The rule's threshold (``_cupy_rule.REGISTER_TILED_BLOCKS``) was measured
+    on launches of REGISTER_PX outputs per thread, before the hand rule took
+    fewer on small grids (:func:`_small_grid_px`): counted the same way, the
+    rule's picks do not move with the launch's px.
+    """
     s = spec.as_2d()
-    params = _tiled_params(s, "register_tiled")
-    return math.prod(_register_tiled_grid(s, params["mt"], _tile_geometry(s, "register_tiled", params)["tiles"]))
+    mt = _register_tile(s)
+    params = {"mt": mt, "block_w": _block_width(s, REGISTER_PX), "px": REGISTER_PX}
+    return math.prod(_register_tiled_grid(s, mt, _tile_geometry(s, "register_tiled", params)["tiles"]))
 
 
 def _constraint_tiled_2d(algorithm: str):
