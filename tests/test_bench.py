@@ -359,3 +359,16 @@ def test_gpu_targets_render_says_what_ran_and_refuses_what_it_cannot_read(tmp_pa
     with pytest.raises(SystemExit):
         main(["--from-json", str(path), "--only", "ECE408"])
     assert "takes no --only" in capsys.readouterr().err
+
+
+def test_cpu_description_names_the_cores_a_process_may_use(monkeypatch):
+    """Under taskset (fewer usable cores than the host has) the description says how many; otherwise not."""
+    import os
+
+    from convsuite.bench import machine
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert machine.cpu_description().endswith("16 logical cores (2 usable by this process)")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    assert machine.cpu_description().endswith("16 logical cores")
