@@ -7,7 +7,7 @@ algorithm the rule might pick for it (and tf32x3_image), kernel launches
 alone, CUDA events, medians of interleaved rounds; cuDNN (torch, TF32 off,
 cudnn.benchmark) on the same buffers. Prints a markdown table.
 
-    python3 tools/tf32x3_image_batches.py [--repeat 9]
+    python3 tools/tf32x3_image_batches.py [--repeat 9] [--batches 1,8,64]
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ LAYERS = {
     "ECE408 fa21 conv2": ((4, 40, 40), (16, 4, 7, 7), {}),
     "3x3 C16->32 32x32 pad1": ((16, 32, 32), (32, 16, 3, 3), dict(padding=1)),
     "5x5 C8->16 28x28 pad2": ((8, 28, 28), (16, 8, 5, 5), dict(padding=2)),
+    "LeNet conv2": ((6, 14, 14), (16, 6, 5, 5), {}),
 }
 BATCHES = (16, 64, 132, 264, 1024, 4096)
 CANDIDATES = ("tf32x3_image", "register_tiled", "tf32x3", "igemm_big", "fused_gemm", "tiled_shared", "depthwise")
@@ -50,7 +51,16 @@ def _measure(backend, label, x_shape, w_shape, kw, repeat):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=9)
+    parser.add_argument(
+        "--batches", default=",".join(map(str, BATCHES)), help="comma-separated batch sizes (default: %(default)s)"
+    )
     args = parser.parse_args(argv)
+    try:
+        batches = [int(b) for b in args.batches.split(",") if b.strip()]
+    except ValueError:
+        parser.error(f"--batches must be comma-separated positive integers; got {args.batches!r}")
+    if not batches or min(batches) < 1:
+        parser.error(f"--batches must be comma-separated positive integers; got {args.batches!r}")
     import cupy as cp
     import torch
 
@@ -65,7 +75,7 @@ def main(argv=None) -> int:
     print("| layer | batch | rule picks | cuDNN ms | " + " | ".join(CANDIDATES) + " |")
     print("|---|---|---|---|" + "---|" * len(CANDIDATES))
     for label, (image, w_shape, kw) in LAYERS.items():
-        for batch in BATCHES:
+        for batch in batches:
             med, pick = _measure(backend, label, (batch, *image), w_shape, kw, args.repeat)
             cells = [f"{med[a] * 1e3:.3f} ({med['cudnn'] / med[a]:.2f}x)" if a in med else "-" for a in CANDIDATES]
             print(f"| {label} | {batch} | {pick} | {med['cudnn'] * 1e3:.3f} | " + " | ".join(cells) + " |", flush=True)
