@@ -59,14 +59,20 @@ FORWARD_CLASSES = [
     ("dw 3x3 s2 C144 56x56", (1, 144, 56, 56), (144, 1, 3, 3), dict(stride=2, padding=1, groups=144), "depthwise", ""),
     ("dw 3x3 C960 7x7", (1, 960, 7, 7), (960, 1, 3, 3), dict(padding=1, groups=960), "depthwise", "per group"),
     ("dw 5x5 x2 multiplier", (2, 16, 20, 20), (32, 1, 5, 5), dict(groups=16, padding=2), "depthwise", "per group"),
-    # narrow stride-1 layers whose image fits shared memory: tf32x3_image, whatever the batch
+    # narrow stride-1 layers whose image fits shared memory and one round of a block's warps:
+    # tf32x3_image, whatever the batch
     ("ECE408 fa19 conv2 B10000", (10_000, 12, 22, 22), (24, 12, 5, 5), {}, "tf32x3_image", "12->24 channels"),
     ("ECE408 fa19 conv2 B8", (8, 12, 22, 22), (24, 12, 5, 5), {}, "tf32x3_image", "one image in shared memory"),
-    ("ECE408 fa21 conv2 B8", (8, 4, 40, 40), (16, 4, 7, 7), {}, "tf32x3_image", "4->16 channels"),
-    ("fa21 conv2 B16", (16, 4, 40, 40), (16, 4, 7, 7), {}, "tf32x3_image", "tensor cores"),
-    ("8->16 5x5 pad2 28x28 B64", (64, 8, 28, 28), (16, 8, 5, 5), dict(padding=2), "tf32x3_image", "8->16"),
-    # ... not for larger images (unmeasured: a block takes several rounds, a small batch idles the GPU)
-    ("4->16 3x3 56x56 B8", (8, 4, 56, 56), (16, 4, 3, 3), dict(padding=1), "igemm_big", "big block tiles"),
+    ("ECE408 fa19 conv2 B1", (1, 12, 22, 22), (24, 12, 5, 5), {}, "tf32x3_image", "tensor cores"),
+    ("LeNet conv2 B1", (1, 6, 14, 14), (16, 6, 5, 5), {}, "tf32x3_image", "6->16 channels"),
+    # ... an image of several rounds from about one image per multiprocessor
+    ("ECE408 fa21 conv2 B132", (132, 4, 40, 40), (16, 4, 7, 7), {}, "tf32x3_image", "4->16 channels"),
+    ("8->16 5x5 pad2 28x28 B128", (128, 8, 28, 28), (16, 8, 5, 5), dict(padding=2), "tf32x3_image", "8->16"),
+    # ... below that, register_tiled from 16 blocks (stride 1, several input channels)
+    ("ECE408 fa21 conv2 B8", (8, 4, 40, 40), (16, 4, 7, 7), {}, "register_tiled", "16 blocks"),
+    ("fa21 conv2 B16", (16, 4, 40, 40), (16, 4, 7, 7), {}, "register_tiled", "32 blocks"),
+    ("8->16 5x5 pad2 28x28 B64", (64, 8, 28, 28), (16, 8, 5, 5), dict(padding=2), "register_tiled", ""),
+    ("4->16 3x3 56x56 B8", (8, 4, 56, 56), (16, 4, 3, 3), dict(padding=1), "register_tiled", "32 blocks"),
     # few output channels, enough blocks for register_tiled (an image too large for tf32x3_image, float64)
     ("40->24 5x5 22x22 B10000", (10_000, 40, 22, 22), (24, 40, 5, 5), {}, "register_tiled", "10000 blocks"),
     ("float64 fa19 conv2 B10000", (10_000, 12, 22, 22), (24, 12, 5, 5), dict(dtype=np.float64), "register_tiled", ""),
@@ -79,6 +85,7 @@ FORWARD_CLASSES = [
     ("C1->256 3x3 56x56 B16", (16, 1, 56, 56), (256, 1, 3, 3), dict(padding=1), "depthwise", "one input channel"),
     # small stride-1 layers with few channels (tf32x3_image declines: float64, or fewer than 4 channels): tiled_shared
     ("float64 fa19 conv2 B8", (8, 12, 22, 22), (24, 12, 5, 5), dict(dtype=np.float64), "tiled_shared", "12->24"),
+    ("ECE408 fa21 conv2 B2", (2, 4, 40, 40), (16, 4, 7, 7), {}, "tiled_shared", "4->16 channels"),
     ("3->16 5x5 22x22 B8", (8, 3, 22, 22), (16, 3, 5, 5), {}, "tiled_shared", "3->16 channels"),
     ("32->32 5x5 12x12 B16", (16, 32, 12, 12), (32, 32, 5, 5), dict(padding=2), "tiled_shared", "32->32"),
     # strided or wider small layers: fused_gemm
@@ -87,11 +94,13 @@ FORWARD_CLASSES = [
     ("5x5 s2 C32->64 33x33 B4", (4, 32, 33, 33), (64, 32, 5, 5), dict(stride=2, padding=2), "fused_gemm", ""),
     ("3x3 C96->8 s2 12x12 B16", (16, 96, 12, 12), (8, 96, 3, 3), dict(stride=2, padding=1), "fused_gemm", ""),
     ("3x3 C64->64 20x20 B2", (2, 64, 20, 20), (64, 64, 3, 3), dict(padding=1), "fused_gemm", "reduction of 576"),
+    # a small 3x3 layer: not tiled_shared (9 multiply-adds per barrier)
+    ("3x3 C16->32 32x32 B8", (8, 16, 32, 32), (32, 16, 3, 3), dict(padding=1), "fused_gemm", "reduction of 144"),
     # enough work for the big tiles
     ("3x3 C64 56x56 B64", (64, 64, 56, 56), (64, 64, 3, 3), dict(padding=1), "tf32x3", "1568 big block tiles"),
     ("3x3 C256 14x14 B64", (64, 256, 14, 14), (256, 256, 3, 3), dict(padding=1), "tf32x3", "tensor cores"),
     ("5x5 s2 C16->32 B64", (64, 16, 64, 64), (32, 16, 5, 5), dict(stride=2, padding=2), "igemm_big", "big block"),
-    ("fa21 conv2 B16 float64", (16, 4, 40, 40), (16, 4, 7, 7), dict(dtype=np.float64), "fused_gemm", ""),
+    ("fa21 conv2 B16 float64", (16, 4, 40, 40), (16, 4, 7, 7), dict(dtype=np.float64), "register_tiled", ""),
 ]
 
 
@@ -185,13 +194,21 @@ def test_pointwise_class_in_float64_never_takes_the_float32_kernel():
 
 
 def test_register_tiled_needs_enough_blocks():
-    """ECE408 fa19 conv2 has one register_tiled block per image: the batch is the block count."""
-    need = rule.REGISTER_TILED_BLOCKS
+    """ECE408 fa19 conv2 has one register_tiled block per image: the batch is the block count. A stride-1
+    layer of several input channels needs REGISTER_TILED_SEVERAL_CHANNELS_BLOCKS; one input channel or a
+    stride, REGISTER_TILED_BLOCKS."""
+    need = rule.REGISTER_TILED_SEVERAL_CHANNELS_BLOCKS
     for batch in (1, 8, need - 1, need, 4 * need):
         assert register_tiled_blocks(_spec((batch, 12, 22, 22), (24, 12, 5, 5))) == batch
-    # float64 (tf32x3_image declines it), one block short: the next class that fits
-    assert _pick((need - 1, 12, 22, 22), (24, 12, 5, 5), dtype=np.float64)[0] == "fused_gemm"
+    # float64 (tf32x3_image declines it), one block short: the next class that fits (5x5: tiled_shared)
+    assert _pick((need - 1, 12, 22, 22), (24, 12, 5, 5), dtype=np.float64)[0] == "tiled_shared"
     assert _pick((need, 12, 22, 22), (24, 12, 5, 5), dtype=np.float64)[0] == "register_tiled"
+    # A stride keeps the larger threshold: 8->12 3x3 s2 on 45x45 (23x23 outputs, one block per image)
+    strided = rule.REGISTER_TILED_BLOCKS
+    for batch in (need, strided - 1, strided):
+        spec = ((batch, 8, 45, 45), (12, 8, 3, 3))
+        assert register_tiled_blocks(_spec(*spec, stride=2, padding=1)) == batch
+        assert (_pick(*spec, stride=2, padding=1)[0] == "register_tiled") == (batch >= strided), batch
 
 
 def test_register_tiled_blocks_geometry():

@@ -467,10 +467,11 @@ def _register_tiled_grid(s: ConvSpec, mt: int, tiles: int) -> tuple[int, int, in
 def register_tiled_blocks(spec: ConvSpec) -> int:
     """Blocks of register_tiled's launch on ``spec`` at REGISTER_PX outputs per thread (what auto's rule weighs).
 
-    The rule's threshold (``_cupy_rule.REGISTER_TILED_BLOCKS``) was measured
-    on launches of REGISTER_PX outputs per thread, before the hand rule took
-    fewer on small grids (:func:`_small_grid_px`): counted the same way, the
-    rule's picks do not move with the launch's px.
+    The rule's thresholds (``_cupy_rule.REGISTER_TILED_BLOCKS`` and
+    ``REGISTER_TILED_SEVERAL_CHANNELS_BLOCKS``) are block counts at
+    REGISTER_PX outputs per thread, whatever px the hand rule then takes on a
+    small grid (:func:`_small_grid_px`): the rule's picks do not depend on the
+    device it runs on.
     """
     s = spec.as_2d()
     mt = _register_tile(s)

@@ -43,6 +43,12 @@ a GPU. Each threshold below cites the measurements it comes from:
     4,096, every candidate's kernel time against cuDNN; and
     docs/measurements/gpu-targets-2026-11-26d-h100-ece408.md (issue-11
     table, the ECE408 and 1-D targets).
+``tf32x3-image-small``
+    docs/measurements/tf32x3-image-small-batches-2026-11-26-h100.md: H100,
+    tools/tf32x3_image_batches.py at batches 1 to 132 after register_tiled's
+    shifted inputs and small-grid px (register-tiled-2026-11-26.md): five
+    narrow layers, every candidate's kernel time, the rule's pick before and
+    after the lines that cite it.
 ``tf32x3``
     docs/measurements/tf32x3-2026-11-22.md: H100, tf32x3 against igemm_big
     and cuDNN on 3x3 layers at batch 64 and the ECE408 conv2 layers at
@@ -58,7 +64,7 @@ import math
 from typing import Callable
 
 from .._spec import ConvSpec
-from ._cupy_algorithms import TF32X3_IMAGE_MAX_CHANNELS, register_tiled_blocks, splitk_tiles
+from ._cupy_algorithms import TF32X3_IMAGE_MAX_CHANNELS, TF32X3_IMAGE_MAX_WARPS, register_tiled_blocks, splitk_tiles
 from .base import Verdict
 
 __all__ = ["choose", "big_tiles"]
@@ -127,6 +133,18 @@ SPLITK_MOST_TILES = 264
 #: 64 is about half the multiprocessors.
 REGISTER_TILED_BLOCKS = 64
 
+#: The same for stride-1 layers of several input channels per group, since register_tiled
+#: loads one input per tap on unit stride and takes fewer outputs per thread on
+#: small grids (register-tiled-2026-11-26). tf32x3-image-small (kernel times,
+#: H100): ECE408 fa21 conv2 at 16 and 32 blocks (batches 8, 16) the fastest of
+#: all (0.030 ms; tiled_shared 0.041 and 0.063), 5x5 C8->16 28x28 from batch 8
+#: the fastest (0.031-0.038 ms); at 8 blocks and fewer (batches 1-4) tiled_shared
+#: was 3-12% faster. One-input-channel layers keep REGISTER_TILED_BLOCKS: the
+#: depthwise kernel was the fastest on them at batch 8 (regret-gpu, fa19 and
+#: fa21 conv1: 15 and 16 us), with register_tiled not measured there since;
+#: strided layers keep it too (none of them measured at so few blocks).
+REGISTER_TILED_SEVERAL_CHANNELS_BLOCKS = 16
+
 #: Output channels per group from which tf32x3 (error-compensated TF32 on the
 #: tensor cores, float32 accuracy) replaces igemm_big on layers with
 #: BIG_ENOUGH tiles, forward: its 64-row block tile is full (backward, its
@@ -153,9 +171,22 @@ TF32X3_IMAGE_FROM = 4
 
 #: Most 32-pixel tile pairs (an image's outputs / 32) for which the rule takes
 #: tf32x3_image: the measured layers had 10 to 37 (outputs of 18x18 to 34x34).
-#: A larger image keeps one block busy for several rounds of its warps, and a
-#: small batch of them leaves most multiprocessors idle (not measured).
+#: A larger image keeps one block busy for several rounds of its warps (and
+#: below TF32X3_IMAGE_MULTI_ROUND_BATCH images, even 2-4 rounds lose: next line).
 TF32X3_IMAGE_MOST_PAIRS = 40
+
+#: Images from which tf32x3_image also takes a layer whose image needs its
+#: warps for several rounds (more than TF32X3_IMAGE_MAX_WARPS pairs of 16-pixel
+#: tiles). It runs one persistent block per image, so a smaller batch leaves
+#: multiprocessors idle while one block walks its image round after round.
+#: tf32x3-image-small (kernel times, batches 1 to 132): ECE408 fa21 conv2
+#: (37 pairs, 4 rounds) 0.043-0.044 ms at batches 1-32 against register_tiled's
+#: 0.028-0.033 and tiled_shared's 0.025-0.028 (1-4 images), even at 64 (0.047
+#: vs 0.045), ahead at 132 (0.048 vs 0.052); 5x5 C8->16 28x28 (25 pairs,
+#: 3 rounds): behind to 64 (0.043 vs 0.038), ahead at 132 (0.046 vs 0.049).
+#: One-round images (fa19 conv2, LeNet conv2) were fastest with it at every
+#: batch from 1. About one image per multiprocessor of the 132.
+TF32X3_IMAGE_MULTI_ROUND_BATCH = 128
 
 #: Output channels per group register_tiled covers with one register tile
 #: (its largest MT): beyond it the 64-row GEMM tiles are well used.
@@ -173,12 +204,24 @@ REGISTER_TILED_MOST = 24
 #: log's strided problems went to fused_gemm, im2col or direct).
 TILED_SHARED_MOST = 32
 
+#: Taps (KH*KW) from which ``tiled_shared`` takes a small layer: its threads do
+#: KH*KW multiply-adds per input channel between two barriers, and every layer
+#: it won had 25 or 49 (the lines above). On a 3x3 it lost at every batch
+#: measured: tf32x3-image-small, 3x3 C16->32 32x32 at batches 1-8, 0.031-0.061 ms
+#: against fused_gemm's 0.028-0.030 (x1.11-x2.03).
+TILED_SHARED_LEAST_TAPS = 25
+
 
 def big_tiles(s: ConvSpec) -> int:
     """Block tiles of igemm_big over the forward output (B*Ho*Wo columns, M/g rows per group)."""
     rows = 64 if s.out_channels_per_group <= 64 else 128
     n = s.batch * s.out_size[0] * s.out_size[1]
     return -(-n // 128) * -(-s.out_channels_per_group // rows) * s.groups
+
+
+def _image_rounds(s: ConvSpec) -> int:
+    """Rounds of its warps tf32x3_image's block takes over one image (tf32x3_image_geometry's arithmetic)."""
+    return math.ceil(math.ceil(math.prod(s.out_size) / 32) / TF32X3_IMAGE_MAX_WARPS)
 
 
 def _is_pointwise(spec: ConvSpec) -> bool:
@@ -237,11 +280,13 @@ def _forward_rules(spec: ConvSpec, s: ConvSpec, tiles: int) -> list[tuple[str, s
         and s.dilation == (1, 1)
         and math.prod(s.kernel_size) > 1  # a padded 1x1 (not the pointwise class) was not measured
         and math.ceil(math.prod(s.out_size) / 32) <= TF32X3_IMAGE_MOST_PAIRS
+        and (_image_rounds(s) == 1 or s.batch >= TF32X3_IMAGE_MULTI_ROUND_BATCH)
     ):
         rules.append(("tf32x3_image", f"{cg}->{mg} channels, stride 1: one image in shared memory, tensor cores"))
     if mg <= REGISTER_TILED_MOST and math.prod(s.kernel_size) > 1:
         blocks = register_tiled_blocks(s)
-        if blocks >= REGISTER_TILED_BLOCKS:
+        several = cg > 1 and s.stride == (1, 1)  # the class REGISTER_TILED_SEVERAL_CHANNELS_BLOCKS was measured on
+        if blocks >= (REGISTER_TILED_SEVERAL_CHANNELS_BLOCKS if several else REGISTER_TILED_BLOCKS):
             rules.append(("register_tiled", f"{mg} output channels per group fit one register tile; {blocks} blocks"))
     if cg == 1:
         # A first layer (one input channel, several filters) is the depthwise kernel's case too: fastest at
@@ -255,7 +300,7 @@ def _forward_rules(spec: ConvSpec, s: ConvSpec, tiles: int) -> list[tuple[str, s
         and cg <= TILED_SHARED_MOST
         and mg <= TILED_SHARED_MOST
         and tiles < BIG_ENOUGH
-        and math.prod(s.kernel_size) > 1
+        and math.prod(s.kernel_size) >= TILED_SHARED_LEAST_TAPS
     ):
         rules.append(("tiled_shared", f"small stride-1 layer ({cg}->{mg} channels per group): one thread per output"))
     return rules + _gemm_rules(spec, s, tiles)
