@@ -175,8 +175,7 @@ def _tiled_params(s: ConvSpec, algorithm: str) -> dict:
         bx = _block_width(s, 1)
         return {"tile_w": bx, "tile_h": _block_height(s, bx)}
     mt = _register_tile(s)
-    px = _small_grid_px(s, mt, REGISTER_PX)
-    return {"mt": mt, "block_w": _block_width(s, px), "px": px}
+    return _register_tiled_params(s, mt, _small_grid_px(s, mt, REGISTER_PX))
 
 
 def _small_grid_px(s: ConvSpec, mt: int, px: int) -> int:
@@ -193,16 +192,22 @@ def _small_grid_px(s: ConvSpec, mt: int, px: int) -> int:
     sms = rt.sm_count_or_none()
     if sms is None:
         return px
-    while px > 1:
-        params = {"mt": mt, "block_w": _block_width(s, px), "px": px}
-        blocks = math.prod(_register_tiled_grid(s, mt, _tile_geometry(s, "register_tiled", params)["tiles"]))
-        if 2 * blocks >= sms:
-            break
-        smaller = {"mt": mt, "block_w": _block_width(s, px // 2), "px": px // 2}
-        if _check_tiled(s, "register_tiled", smaller) is not True:
+    while px > 1 and 2 * _register_tiled_blocks_at(s, mt, px) < sms:
+        if _check_tiled(s, "register_tiled", _register_tiled_params(s, mt, px // 2)) is not True:
             break
         px //= 2
     return px
+
+
+def _register_tiled_params(s: ConvSpec, mt: int, px: int) -> dict:
+    """register_tiled's parameters for ``mt`` and ``px``, with the hand rule's block width for that px."""
+    return {"mt": mt, "block_w": _block_width(s, px), "px": px}
+
+
+def _register_tiled_blocks_at(s: ConvSpec, mt: int, px: int) -> int:
+    """Thread blocks of register_tiled's launch with :func:`_register_tiled_params`."""
+    geo = _tile_geometry(s, "register_tiled", _register_tiled_params(s, mt, px))
+    return math.prod(_register_tiled_grid(s, mt, geo["tiles"]))
 
 
 def _tile_geometry(s: ConvSpec, algorithm: str, params: dict | None = None) -> dict:
@@ -474,9 +479,7 @@ def register_tiled_blocks(spec: ConvSpec) -> int:
     device it runs on.
     """
     s = spec.as_2d()
-    mt = _register_tile(s)
-    params = {"mt": mt, "block_w": _block_width(s, REGISTER_PX), "px": REGISTER_PX}
-    return math.prod(_register_tiled_grid(s, mt, _tile_geometry(s, "register_tiled", params)["tiles"]))
+    return _register_tiled_blocks_at(s, _register_tile(s), REGISTER_PX)
 
 
 def _constraint_tiled_2d(algorithm: str):
