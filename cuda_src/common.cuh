@@ -38,6 +38,17 @@ __device__ __forceinline__ T activate(T v) {
     return v;
 }
 
+// p, hidden from the optimiser: addresses derived from it are stepped from this
+// register instead of rebuilt from the kernel parameters, which ptxas does under a
+// tight register budget (a constant-bank load, a sign extension and two LEAs per
+// load in the implicit GEMMs' gathers). Read through __ldg: the pointer no longer
+// carries the __restrict__ that makes a load LDG.CONSTANT.
+template <typename P>
+__device__ __forceinline__ P* opaque_pointer(P* p) {
+    asm("" : "+l"(p));
+    return p;
+}
+
 // Constants shared with the launch code arrive as -D options from one table
 // (convsuite/backends/_cuda_sources.py, DEFINES); never define them here.
 #if !defined(CS_THREADS) || !defined(CS_CONST_BYTES) || !defined(CS_BLOCKED_V) || !defined(CS_RT_PX) || \

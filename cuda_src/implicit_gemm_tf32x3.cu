@@ -19,15 +19,16 @@
 // the weight gradient's recomputation loops over its split's pixels one by one
 // (slow: for a gradient that holds inf or NaN only).
 //
-// Tiling (conv2d_tf32x3_fwd<float, BM, ACT>): block tile BM (output channels,
+// Tiling (conv2d_tf32x3_fwd<float, BM, ACT, CHUNKED>): block tile BM (output channels,
 // 64 or 128) x 128 (output pixels), BK = 8 per shared-memory stage (one MMA
 // k-step), two stages with the next slice's global loads issued into
 // registers before the current one is multiplied. 2*BM threads = BM/16
 // warps, each owning a 32 x 64 warp tile: 2 x 8 MMA tiles of 16 x 8, 64
-// accumulators per thread. The im2col gather reads its taps' offsets from a
-// small per-stage table in shared memory (decoded by eight threads); the
-// filter-offset table koff (as igemm_big's) serves only the float32
-// recomputation of blocks with special values.
+// accumulators per thread. The im2col gather (template switch CHUNKED) either
+// reads its taps' offsets from a small per-stage table in shared memory
+// (decoded by eight threads), or runs over chunks of 8 channels tap by tap
+// with no table (see load() below); the filter-offset table koff (as
+// igemm_big's) serves only the float32 recomputation of blocks with special values.
 //
 // Y_g (Mg x N) = W_g (Mg x Kd) X_g (Kd x N), N = B*Ho*Wo; grid = (ceil(N/128),
 // ceil(Mg/BM), groups). ACT fuses ReLU (1) or ReLU6 (2) into the epilogue. The double
@@ -93,7 +94,7 @@ __host__ __device__ constexpr int tx_fwd_min_blocks(int BM) { return CS_TX_BLOCK
 #define TX_FWD_BOUNDS(BM) __launch_bounds__(2 * (BM))
 #endif
 
-template <typename T, int BM, int ACT>
+template <typename T, int BM, int ACT, int CHUNKED>
 __global__ void TX_FWD_BOUNDS(BM)
     conv2d_tf32x3_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias, T* __restrict__ y,
                       const int4* __restrict__ koff, CONV_PARAMS) {
@@ -124,6 +125,11 @@ __global__ void TX_FWD_BOUNDS(BM)
         // rows' 8 consecutive k instead of 32 rows' one k.
         const int akq = tid % TX_BK, arow = tid / TX_BK;
         const float* wg = w + (i64)g * Mg * Kd;
+        // CHUNKED: the first of the thread's A_PER weight rows, and which of them exist (bit r).
+        const float* wa = wg + (i64)min(m0 + arow, Mg - 1) * Kd;
+        unsigned a_rows = 0;
+#pragma unroll
+        for (int r = 0; r < A_PER; ++r) a_rows |= unsigned(m0 + arow + r * (NT / TX_BK) < Mg) << r;
         // Input loads: output column bn of the tile (decoded once), B_PER consecutive k.
         const int bn = tid % TX_BN, bk = (tid / TX_BN) * B_PER;
         const i64 n_load = n0 + bn;
@@ -135,6 +141,19 @@ __global__ void TX_FWD_BOUNDS(BM)
         const int ih0 = (r_load / Wo) * sh - ph, iw0 = (r_load % Wo) * sw - pw;
         const float* xb = x + (b_load * C + (i64)g * Cg) * H * W;
         const int HW = H * W;   // one group's input fits in an int (the backend's check)
+        // CHUNKED = 0: the reduction runs in the weights' order, k = (c, p, q),
+        // and the gather reads each element's offset from a tap table (below).
+        // CHUNKED = 1: it runs over channel chunks of 8, and within a chunk
+        // over the taps (p, q): a stage is one tap of 8 consecutive channels,
+        // so a thread's 8 elements share one bounds check and lie H*W apart,
+        // and the tap advances by a counter (no table, no division). The weights
+        // are read in that order from their own layout (L1 holds a chunk's
+        // 8*KH*KW words a row across its KH*KW stages). A chunk past Cg is zeros:
+        // exact for any Cg, wasteful only where Cg is not a multiple of 8 (the
+        // backend's rule takes it where it is).
+        const int taps = KH * KW;
+        const int steps = CHUNKED ? (Cg + TX_BK - 1) / TX_BK * taps : (Kd + TX_BK - 1) / TX_BK;
+        int lc = 0, lp = 0, lq = 0;   // CHUNKED: the first channel and the tap the next load() reads
         // The gather's tap table, double-buffered and written two stages before the
         // MMAs of the stage it describes (one before that stage's loads): entry r of tab[t] holds, for
         // k = (first k of that stage) + r, the input offset c*H*W + p*dh*W + q*dw,
@@ -145,7 +164,7 @@ __global__ void TX_FWD_BOUNDS(BM)
         __shared__ int4 tab[2][TX_BK];
         auto decode = [&](int t, int k0) {
             if (tid < TX_BK) {
-                const int k = k0 + tid, kk = min(k, Kd - 1), taps = KH * KW;
+                const int k = k0 + tid, kk = min(k, Kd - 1);
                 const int c = kk / taps, pq = kk - c * taps, p = pq / KW, q = pq - p * KW;
                 tab[t][tid] = make_int4(c * HW + p * dh * W + q * dw, p * dh, q * dw, k < Kd);
             }
@@ -159,20 +178,42 @@ __global__ void TX_FWD_BOUNDS(BM)
         // may still be in flight.
         float ra[A_PER], rb[B_PER];
         bool unsplittable = false;
-        auto load = [&](int k0) {
-            const int ka = k0 + akq;
+        auto load = [&](int step) {
+            if constexpr (CHUNKED) {
+                // One 64-bit pointer per operand and stage, stepped by IMAD.WIDE: 32-bit
+                // offsets off a per-thread base made the compiler rebuild each address from
+                // the kernel parameters (sign extensions, a constant-bank load) under the
+                // 128-register budget.
+                const int ca = lc + akq;
+                const float* wp = opaque_pointer(wa + (ca * taps + lp * KW + lq));
 #pragma unroll
-            for (int r = 0; r < A_PER; ++r) {
-                const int m = m0 + arow + r * (NT / TX_BK);
-                ra[r] = *(m < Mg && ka < Kd ? wg + (i64)m * Kd + ka : &tx_zero);
-            }
-            const int4* t = tab[(k0 / TX_BK) & 1];
+                for (int r = 0; r < A_PER; ++r)
+                    ra[r] = (a_rows >> r & 1) && ca < Cg ? __ldg(wp + (i64)r * (NT / TX_BK) * Kd) : 0.0f;
+                const int ih = ih0 + lp * dh, iw = iw0 + lq * dw;
+                // Channels of this chunk the thread reads: 0 outside the image, fewer in the last chunk.
+                const int live = (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W ? Cg - (lc + bk) : 0;
+                const float* xp = opaque_pointer(xb + ((lc + bk) * HW + ih * W + iw));   // formed, not read, outside
 #pragma unroll
-            for (int r = 0; r < B_PER; ++r) {
-                const int4 e = t[bk + r];
-                const int ih = ih0 + e.y, iw = iw0 + e.z;
-                const bool ok = e.w && (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W;
-                rb[r] = *(ok ? xb + (ih0 * W + iw0 + e.x) : &tx_zero);
+                for (int r = 0; r < B_PER; ++r, xp += HW) rb[r] = r < live ? __ldg(xp) : 0.0f;
+                if (++lq == KW) {
+                    lq = 0;
+                    if (++lp == KH) lp = 0, lc += TX_BK;
+                }
+            } else {
+                const int ka = step * TX_BK + akq;
+#pragma unroll
+                for (int r = 0; r < A_PER; ++r) {
+                    const int m = m0 + arow + r * (NT / TX_BK);
+                    ra[r] = *(m < Mg && ka < Kd ? wg + (i64)m * Kd + ka : &tx_zero);
+                }
+                const int4* t = tab[step & 1];
+#pragma unroll
+                for (int r = 0; r < B_PER; ++r) {
+                    const int4 e = t[bk + r];
+                    const int ih = ih0 + e.y, iw = iw0 + e.z;
+                    const bool ok = e.w && (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W;
+                    rb[r] = *(ok ? xb + (ih0 * W + iw0 + e.x) : &tx_zero);
+                }
             }
         };
         auto store = [&](int s) {
@@ -194,19 +235,21 @@ __global__ void TX_FWD_BOUNDS(BM)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
-        decode(0, 0);
-        decode(1, TX_BK);
-        __syncthreads();
+        if constexpr (!CHUNKED) {
+            decode(0, 0);
+            decode(1, TX_BK);
+            __syncthreads();
+        }
         load(0);
         store(0);
         __syncthreads();
         int s = 0;
-        for (int k0 = 0; k0 < Kd; k0 += TX_BK) {
-            const bool more = k0 + TX_BK < Kd;
-            if (more) load(k0 + TX_BK);   // in flight while this slice is multiplied
+        for (int step = 0; step < steps; ++step) {
+            const bool more = step + 1 < steps;
+            if (more) load(step + 1);   // in flight while this slice is multiplied
             // The table two stages on replaces the one the previous iteration's
             // load read (before the barrier that ended it).
-            if (k0 + 2 * TX_BK < Kd) decode(s, k0 + 2 * TX_BK);
+            if (!CHUNKED && step + 2 < steps) decode(s, (step + 2) * TX_BK);
             tx_stage_mma<BM>(Ab[s], As[s], Bb[s], Bs[s], acc, wm0, wn0, gq, tq);
             if (more) store(s ^ 1);   // stage s^1 was last read before the previous barrier
             __syncthreads();

@@ -117,8 +117,8 @@ def test_the_expected_records_are_tunable():
         "tiled_shared": ["tile_w", "tile_h"],
         "register_tiled": ["mt", "block_w", "px"],
         "fused_gemm": ["bk"],
-        "igemm_big": ["bm"],
-        "tf32x3": ["bm", "blocks"],
+        "igemm_big": ["bm", "gather"],
+        "tf32x3": ["bm", "blocks", "gather"],
         "pointwise": ["mt"],
         "depthwise": ["px", "py"],
         "blocked": ["v"],
@@ -147,9 +147,9 @@ def test_defaults_reproduce_the_hand_rule():
     one_row = SPECS[2]  # 994 outputs in one row: up to 256 threads wide
     assert algs.RECORDS["tiled_shared"].defaults(one_row, "forward") == {"tile_w": 249, "tile_h": 1}
     assert algs.RECORDS["register_tiled"].defaults(one_row, "forward") == {"mt": 4, "block_w": 249, "px": 4}
-    wide = SPECS[8]  # 200 output channels per group
-    assert algs.RECORDS["igemm_big"].defaults(wide, "forward") == {"bm": 128}
-    assert algs.RECORDS["igemm_big"].defaults(SPECS[1], "forward") == {"bm": 64}
+    wide = SPECS[8]  # 64 -> 200 channels: 128-row tiles, whole chunks of 8 input channels
+    assert algs.RECORDS["igemm_big"].defaults(wide, "forward") == {"bm": 128, "gather": "chunked"}
+    assert algs.RECORDS["igemm_big"].defaults(SPECS[1], "forward") == {"bm": 64, "gather": "chunked"}  # 12 -> 24
     assert algs.RECORDS["pointwise"].defaults(SPECS[6], "forward") == {"mt": 24}
     assert algs.RECORDS["pointwise"].defaults(SPECS[7], "forward") == {"mt": 16}  # float64 stops at 16
     assert algs.RECORDS["depthwise"].defaults(SPECS[4], "forward") == {
@@ -464,3 +464,50 @@ def test_register_tiled_takes_fewer_outputs_per_thread_on_a_grid_too_small_for_t
         assert algs._tiled_params(large.as_2d(), "register_tiled")["px"] == algs.REGISTER_PX
         # auto's rule weighs the grid at REGISTER_PX (its threshold's measurements): unmoved by the launch's px.
         assert algs.register_tiled_blocks(small) == 64
+
+
+def test_the_gather_rules_follow_the_measured_channel_counts():
+    """tf32x3 chunks only whole chunks of 8 channels, igemm_big from 8 channels on; forward the layer's
+    input channels per group, backward its output channels (the stride-1 dX's input)."""
+    tf32x3, big = algs.RECORDS["tf32x3"], algs.RECORDS["igemm_big"]
+    fat = _spec((2, 64, 20, 20), (200, 64, 3, 3), padding=1)
+    fa19 = _spec((2, 12, 22, 22), (24, 12, 5, 5))
+    assert [r.defaults(fat, "forward")["gather"] for r in (tf32x3, big)] == ["chunked", "chunked"]
+    assert [r.defaults(fa19, "forward")["gather"] for r in (tf32x3, big)] == ["table", "chunked"]
+    assert big.defaults(fa19, "backward")["gather"] == "chunked"  # 24 output channels
+    narrow = _spec((2, 6, 20, 20), (6, 6, 3, 3), padding=1)
+    assert [r.defaults(narrow, d)["gather"] for r in (tf32x3, big) for d in ("forward", "backward")] == ["table"] * 4
+    grouped = _spec((2, 48, 9, 9), (36, 16, 3, 3), groups=3)  # 16 in, 12 out per group
+    assert tf32x3.defaults(grouped, "forward")["gather"] == "chunked"
+    assert tf32x3.defaults(grouped, "backward")["gather"] == "table"
+    for record in (tf32x3, big):
+        (gather,) = [t for t in record.tunables if t.name == "gather"]
+        assert gather.values == tuple(algs.GATHERS) == tuple(sorted(algs.GATHERS))
+
+
+@pytest.mark.parametrize("algorithm", ["igemm_big", "tf32x3"])
+def test_the_gather_reaches_the_kernel_names_it_selects(monkeypatch, algorithm):
+    """Every forward kernel of the big implicit GEMMs is compiled with both gathers, and a plan asks for the
+    instantiation of its gather (plain, fused activation, masked dX; no GPU: the request is recorded)."""
+    for filename, prefix in (
+        ("implicit_gemm_big.cu", "conv2d_igemm_fwd@"),
+        ("implicit_gemm_tf32x3.cu", "conv2d_tf32x3_fwd@"),
+        ("implicit_gemm_big_masked.cu", "conv2d_igemm_fwd_masked@"),
+    ):
+        names = [k for k in KERNELS[filename] if k.startswith(prefix)]
+        assert {n.rsplit(",", 1)[1] for n in names} == {str(v) for v in algs.GATHERS.values()}, filename
+    requested = []
+    monkeypatch.setattr(algs.rt, "kernel", lambda filename, name, dtype, **kw: requested.append(name))
+    monkeypatch.setattr(algs, "_filter_offsets", lambda *a: None)
+    monkeypatch.setattr(algs.rt, "bind", lambda *a, **kw: None)
+    monkeypatch.setattr(algs, "_with_bias", lambda s, launch: launch)
+    spec = _spec((2, 64, 20, 20), (200, 64, 3, 3), padding=1)
+    for gather, code in algs.GATHERS.items():
+        algs.RECORDS[algorithm].build(spec, "forward", {"gather": gather})
+        assert requested.pop().endswith(f",{code}"), gather
+        algs.plan_forward_activation(spec, algorithm, "relu", {"gather": gather})
+        assert requested.pop().endswith(f",1,{code}"), gather
+    if algorithm == "igemm_big":
+        for gather, code in algs.GATHERS.items():
+            algs._plan_forward_masked(spec, "igemm_big", gather)
+            assert requested.pop() == f"conv2d_igemm_fwd_masked@128,{code}"

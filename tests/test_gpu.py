@@ -866,13 +866,20 @@ TUNABLE_CASES = {
         ((2, 40, 9, 7), (33, 40, 1, 1), {}),
         ((1, 6, 13), (20, 3, 1), dict(groups=2)),
     ],
+    # gather: each case runs both; the chunked gather's last chunk is full on the first,
+    # partial on the others (6 and 20 channels, 70 and 36 in the transposed dX); a 2x3 kernel
+    # with dilation, stride and padding beyond the kernel's reach.
     "igemm_big": [
         ((2, 8, 13, 12), (70, 8, 3, 3), dict(padding=1)),
         ((2, 12, 11, 10), (40, 6, 3, 3), dict(stride=2, padding=1, groups=2)),
+        ((2, 20, 9, 11), (36, 20, 2, 3), dict(dilation=(2, 1), padding=(1, 3))),
+        ((1, 20, 10, 9), (16, 20, 2, 3), dict(stride=(1, 2), padding=(2, 1))),
     ],
     "tf32x3": [
         ((2, 8, 13, 12), (70, 8, 3, 3), dict(padding=1)),
         ((2, 12, 11, 10), (40, 6, 3, 3), dict(stride=2, padding=1, groups=2)),
+        ((2, 20, 9, 11), (36, 20, 2, 3), dict(dilation=(2, 1), padding=(1, 3))),
+        ((1, 20, 10, 9), (16, 20, 2, 3), dict(stride=(1, 2), padding=(2, 1))),
     ],
 }
 TUNABLE_CASES["register_tiled"] = TUNABLE_CASES["tiled_shared"]
@@ -1099,7 +1106,7 @@ def test_a_first_call_compiles_the_modules_of_its_kernels_only(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     built = json.loads(out.stdout.strip().splitlines()[-1])
     tf32x3 = [kernel for filename, kernel in built if filename == "implicit_gemm_tf32x3.cu"]
-    assert tf32x3 == ["conv2d_tf32x3_fwd@64,0"], built
+    assert tf32x3 == ["conv2d_tf32x3_fwd@64,0,1"], built
 
 
 def test_device_name_tells_the_model_for_the_tuning_cache_and_the_records():

@@ -362,10 +362,15 @@ def test_the_device_run_prints_the_masked_backward_rows():
 
 
 def _masked_name(name: str) -> str:
-    """The ``_masked`` twin of a plain kernel: the forward kernels run as dX lose their ACT argument (0)."""
+    """The ``_masked`` twin of a plain kernel: the forward kernels run as dX lose their ACT argument (0;
+    fused_gemm's last, igemm_big's second, before its gather)."""
     base, _, extra = name.partition("@")
-    if base in ("conv2d_implicit_gemm", "conv2d_igemm_fwd"):
+    if base == "conv2d_implicit_gemm":
         extra = ",".join(extra.split(",")[:-1])
+    if base == "conv2d_igemm_fwd":
+        bm, act, gather = extra.split(",")
+        assert act == "0", name
+        extra = f"{bm},{gather}"
     return f"{base}_masked" + (f"@{extra}" if extra else "")
 
 

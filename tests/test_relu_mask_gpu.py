@@ -31,10 +31,11 @@ LADDER = ("wgrad_atomic", "wgrad_shuffle", "wgrad_registers", "wgrad_padded")
 
 # Each route of the masked backward: stride-1 dX as register_tiled (<= 24
 # input channels per group) or as the implicit GEMM (more; 72 output channels
-# take igemm_big's 128-row dW tiles), the gather dX of strides > 1, groups with
-# dilation and asymmetric padding, depthwise (compiled K and S, and the
-# general kernel), the ECE408 5x5 valid layer, a 1-D case (run as height 1),
-# sizes that divide no tile.
+# take igemm_big's 128-row dW tiles and its chunked gather, 36 its table
+# gather), the gather dX of strides > 1, groups with dilation and asymmetric
+# padding, depthwise (compiled K and S, and the general kernel), the ECE408
+# 5x5 valid layer, a 1-D case (run as height 1), sizes that divide no tile (the
+# tests below pick cases by index: new ones go last).
 CASES = [
     ((2, 8, 15, 17), (12, 8, 3, 3), dict(padding=1)),
     ((2, 40, 11, 13), (72, 40, 3, 3), dict(padding=1)),
@@ -46,6 +47,7 @@ CASES = [
     ((1, 3, 11, 12), (3, 1, 3, 2), dict(groups=3, dilation=2, padding=1)),
     ((2, 12, 11, 11), (24, 12, 5, 5), {}),
     ((2, 3, 40), (5, 3, 4), dict(padding="full")),
+    ((2, 30, 9, 10), (36, 30, 3, 3), dict(padding=1)),
 ]
 
 

@@ -21,6 +21,8 @@
 #   bash tools/device_run.sh tc       tf32x3: its GPU tests, the probe against igemm_big and cuDNN, Nsight Compute on c1
 #   bash tools/device_run.sh dask [REPEAT]  issue 14's Dask rows on the host's CPU: all cores, then two (taskset)
 #   bash tools/device_run.sh taskstream  tools/dask_task_stream.py on the host's CPU: scheduler-placed, then spread chunks
+#   bash tools/device_run.sh gather [LAYERS]  tools/gather_probe.py: igemm_big's and tf32x3's table and chunked
+#                                     gathers, forward and backward, against cuDNN
 #   bash tools/device_run.sh targets  gpu_targets (TARGETS=label fragments, comma-separated; all when unset)
 #   bash tools/device_run.sh rtsweep [NAMES]  register_tiled's block_w x px on the input-gradient problems it runs
 #   bash tools/device_run.sh phases   every kernel of a backward call per algorithm (CUPTI), and register_tiled's
@@ -187,6 +189,11 @@ taskstream)
   grep -vE "^(20|/tmp|  warn|This may|Consider| or using|See also)" "$LOGS/dask-task-stream.log" | tail -24 | tee -a "$SUMMARY"
   run dask-task-stream-spread 200 python3 tools/dask_task_stream.py --repeat 4 --spread
   grep -vE "^(20|/tmp|  warn|This may|Consider| or using|See also)" "$LOGS/dask-task-stream-spread.log" | tail -24 | tee -a "$SUMMARY"
+  ;;
+gather)
+  # igemm_big's and tf32x3's two im2col gathers against each other and cuDNN (tools/gather_probe.py)
+  run gather-probe 400 python3 tools/gather_probe.py ${2:+--layers "$2"}
+  grep -E "^==|x table|FAIL" "$LOGS/gather-probe.log" | cut -c1-230 | tee -a "$SUMMARY"
   ;;
 targets)
   # The issue-11 table on the targets named by TARGETS (label fragments; all when empty).

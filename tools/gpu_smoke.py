@@ -92,7 +92,8 @@ for dtype in (np.float32, np.float64):
                         wrong.append((name, "backward+relu", x_shape))
                     ran.add((name, "backward+relu"))
 # Every -D configuration a tunable can ask for (one module each: other code than the default's),
-# each value alone with the others at their defaults, on the first case each algorithm runs.
+# and each template variant of the big implicit GEMMs' gathers, each value alone with the others
+# at their defaults, on the first case each algorithm runs.
 from convsuite.backends._cuda_sources import OVERRIDABLE  # noqa: E402
 
 compiled = {
@@ -100,7 +101,8 @@ compiled = {
     "blocked": ("v",),
     "depthwise": ("px", "py"),
     "fused_gemm": ("bk",),
-    "tf32x3": ("blocks",),
+    "igemm_big": ("gather",),
+    "tf32x3": ("blocks", "gather"),
 }
 assert set(OVERRIDABLE) == {
     "CS_RT_PX",

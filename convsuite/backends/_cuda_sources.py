@@ -149,12 +149,12 @@ KERNELS = {
         "conv2d_wgrad_implicit_gemm",
     ],
     "implicit_gemm_big.cu": [
-        *[f"conv2d_igemm_fwd@{bm},{act}" for bm in (64, 128) for act in EPILOGUES],
+        *[f"conv2d_igemm_fwd@{bm},{act},{chunked}" for bm in (64, 128) for act in EPILOGUES for chunked in (0, 1)],
         *[f"conv2d_igemm_wgrad@{bm}" for bm in (64, 128)],
     ],
     "tf32x3_image.cu": [f"conv2d_tf32x3_image@{nt},{act}" for nt in (1, 2, 3, 4) for act in EPILOGUES],
     "implicit_gemm_tf32x3.cu": [
-        *[f"conv2d_tf32x3_fwd@{bm},{act}" for bm in (64, 128) for act in EPILOGUES],
+        *[f"conv2d_tf32x3_fwd@{bm},{act},{chunked}" for bm in (64, 128) for act in EPILOGUES for chunked in (0, 1)],
         *[f"conv2d_tf32x3_wgrad@{bm}" for bm in (16, 32, 64, 128)],
     ],
     "wgrad_ladder.cu": [
@@ -173,7 +173,8 @@ KERNELS = {
         "conv2d_wgrad_implicit_gemm_masked",
     ],
     "implicit_gemm_big_masked.cu": [
-        *[f"conv2d_igemm_{kind}_masked@{bm}" for kind in ("fwd", "wgrad") for bm in (64, 128)],
+        *[f"conv2d_igemm_fwd_masked@{bm},{chunked}" for bm in (64, 128) for chunked in (0, 1)],
+        *[f"conv2d_igemm_wgrad_masked@{bm}" for bm in (64, 128)],
     ],
     "depthwise_masked.cu": [
         *[f"depthwise_grad_input_masked@{k},{s}" for k, s in DEPTHWISE_FIXED],

@@ -661,8 +661,59 @@ def _plan_fused_gemm(spec: ConvSpec, direction: str, params: dict) -> Launch:
 
 
 def _plan_igemm_big(spec: ConvSpec, direction: str, params: dict) -> Launch:
-    """igemm_big with its block-tile rows ``params["bm"]``."""
-    return _plan_implicit_gemm(spec, direction, True, bm=params["bm"])
+    """igemm_big with its block-tile rows ``params["bm"]`` and input gather ``params["gather"]``."""
+    return _plan_implicit_gemm(spec, direction, True, bm=params["bm"], gather=params["gather"])
+
+
+#: The big implicit GEMMs' input gathers -> template argument CHUNKED of their forward kernels
+#: (in the sorted order of a tunable's values).
+GATHERS = {"chunked": 1, "table": 0}
+
+#: Channel chunk of the ``chunked`` gather: one shared-memory stage's reduction depth.
+GATHER_CHUNK = 8
+
+
+def _gather_channels(spec: ConvSpec, direction: str) -> int:
+    """Channels per group the big forward kernel gathers: the layer's input channels forward; backward
+    its output channels (the stride-1 input gradient is a convolution of grad_y).
+    """
+    s = spec.as_2d()
+    return s.channels_per_group if direction == "forward" else s.out_channels_per_group
+
+
+def _default_gather_simt(spec: ConvSpec, direction: str) -> str:
+    """igemm_big: ``chunked`` from one whole chunk of channels, padded or not.
+
+    H100, 2026-11-26 (tools/gather_probe.py): chunked 1.13-1.48x table forward on
+    3x3 layers of 16-256 channels, and still 1.23x at 20 channels (a last chunk
+    half zeros) and 1.06x at 12 (the ECE408 fa19 conv2: a third of its chunks' work
+    zeros). Below 8 channels every chunk is mostly zeros: the table.
+    """
+    return "chunked" if _gather_channels(spec, direction) >= GATHER_CHUNK else "table"
+
+
+def _default_gather_tf32x3(spec: ConvSpec, direction: str) -> str:
+    """tf32x3: ``chunked`` where the channels fill whole chunks of 8.
+
+    H100, 2026-11-26 (tools/gather_probe.py): chunked 1.06-1.17x table forward and
+    1.07-1.13x backward on 16-256 channels and the 1x1 96->24, but 0.97x at 12
+    channels (fa19 conv2) and 1.01x at 20: the zeros of a partial chunk cost three
+    MMAs each, as much as the table gather saves.
+    """
+    return "chunked" if _gather_channels(spec, direction) % GATHER_CHUNK == 0 else "table"
+
+
+def _gather_tunable(default) -> Tunable:
+    """The ``gather`` tunable of igemm_big and tf32x3, with that algorithm's hand rule."""
+    return Tunable(
+        "gather",
+        tuple(GATHERS),
+        default,
+        "the forward kernel's im2col gather (backward: the stride-1 input gradient's): 'chunked' reduces over "
+        "chunks of 8 channels, tap by tap, so a thread's 8 elements share one bounds check and lie H*W apart "
+        "(no table; a last chunk past the channels is zeros); 'table' reduces in the weights' order (c, p, q), "
+        "each element's offset read from a table of taps",
+    )
 
 
 def _constraint_big(spec: ConvSpec, direction: str, params) -> Verdict:
@@ -679,6 +730,7 @@ IGEMM_BIG_TUNABLES = (
         lambda spec, direction: _big_rows(spec.as_2d().out_channels_per_group),
         "block-tile rows (output channels; template BM, 2*BM threads): 64 where 128 would be half idle",
     ),
+    _gather_tunable(_default_gather_simt),
 )
 
 
@@ -737,7 +789,9 @@ def tf32x3_wgrad_rows(out_per_group: int, bm: int) -> int:
 
 def _plan_tf32x3(spec: ConvSpec, direction: str, params: dict) -> Launch:
     """tf32x3 with its block-tile rows ``params["bm"]`` and register budget ``params["blocks"]``."""
-    return _plan_implicit_gemm(spec, direction, True, bm=params["bm"], kind="tf32x3", tx_blocks=params["blocks"])
+    return _plan_implicit_gemm(
+        spec, direction, True, bm=params["bm"], kind="tf32x3", tx_blocks=params["blocks"], gather=params["gather"]
+    )
 
 
 TF32X3_TUNABLES = (
@@ -759,6 +813,7 @@ TF32X3_TUNABLES = (
         "backward (H100, 3x3 C=64 56x56 B=64); the default changes once 4 has passed the whole GPU suite and "
         "racecheck as the default",
     ),
+    _gather_tunable(_default_gather_tf32x3),
 )
 
 
@@ -865,6 +920,7 @@ def _plan_implicit_gemm(
     kind: str = "simt",
     act: int = 0,
     tx_blocks: int | None = None,
+    gather: str | None = None,
 ) -> Launch:
     """fused_gemm (64x64 tiles, both dtypes) or igemm_big (float32, BM x 128 tiles, pipelined).
 
@@ -878,7 +934,9 @@ def _plan_implicit_gemm(
     input gradient of a stride-1 convolution (itself a forward problem) on
     the tensor cores with error-compensated TF32 (it has no ``_masked``
     kernels: ``fuses_relu_mask`` says False for it); ``tx_blocks`` is its
-    register budget (``-D CS_TX_BLOCKS``, the module of its kernels; None: the default).
+    register budget (``-D CS_TX_BLOCKS``, the module of its kernels; None: the default);
+    ``gather`` the big forward kernels' im2col gather (:func:`_gather_tunable`; None: the algorithm's rule),
+    backward that of the stride-1 input gradient when it runs through them.
     """
     slice_depth = (("CS_GEMM_BK", bk),)
     tx_overrides = () if tx_blocks is None else (("CS_TX_BLOCKS", tx_blocks),)
@@ -891,16 +949,22 @@ def _plan_implicit_gemm(
         bm = _big_rows(Mg)
     elif not big:
         bm = None
+    if big and gather is None:
+        gather = (_default_gather_tf32x3 if kind == "tf32x3" else _default_gather_simt)(s, direction)
     if direction == "forward":
         if bm is not None:
             koff = _filter_offsets(Cg, (H, W), (KH, KW), s.dilation)
             grid = (math.ceil(n / BIG_BN), math.ceil(Mg / bm), G)
+            chunked = GATHERS[gather]
             if kind == "tf32x3":
                 fn = rt.kernel(
-                    "implicit_gemm_tf32x3.cu", f"conv2d_tf32x3_fwd@{bm},{act}", s.dtype, overrides=tx_overrides
+                    "implicit_gemm_tf32x3.cu",
+                    f"conv2d_tf32x3_fwd@{bm},{act},{chunked}",
+                    s.dtype,
+                    overrides=tx_overrides,
                 )
             else:
-                fn = rt.kernel("implicit_gemm_big.cu", f"conv2d_igemm_fwd@{bm},{act}", s.dtype)
+                fn = rt.kernel("implicit_gemm_big.cu", f"conv2d_igemm_fwd@{bm},{act},{chunked}", s.dtype)
             return _with_bias(s, rt.bind(fn, grid, (2 * bm,), (*_ARRAYS4, koff, *p)))
         grid = (math.ceil(n / GEMM_BN), math.ceil(Mg / GEMM_BM), G)
         fn = rt.kernel("implicit_gemm.cu", f"conv2d_implicit_gemm@{act}", s.dtype, overrides=slice_depth)
@@ -909,7 +973,9 @@ def _plan_implicit_gemm(
     kd = Cg * KH * KW
     if masked and kind == "tf32x3":
         raise ValueError("tf32x3 has no kernels that read grad_y through a ReLU mask")
-    dgrad = _plan_input_gradient(s, big, slice_depth, masked=masked, tensor_cores=kind == "tf32x3", tx_blocks=tx_blocks)
+    dgrad = _plan_input_gradient(
+        s, big, slice_depth, masked=masked, tensor_cores=kind == "tf32x3", tx_blocks=tx_blocks, gather=gather
+    )
     suffix = "_masked" if masked else ""
     if bm is not None:
         koff = _filter_offsets(Cg, (H, W), (KH, KW), s.dilation)
@@ -979,7 +1045,13 @@ def _input_gradient_as_forward(s: ConvSpec) -> ConvSpec:
 
 
 def _plan_input_gradient(
-    s: ConvSpec, big: bool, overrides=(), masked: bool = False, tensor_cores: bool = False, tx_blocks=None
+    s: ConvSpec,
+    big: bool,
+    overrides=(),
+    masked: bool = False,
+    tensor_cores: bool = False,
+    tx_blocks=None,
+    gather: str | None = None,
 ) -> Callable:
     """``dgrad(grad_y, w, grad_x)`` for an implicit-GEMM backward pass.
 
@@ -993,7 +1065,8 @@ def _plan_input_gradient(
     its shape: ``register_tiled`` when it has at most 24 output channels per
     group (the input channels of the layer: ECE408-style layers), else the
     algorithm's own implicit GEMM (``tensor_cores``: tf32x3 where it takes
-    the transposed problem, with the layer's register budget ``tx_blocks``, else igemm_big).
+    the transposed problem, with the layer's register budget ``tx_blocks``, else igemm_big; both
+    with the im2col gather ``gather``, None: the hand rule of the transposed problem).
     The filters are flipped and transposed per call (a copy of the weights, small). Other strides use a dedicated gather
     kernel that skips the stride gaps.
     """
@@ -1014,15 +1087,20 @@ def _plan_input_gradient(
             return cp.ascontiguousarray(w.reshape(G, Mg, Cg, KH, KW).transpose(0, 2, 1, 3, 4)[..., ::-1, ::-1])
 
         if masked:
-            conv_masked = _plan_forward_masked(t, name)
+            conv_masked = _plan_forward_masked(t, name, gather)
 
             def dgrad_as_conv_masked(grad_y, w, grad_x, relu_output):
                 conv_masked(grad_y, relu_output, flipped(w).reshape(t.w_shape), grad_x)
 
             return dgrad_as_conv_masked
-        # The hand-chosen parameters of the transposed problem (tf32x3: the layer's register budget).
-        given = {"blocks": tx_blocks} if name == "tf32x3" and tx_blocks is not None else None
-        conv = RECORDS[name].build(t, "forward", given)
+        # The hand-chosen parameters of the transposed problem (tf32x3: the layer's register budget),
+        # and the gather the backward plan was given.
+        given = {}
+        if name == "tf32x3" and tx_blocks is not None:
+            given["blocks"] = tx_blocks
+        if name in ("tf32x3", "igemm_big") and gather is not None:
+            given["gather"] = gather
+        conv = RECORDS[name].build(t, "forward", given or None)
 
         def dgrad_as_conv(grad_y, w, grad_x):
             conv(grad_y, flipped(w).reshape(t.w_shape), None, grad_x)
@@ -1037,9 +1115,9 @@ def _plan_input_gradient(
     return lambda grad_y, w, grad_x: fn(grid, (256,), (grad_y, w, grad_x, *p))
 
 
-def _plan_forward_masked(spec: ConvSpec, algorithm: str) -> Callable:
-    """``run(x, xmask, w, out)``: the forward kernel of ``algorithm`` (hand-chosen parameters, no bias)
-    reading x through the ReLU mask ``xmask`` (x's shape).
+def _plan_forward_masked(spec: ConvSpec, algorithm: str, gather: str | None = None) -> Callable:
+    """``run(x, xmask, w, out)``: the forward kernel of ``algorithm`` (hand-chosen parameters, no bias;
+    igemm_big's im2col gather ``gather`` if given) reading x through the ReLU mask ``xmask`` (x's shape).
 
     The stride-1 input gradient through a ReLU (x is grad_y, xmask the
     layer's ReLU output); the geometry is that of the record's own forward plan.
@@ -1061,7 +1139,8 @@ def _plan_forward_masked(spec: ConvSpec, algorithm: str) -> Callable:
         bm, n = _big_rows(Mg), s.batch * math.prod(s.out_size)
         koff = _filter_offsets(s.channels_per_group, s.in_size, s.kernel_size, s.dilation)
         grid = (math.ceil(n / BIG_BN), math.ceil(Mg / bm), G)
-        fn = rt.kernel("implicit_gemm_big_masked.cu", f"conv2d_igemm_fwd_masked@{bm}", s.dtype)
+        chunked = GATHERS[gather or _default_gather_simt(s, "forward")]
+        fn = rt.kernel("implicit_gemm_big_masked.cu", f"conv2d_igemm_fwd_masked@{bm},{chunked}", s.dtype)
 
         def launch(x, xmask, w, bias, out):
             fn(grid, (2 * bm,), (x, xmask, w, bias, out, koff, *p))
@@ -1135,6 +1214,7 @@ def plan_forward_activation(spec: ConvSpec, algorithm: str, activation: str, par
         kind="tf32x3" if algorithm == "tf32x3" else "simt",
         act=act,
         tx_blocks=resolved.get("blocks"),
+        gather=resolved.get("gather"),
     )
 
 
@@ -1157,7 +1237,13 @@ def plan_backward_relu(spec: ConvSpec, algorithm: str, params: dict | None = Non
     if algorithm == "depthwise":
         return _plan_depthwise(spec, "backward", resolved, masked=True)
     return _plan_implicit_gemm(
-        spec, "backward", algorithm == "igemm_big", masked=True, bm=resolved.get("bm"), bk=resolved.get("bk", GEMM_BK)
+        spec,
+        "backward",
+        algorithm == "igemm_big",
+        masked=True,
+        bm=resolved.get("bm"),
+        bk=resolved.get("bk", GEMM_BK),
+        gather=resolved.get("gather"),
     )
 
 

@@ -60,7 +60,8 @@ WORKLOADS = ("cnn-train-3x3", "ece408-fa19", "ece408-fa21")
 #: (algorithm, part, file, kernel template) for each kernel of the mix table.
 #: "{k}" is the layer's kernel size; register_tiled's MT and igemm_big's BM
 #: are the instantiations the seed's layers use (their input gradients: 32 or
-#: 64 output channels -> fused_gemm / igemm_big; ECE408: <= 24 -> register_tiled).
+#: 64 output channels -> fused_gemm / igemm_big with the chunked gather; ECE408:
+#: <= 24 -> register_tiled).
 MIX_KERNELS = (
     ("wgrad_atomic", "dW", "wgrad_ladder.cu", "wgrad_ladder_atomic"),
     ("wgrad_shuffle", "dW", "wgrad_ladder.cu", "wgrad_ladder_shuffle"),
@@ -69,16 +70,16 @@ MIX_KERNELS = (
     ("fused_gemm", "dW", "implicit_gemm.cu", "conv2d_wgrad_implicit_gemm"),
     ("igemm_big", "dW", "implicit_gemm_big.cu", "conv2d_igemm_wgrad@64"),
     ("fused_gemm (+ ladder)", "dX", "implicit_gemm.cu", "conv2d_implicit_gemm@0"),
-    ("igemm_big", "dX", "implicit_gemm_big.cu", "conv2d_igemm_fwd@64,0"),
+    ("igemm_big", "dX", "implicit_gemm_big.cu", "conv2d_igemm_fwd@64,0,1"),
     ("fused_gemm, stride > 1", "dX", "implicit_gemm.cu", "conv2d_dgrad_implicit_gemm"),
     ("register_tiled (ECE408 dX)", "dX", "conv2d.cu", "conv2d_register_tiled@12"),
-    ("igemm_big + ReLU", "fwd", "implicit_gemm_big.cu", "conv2d_igemm_fwd@64,1"),
+    ("igemm_big + ReLU", "fwd", "implicit_gemm_big.cu", "conv2d_igemm_fwd@64,1,1"),
     ("fused_gemm + ReLU", "fwd", "implicit_gemm.cu", "conv2d_implicit_gemm@1"),
     # grad_y read through the ReLU output (relu_output=): the cost of the mask in the main loop
     ("fused_gemm + ReLU mask", "dW", "implicit_gemm_masked.cu", "conv2d_wgrad_implicit_gemm_masked"),
     ("igemm_big + ReLU mask", "dW", "implicit_gemm_big_masked.cu", "conv2d_igemm_wgrad_masked@64"),
     ("fused_gemm + ReLU mask", "dX", "implicit_gemm_masked.cu", "conv2d_implicit_gemm_masked"),
-    ("igemm_big + ReLU mask", "dX", "implicit_gemm_big_masked.cu", "conv2d_igemm_fwd_masked@64"),
+    ("igemm_big + ReLU mask", "dX", "implicit_gemm_big_masked.cu", "conv2d_igemm_fwd_masked@64,1"),
     ("register_tiled + ReLU mask (ECE408 dX)", "dX", "conv2d_masked.cu", "conv2d_register_tiled_masked@12"),
 )
 
