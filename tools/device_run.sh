@@ -23,6 +23,9 @@
 #   bash tools/device_run.sh taskstream  tools/dask_task_stream.py on the host's CPU: scheduler-placed, then spread chunks
 #   bash tools/device_run.sh gather [LAYERS]  tools/gather_probe.py: igemm_big's and tf32x3's table and chunked
 #                                     gathers, forward and backward, against cuDNN
+#   bash tools/device_run.sh bigcheck igemm_big / tf32x3: their GPU tests, memcheck and racecheck on their smoke cases
+#   bash tools/device_run.sh fused    issue 17: forward + ReLU fused vs the unfused pair (tools/fused_relu_api.py)
+#   bash tools/device_run.sh ncu-big  Nsight Compute on igemm_big's forward (3x3 C=64): stall reasons, occupancy
 #   bash tools/device_run.sh targets  gpu_targets (TARGETS=label fragments, comma-separated; all when unset)
 #   bash tools/device_run.sh rtsweep [NAMES]  register_tiled's block_w x px on the input-gradient problems it runs
 #   bash tools/device_run.sh phases   every kernel of a backward call per algorithm (CUPTI), and register_tiled's
@@ -231,6 +234,30 @@ ncu-layers)
       --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
       --section SchedulerStats python3 tools/ncu_layers.py
     grep -E "conv2d_|depthwise_|Duration|Throughput|Warp Cycles|Stall|Achieved Occupancy|Registers|Issue Slots|Eligible|No Eligible|Mem Busy|Max Bandwidth|L1/TEX Hit|L2 Hit" "$LOGS/ncu-layers.log" | head -120 | tee -a "$SUMMARY"
+  else note "ncu: not on this machine"; fi
+  ;;
+bigcheck)
+  # igemm_big / tf32x3 iteration: their GPU tests, memcheck and racecheck on their smoke cases, the 3x3 targets
+  run pytest-big 300 python3 -m pytest -q -p no:cacheprovider -n 8 -m gpu tests/test_gpu.py tests/test_relu_mask_gpu.py \
+    -k "igemm or tf32x3 or tunable or every_algorithm or relu or big_tile"
+  grep -E "^(FAILED|ERROR)" "$LOGS/pytest-big.log" | head -20 | tee -a "$SUMMARY"
+  run memcheck-big 200 compute-sanitizer --tool memcheck python3 tools/gpu_smoke.py igemm_big,tf32x3
+  grep -E "ERROR SUMMARY|WRONG" "$LOGS/memcheck-big.log" | head -3 | tee -a "$SUMMARY"
+  run racecheck-big 200 compute-sanitizer --tool racecheck python3 tools/gpu_smoke.py igemm_big,tf32x3
+  grep -E "RACECHECK SUMMARY|ERROR SUMMARY|WRONG" "$LOGS/racecheck-big.log" | head -3 | tee -a "$SUMMARY"
+  ;;
+fused)
+  # issue 17's fused forward + ReLU against the unfused pair through the public API (cnn-train-3x3 layers)
+  run fused-relu 200 python3 tools/fused_relu_api.py
+  grep -E "^\|" "$LOGS/fused-relu.log" | tee -a "$SUMMARY"
+  ;;
+ncu-big)
+  # Nsight Compute on igemm_big's forward (3x3 C=64 B=64, the SIMT target): where its warps stall
+  if command -v ncu > /dev/null; then
+    run ncu-big 200 ncu --kernel-name regex:"igemm_fwd" --section SpeedOfLight --section WarpStateStats \
+      --section Occupancy --section LaunchStats --section SchedulerStats --section InstructionStats python3 tools/ncu_layers.py
+    grep -E "conv2d_|Duration|Warp Cycles|Stall|Achieved Occupancy|Registers|Issue Slots|Eligible|Executed Ipc" \
+      "$LOGS/ncu-big.log" | head -60 | tee -a "$SUMMARY"
   else note "ncu: not on this machine"; fi
   ;;
 probe)
