@@ -76,12 +76,17 @@ __device__ __forceinline__ void igemm_fwd_body(const T* __restrict__ x, const T*
     const int m0 = blockIdx.y * BM;
     const i64 n0 = (i64)blockIdx.x * BIG_BN;
 
-    // Weight loads: the stage's k number akq (the table gather: k0 + akq; the chunked
-    // one: channel akq of the chunk at the stage's tap) of rows arow + r * NT / 8, so a
-    // warp instruction reads four rows' 8 k: one 32-byte run each in the weights' order,
-    // 3-4 cache lines at a 3x3's 36-byte channel stride. One row's k per thread put 32
-    // rows in a warp instruction, 32 lines and as many L1 wavefronts: the L1 was 85%
-    // busy (Nsight Compute, H100, 3x3 C=64) and the chunked forward 1.25x slower.
+    // Weight loads. Table gather: row am of the tile, A_PER consecutive k (a warp
+    // instruction spans 32 rows, but each thread's four loads share a line). Chunked
+    // gather: channel akq of the chunk at the stage's tap, of rows arow + r * NT / 8,
+    // so a warp instruction reads four rows' 8 channels, 3-4 cache lines at a 3x3's
+    // 36-byte channel stride; one row per thread there put 32 rows' lines in every
+    // instruction, one L1 wavefront each: the L1 was 85% busy (Nsight Compute, H100,
+    // 3x3 C=64) and the chunked forward 1.25x slower. (The table gather on the chunked
+    // mapping: 6% slower on ECE408 fa19 conv2, one run; not kept.)
+    const int am = tid % BM, ak = (tid / BM) * A_PER;
+    const bool a_ok = m0 + am < Mg;
+    const T* wrow = w + ((i64)g * Mg + (a_ok ? m0 + am : 0)) * Kd;
     const int akq = tid % BIG_BK, arow = tid / BIG_BK;
     const T* wq = w + ((i64)g * Mg + min(m0 + arow, Mg - 1)) * Kd;
     unsigned a_rows = 0;   // bit r: row arow + r * NT / 8 exists
@@ -136,10 +141,12 @@ __device__ __forceinline__ void igemm_fwd_body(const T* __restrict__ x, const T*
                 if (++lp == KH) lp = 0, lc += BIG_BK;
             }
         } else {
-            const int k0 = step * BIG_BK, ka = k0 + akq;
+            const int k0 = step * BIG_BK;
 #pragma unroll
-            for (int r = 0; r < A_PER; ++r)
-                ra[r] = (a_rows >> r & 1) && ka < Kd ? wq[(i64)r * (NT / BIG_BK) * Kd + ka] : T(0);
+            for (int r = 0; r < A_PER; ++r) {
+                const int k = k0 + ak + r;
+                ra[r] = (a_ok && k < Kd) ? wrow[k] : T(0);
+            }
 #pragma unroll
             for (int r = 0; r < B_PER; ++r) {
                 const int k = k0 + bk + r;
@@ -156,7 +163,12 @@ __device__ __forceinline__ void igemm_fwd_body(const T* __restrict__ x, const T*
     };
     auto store = [&](int s) {
 #pragma unroll
-        for (int r = 0; r < A_PER; ++r) As[s][akq][arow + r * (NT / BIG_BK)] = ra[r];
+        for (int r = 0; r < A_PER; ++r) {
+            if constexpr (CHUNKED)
+                As[s][akq][arow + r * (NT / BIG_BK)] = ra[r];
+            else
+                As[s][ak + r][am] = ra[r];
+        }
 #pragma unroll
         for (int r = 0; r < B_PER; ++r) Bs[s][bk + r][bn] = rb[r];
     };

@@ -684,10 +684,11 @@ def _gather_channels(spec: ConvSpec, direction: str) -> int:
 def _default_gather_simt(spec: ConvSpec, direction: str) -> str:
     """igemm_big: ``chunked`` from one whole chunk of channels, padded or not.
 
-    H100, 2026-11-26 (tools/gather_probe.py): chunked 1.13-1.48x table forward on
-    3x3 layers of 16-256 channels, and still 1.23x at 20 channels (a last chunk
-    half zeros) and 1.06x at 12 (the ECE408 fa19 conv2: a third of its chunks' work
-    zeros). Below 8 channels every chunk is mostly zeros: the table.
+    H100, 2026-11-26 (tools/gather_probe.py, docs/measurements/gather-2026-11-26-h100.md):
+    chunked 1.36-1.93x table forward on 3x3 layers of 16-128 channels and 1.29x on a
+    1x1, and still 1.24x at 20 channels (a last chunk half zeros) and 1.05-1.10x at
+    12 (the ECE408 fa19 conv2: a third of its chunks' work zeros). Below 8 channels
+    every chunk is mostly zeros: the table.
     """
     return "chunked" if _gather_channels(spec, direction) >= GATHER_CHUNK else "table"
 
