@@ -123,7 +123,9 @@ __device__ __forceinline__ void igemm_fwd_body(const T* __restrict__ x, const T*
             // Channels of this chunk the thread reads: 0 outside the image or past N.
             const bool inside = n_ok && (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W;
             const int live = inside ? Cg - (lc + bk) : 0;
-            const int first = (lc + bk) * HW + ih * W + iw;   // formed, not read, outside
+            // Formed, not read, where live <= 0; unsigned, so a last chunk past a group of
+            // nearly 2^31 elements wraps instead of overflowing (it is exact where read).
+            const int first = (int)((unsigned)(lc + bk) * (unsigned)HW + (unsigned)(ih * W + iw));
             const T* xp = opaque_pointer(xb + first);
             const T* mp = MASK ? opaque_pointer(mb + first) : mb;
 #pragma unroll

@@ -192,7 +192,10 @@ __global__ void TX_FWD_BOUNDS(BM)
                 const int ih = ih0 + lp * dh, iw = iw0 + lq * dw;
                 // Channels of this chunk the thread reads: 0 outside the image, fewer in the last chunk.
                 const int live = (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W ? Cg - (lc + bk) : 0;
-                const float* xp = opaque_pointer(xb + ((lc + bk) * HW + ih * W + iw));   // formed, not read, outside
+                // Formed, not read, where live <= 0 (unsigned: a last chunk past a group of
+                // nearly 2^31 elements wraps instead of overflowing; exact where read).
+                const int first = (int)((unsigned)(lc + bk) * (unsigned)HW + (unsigned)(ih * W + iw));
+                const float* xp = opaque_pointer(xb + first);
 #pragma unroll
                 for (int r = 0; r < B_PER; ++r, xp += HW) rb[r] = r < live ? __ldg(xp) : 0.0f;
                 if (++lq == KW) {
