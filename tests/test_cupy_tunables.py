@@ -511,3 +511,30 @@ def test_the_gather_reaches_the_kernel_names_it_selects(monkeypatch, algorithm):
         for gather, code in algs.GATHERS.items():
             algs._plan_forward_masked(spec, "igemm_big", gather)
             assert requested.pop() == f"conv2d_igemm_fwd_masked@128,{code}"
+
+
+@pytest.mark.parametrize(
+    "algorithm, w_shape, dgrad_kernel",
+    [
+        # 3x3, 12 output channels: the dX (12 channels in, 40 out) runs on tf32x3 with tf32x3's rule.
+        ("tf32x3", (12, 40, 3, 3), "conv2d_tf32x3_fwd@64,0,0"),
+        # 1x1: a 12-product dX is too short for tf32x3; igemm_big runs it with its own rule (chunked).
+        ("tf32x3", (12, 40, 1, 1), "conv2d_igemm_fwd@64,0,1"),
+        ("igemm_big", (12, 40, 1, 1), "conv2d_igemm_fwd@64,0,1"),
+    ],
+)
+def test_the_backward_gather_reaches_the_input_gradient_kernel_that_runs_it(
+    monkeypatch, algorithm, w_shape, dgrad_kernel
+):
+    """The stride-1 dX runs through a forward kernel: the layer algorithm's own with the backward
+    plan's gather, a fallback kernel with its own rule (no GPU: the requested kernels are recorded)."""
+    requested = []
+    monkeypatch.setattr(algs.rt, "kernel", lambda filename, name, dtype, **kw: requested.append(name))
+    monkeypatch.setattr(algs.rt, "cupy", lambda: None)
+    monkeypatch.setattr(algs.rt, "sm_count", lambda: 132)
+    monkeypatch.setattr(algs, "_filter_offsets", lambda *a: None)
+    monkeypatch.setattr(algs.rt, "bind", lambda *a, **kw: None)
+    monkeypatch.setattr(algs, "_with_bias", lambda s, launch: launch)
+    spec = _spec((2, 40, 9, 9), w_shape, padding=w_shape[-1] // 2)
+    algs.RECORDS[algorithm].build(spec, "backward")
+    assert dgrad_kernel in requested, requested

@@ -1066,8 +1066,9 @@ def _plan_input_gradient(
     its shape: ``register_tiled`` when it has at most 24 output channels per
     group (the input channels of the layer: ECE408-style layers), else the
     algorithm's own implicit GEMM (``tensor_cores``: tf32x3 where it takes
-    the transposed problem, with the layer's register budget ``tx_blocks``, else igemm_big; both
-    with the im2col gather ``gather``, None: the hand rule of the transposed problem).
+    the transposed problem, with the layer's register budget ``tx_blocks``, else igemm_big; the
+    layer's own kernel with the im2col gather ``gather``, a fallback or None: the hand rule of the
+    transposed problem).
     The filters are flipped and transposed per call (a copy of the weights, small). Other strides use a dedicated gather
     kernel that skips the stride gaps.
     """
@@ -1095,11 +1096,12 @@ def _plan_input_gradient(
 
             return dgrad_as_conv_masked
         # The hand-chosen parameters of the transposed problem (tf32x3: the layer's register budget),
-        # and the gather the backward plan was given.
+        # and the gather the backward plan was given, where the layer's own kernel runs it (tf32x3's
+        # dX falling back to igemm_big, on a reduction too short for it, takes igemm_big's rule).
         given = {}
         if name == "tf32x3" and tx_blocks is not None:
             given["blocks"] = tx_blocks
-        if name in ("tf32x3", "igemm_big") and gather is not None:
+        if gather is not None and name == ("tf32x3" if tensor_cores else "igemm_big"):
             given["gather"] = gather
         conv = RECORDS[name].build(t, "forward", given or None)
 
