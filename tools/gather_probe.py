@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 import convsuite as cs
+from convsuite.bench.gpu_targets import Target, _interleaved, _torch_call
 from convsuite.testing import forward_tolerance, reference_forward
 
 torch.backends.cudnn.allow_tf32 = False
@@ -56,21 +57,14 @@ def check(name, x, w, b, kw):
 
 
 def timed(calls, rounds=11):
-    """name -> CUDA-event milliseconds, the contenders interleaved round by round after two warm-up calls."""
-    for f in calls.values():
-        f()
-        f()
-    torch.cuda.synchronize()
-    times = {k: [] for k in calls}
-    for _ in range(rounds):
-        for k, f in calls.items():
-            start, stop = cp.cuda.Event(), cp.cuda.Event()
-            start.record()
-            f()
-            stop.record()
-            stop.synchronize()
-            times[k].append(cp.cuda.get_elapsed_time(start, stop))
-    return times
+    """name -> CUDA-event milliseconds, the contenders interleaved round by round after two warm-up calls
+    (gpu_targets' timing loop)."""
+    return {k: [t * 1e3 for t in v] for k, v in _interleaved(calls, rounds).items()}
+
+
+def _cudnn(label, x, w, b, kw, direction, gy=None):
+    """cuDNN through torch on the same buffers, as gpu_targets calls it."""
+    return _torch_call(Target(label, x.shape, w.shape, kw, direction), x, w, b, gy)
 
 
 def forward_calls(x, w, b, kw):
@@ -79,8 +73,7 @@ def forward_calls(x, w, b, kw):
         for gather in GATHERS:
             plan = cs.plan(x, w, b, backend="cupy", algorithm=alg, params={"gather": gather}, **kw)
             calls[f"{alg}/{gather}"] = lambda plan=plan: plan(x, w, b)
-    xt, wt, bt = (torch.as_tensor(a, device="cuda") for a in (x, w, b))
-    calls["cudnn"] = lambda: torch.nn.functional.conv2d(xt, wt, bt, **kw)
+    calls["cudnn"] = _cudnn("forward", x, w, b, kw, "forward")
     return calls
 
 
@@ -92,15 +85,7 @@ def backward_calls(x, w, kw):
         for gather in GATHERS:
             plan = cs.plan(x, w, backend="cupy", algorithm=alg, direction="backward", params={"gather": gather}, **kw)
             calls[f"{alg}/{gather}"] = lambda plan=plan: plan(gy, x, w)
-    xt, wt, gyt = (torch.as_tensor(a, device="cuda") for a in (x, w, gy))
-    stride, padding = [kw["stride"]] * 2, [kw["padding"]] * 2
-
-    def cudnn():
-        return torch.ops.aten.convolution_backward(
-            gyt, xt, wt, [w.shape[0]], stride, padding, [1, 1], False, [0, 0], 1, [True, True, True]
-        )
-
-    calls["cudnn"] = cudnn
+    calls["cudnn"] = _cudnn("backward", x, w, None, kw, "backward", gy)
     return calls
 
 
