@@ -233,6 +233,12 @@ def test_bad_parameters_raise_naming_what_is_accepted():
         algs.plan_forward_activation(SPECS[8], "igemm_big", "relu6", {"bm": 32})
     with pytest.raises(ValueError, match=r"'tf32x3' parameter 'blocks' accepts 0, 3, 4; got 1"):
         backend.plan(SPECS[8], "tf32x3", "forward", {"blocks": 1})
+    with pytest.raises(ValueError, match=r"'tf32x3' parameter 'gather' accepts 'chunked', 'table'; got 'taps'"):
+        backend.plan(SPECS[8], "tf32x3", "backward", {"gather": "taps"})
+    with pytest.raises(ValueError, match=r"'igemm_big' parameter 'gather' accepts 'chunked', 'table'; got 1"):
+        algs.plan_forward_activation(SPECS[8], "igemm_big", "relu", {"gather": 1})
+    with pytest.raises(ValueError, match=r"'igemm_big' parameter 'gather' accepts 'chunked', 'table'; got None"):
+        backend.can_run(SPECS[8], "igemm_big", "forward", {"gather": None})
     with pytest.raises(
         ValueError, match=r"`activation` of a fused epilogue must be one of 'relu', 'relu6'; got 'tanh'"
     ):

@@ -669,7 +669,8 @@ def _plan_igemm_big(spec: ConvSpec, direction: str, params: dict) -> Launch:
 #: (in the sorted order of a tunable's values).
 GATHERS = {"chunked": 1, "table": 0}
 
-#: Channel chunk of the ``chunked`` gather: one shared-memory stage's reduction depth.
+#: Channel chunk of the ``chunked`` gather: one shared-memory stage's reduction depth (the kernels'
+#: BIG_BK and TX_BK).
 GATHER_CHUNK = 8
 
 
