@@ -49,6 +49,45 @@ __device__ __forceinline__ P* opaque_pointer(P* p) {
     return p;
 }
 
+// One element global -> shared without passing through registers (sm_80 cp.async), or a
+// zero where !ok (a source size of 0 fills the destination with zeros; src is then any
+// valid address and is not read). The copies of a commit group land by cp_async_wait.
+// Below sm_80 (Turing: CUDA 13's oldest target) the copy is an ordinary load and store,
+// complete when it returns, and commit and wait do nothing.
+template <typename T>
+__device__ __forceinline__ void cp_async_element(T* dst, const T* src, bool ok) {
+#if __CUDA_ARCH__ >= 800
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(d), "l"(src), "n"(sizeof(T)),
+                 "r"(ok ? (int)sizeof(T) : 0));
+#else
+    *dst = ok ? *src : T(0);
+#endif
+}
+// 16 bytes global -> shared (both 16-byte aligned) without passing through registers, or
+// zeros where !ok (src then any valid address, not read); .cg: through L2 only.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool ok) {
+#if __CUDA_ARCH__ >= 800
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 16 : 0));
+#else
+    const uint4 v = ok ? *static_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
+    *static_cast<uint4*>(dst) = v;
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+// Wait until at most N of this thread's commit groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
 // Constants shared with the launch code arrive as -D options from one table
 // (convsuite/backends/_cuda_sources.py, DEFINES); never define them here.
 #if !defined(CS_THREADS) || !defined(CS_CONST_BYTES) || !defined(CS_BLOCKED_V) || !defined(CS_RT_PX) || \

@@ -82,34 +82,6 @@ __device__ __forceinline__ void load_patch_masked(T* patch, const T* __restrict_
     });
 }
 
-// One element global -> shared without passing through registers (sm_80 cp.async), or a
-// zero where !ok (a source size of 0 fills the destination with zeros; src is then any
-// valid address and is not read). The copies of a commit group land by cp_async_wait.
-// Below sm_80 (Turing: CUDA 13's oldest target) the copy is an ordinary load and store,
-// complete when it returns, and commit and wait do nothing.
-template <typename T>
-__device__ __forceinline__ void cp_async_element(T* dst, const T* src, bool ok) {
-#if __CUDA_ARCH__ >= 800
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(d), "l"(src), "n"(sizeof(T)),
-                 "r"(ok ? (int)sizeof(T) : 0));
-#else
-    *dst = ok ? *src : T(0);
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-// Wait until at most N of this thread's commit groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-#endif
-}
-
 // load_patch, asynchronously: the copies are in flight until cp_async_wait.
 template <typename T>
 __device__ __forceinline__ void load_patch_async(T* patch, const T* __restrict__ xc, int H, int W, int ih0, int iw0,

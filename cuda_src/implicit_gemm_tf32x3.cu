@@ -11,9 +11,12 @@
 // per SM, so three of them still beat the FP32 pipe ~2.7x at peak.
 //
 // Non-finite and huge operands cannot be split (inf - inf is NaN, and
-// big*small can be inf*0): a block that loads any |v| >= 2^126, inf or NaN
-// recomputes its whole tile with plain float32 FMAs (the IEEE result every
-// other algorithm gives). Finite data never takes that path. The finite outputs
+// big*small can be inf*0): a block that meets any recomputes its whole tile
+// with plain float32 FMAs (the IEEE result every other algorithm gives). The
+// forward kernel knows it from its sums (any sum such an operand enters is inf
+// or NaN; a sum of 2^126 or more is recomputed too, so no overflow depends on
+// the split's rounding), the weight gradient from its operands as it loads them
+// (|v| >= 2^126, inf or NaN). Finite data never takes that path. The finite outputs
 // of such a block are float32 FMA sums, so they may differ in the last bits from
 // the same outputs computed elsewhere (another batch size, another Dask chunking);
 // the weight gradient's recomputation loops over its split's pixels one by one
@@ -21,9 +24,11 @@
 //
 // Tiling (conv2d_tf32x3_fwd<float, BM, ACT, CHUNKED>): block tile BM (output channels,
 // 64 or 128) x 128 (output pixels), BK = 8 per shared-memory stage (one MMA
-// k-step), two stages with the next slice's global loads issued into
-// registers before the current one is multiplied. 2*BM threads = BM/16
-// warps, each owning a 32 x 64 warp tile: 2 x 8 MMA tiles of 16 x 8, 64
+// k-step), tx_stages(BM) stages copied by cp.async ahead of the MMAs. The
+// weights are split once per call (tf32x3_split_weights, a small launch before
+// the forward kernel) into big and small parts laid out stage by stage; the
+// inputs are copied raw and split as the fragments are read. 2*BM threads =
+// BM/16 warps, each owning a 64 x 32 warp tile: 4 x 4 MMA tiles of 16 x 8, 64
 // accumulators per thread. The im2col gather (template switch CHUNKED) either
 // reads its taps' offsets from a small per-stage table in shared memory
 // (decoded by eight threads), or runs over chunks of 8 channels tap by tap
@@ -42,6 +47,13 @@
 // Rows of BM+8 (or 136) words: 8 mod 32 for BM = 32, 64, 128, 24 for BM = 16 (the weight gradient's
 // thin tiles); either way a fragment load (4 k-rows x 8 columns) hits 32 different banks.
 #define TX_PAD 8
+// The forward kernel's shared-memory stages (cp.async): four, three copies ahead of the MMAs, at
+// BM = 64; two at BM = 128 (four would exceed the 48 KiB of static shared memory).
+__host__ __device__ constexpr int tx_stages(int BM) { return BM >= 128 ? 2 : 4; }
+// Row stride of the forward kernel's split weights in shared memory, [m][k]: 8 k and 4 words of
+// padding, so a row is 16-byte aligned (one cp.async per row half) and a fragment load (8 rows x 4 k)
+// hits 32 different banks (12 * row + k mod 32).
+#define TX_AROW 12
 
 // A float32 zero in global memory: the kernels' loads read it in place of an element
 // outside the operands (the padding, rows or taps past a tile's edge).
@@ -77,6 +89,77 @@ __device__ __forceinline__ void tx_stage_mma(const unsigned (*Ab)[BM + TX_PAD], 
     }
 }
 
+// The forward kernel's stage: warp tile 64 x 32 at (wm0, wn0), 4 x 4 tiles of
+// 16 x 8, three TF32 MMAs each. The weights arrive split (tf32x3_split_weights,
+// [m][k] rows of TX_AROW words); the inputs raw ([k][n]), each fragment element
+// split in registers as it is read: a warp reads 32 of the block's 128 columns,
+// so every input element is split once per block row (four 16-row tiles share
+// each B fragment), and the four row tiles' MMAs alternate, so no MMA waits on
+// the one just issued.
+template <int BM>
+__device__ __forceinline__ void tx_stage_mma_fwd(const unsigned (*Ab)[TX_AROW], const unsigned (*As)[TX_AROW],
+                                                 const float (*Bm)[TX_BN + TX_PAD], float (&acc)[4][4][4], int wm0,
+                                                 int wn0, int gq, int tq, int lane) {
+    unsigned a_big[4][4], a_small[4][4];
+    // One ldmatrix.x4 per fragment: lane l gives the address of row l % 8 of 8 x 4-word
+    // matrix l / 8 (rows +8 for matrices 1 and 3, k +4 for 2 and 3), and receives in
+    // register r word tq of row gq of matrix r: the fragment's a[r].
+    const int lrow = wm0 + (lane & 7) + ((lane >> 3) & 1) * 8, lk = (lane >> 4) * 4;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        tx_ldmatrix_x4(a_big[i], &Ab[lrow + i * 16][lk]);
+        tx_ldmatrix_x4(a_small[i], &As[lrow + i * 16][lk]);
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int col = wn0 + j * 8 + gq;
+        unsigned b_big[2], b_small[2];
+        tx_split(Bm[tq][col], b_big[0], b_small[0]);
+        tx_split(Bm[tq + 4][col], b_big[1], b_small[1]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) tx_mma(acc[i][j], a_big[i], b_small);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) tx_mma(acc[i][j], a_small[i], b_big);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) tx_mma(acc[i][j], a_big[i], b_big);
+    }
+}
+
+// tf32x3_split_weights<float, CHUNKED>: the forward kernel's weights, split once
+// per call into big and small parts and laid out stage by stage, so a block
+// copies its stage's rows with one 16-byte cp.async per thread and part:
+// ws[part][g][step][m][8] (part 0 big, 1 small) holds the weight the forward
+// kernel's reduction step `step` multiplies in its lane j < 8: k = step*8 + j
+// in the weights' order (c, p, q) (CHUNKED = 0), channel (step / taps)*8 + j
+// at tap step % taps (CHUNKED = 1); zeros past the channels. grid-stride over
+// the G*steps*Mg*8 elements. Specials split like any value (inf -> inf and
+// NaN), and the forward kernel finds them in its sums.
+template <typename T, int CHUNKED>
+__global__ void tf32x3_split_weights(const T* __restrict__ w, unsigned* __restrict__ ws, int G, int Mg, int Cg,
+                                     int taps, int steps) {
+    if constexpr (sizeof(T) != 4) {
+        __trap();
+    } else {
+        const int Kd = Cg * taps;
+        const i64 part = (i64)G * steps * Mg * TX_BK;
+        for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < part; e += (i64)gridDim.x * blockDim.x) {
+            const int lane = (int)(e % TX_BK), m = (int)(e / TX_BK % Mg);
+            const i64 gs = e / ((i64)TX_BK * Mg);
+            const int step = (int)(gs % steps), g = (int)(gs / steps);
+            int k;
+            bool ok;
+            if (CHUNKED) {
+                const int c = step / taps * TX_BK + lane;
+                ok = c < Cg, k = c * taps + step % taps;
+            } else {
+                k = step * TX_BK + lane, ok = k < Kd;
+            }
+            const float v = ok ? w[((i64)g * Mg + m) * Kd + k] : 0.0f;
+            tx_split(v, ws[e], ws[part + e]);
+        }
+    }
+}
+
 // Threads of a weight-gradient block of BM rows: two warps along the 128
 // columns, each warp 32 rows (16 where BM = 16).
 __host__ __device__ constexpr int tx_wgrad_threads(int BM) { return BM >= 32 ? 2 * BM : 64; }
@@ -96,40 +179,37 @@ __host__ __device__ constexpr int tx_fwd_min_blocks(int BM) { return CS_TX_BLOCK
 
 template <typename T, int BM, int ACT, int CHUNKED>
 __global__ void TX_FWD_BOUNDS(BM)
-    conv2d_tf32x3_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias, T* __restrict__ y,
-                      const int4* __restrict__ koff, CONV_PARAMS) {
+    conv2d_tf32x3_fwd(const T* __restrict__ x, const T* __restrict__ w, const unsigned* __restrict__ ws,
+                      const T* __restrict__ bias, T* __restrict__ y, const int4* __restrict__ koff, CONV_PARAMS) {
     if constexpr (sizeof(T) != 4) {
         __trap();   // float32 only: the backend's check refuses float64 before a launch
     } else {
-        constexpr int NT = 2 * BM;
-        constexpr int A_PER = BM * TX_BK / NT;       // 4
+        constexpr int NT = 2 * BM, S = tx_stages(BM);
         constexpr int B_PER = TX_BN * TX_BK / NT;    // 8 (BM = 64) or 4 (BM = 128)
-        constexpr int WARPS_M = BM / 32;             // warp tiles along the output channels
-        // Each operand is split once, when a stage is stored, into its big and
-        // small TF32 bit patterns, kept in two arrays: each fragment element is
-        // one 32-bit shared load straight into the register the MMA reads
-        // (interleaved {big, small} pairs cost four register moves per MMA).
-        __shared__ __align__(16) unsigned Ab[2][TX_BK][BM + TX_PAD], As[2][TX_BK][BM + TX_PAD];    // weights [k][m]
-        __shared__ __align__(16) unsigned Bb[2][TX_BK][TX_BN + TX_PAD], Bs[2][TX_BK][TX_BN + TX_PAD]; // input [k][n]
+        constexpr int WARPS_M = BM / 64;             // warp tiles along the output channels
+        // S stages: the split weights [m][k] (big, small) and the raw inputs [k][n],
+        // filled by cp.async (no staging registers: the 64 accumulators and the
+        // fragments keep the 128-register budget to themselves).
+        __shared__ __align__(16) unsigned Ab[S][BM][TX_AROW], As[S][BM][TX_AROW];
+        __shared__ __align__(16) float Bs[S][TX_BK][TX_BN + TX_PAD];
         const int G = C / Cg, Mg = M / G, g = blockIdx.z;
         const int Kd = Cg * KH * KW;
         const i64 HoWo = (i64)Ho * Wo, N = (i64)B * HoWo;
         const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
         const int gq = lane >> 2, tq = lane & 3;     // the MMA fragments' groupID and thread-in-group
-        const int wm0 = (warp % WARPS_M) * 32, wn0 = (warp / WARPS_M) * 64;
+        const int wm0 = (warp % WARPS_M) * 64, wn0 = (warp / WARPS_M) * 32;
         const int m0 = blockIdx.y * BM;
         const i64 n0 = (i64)blockIdx.x * TX_BN;
+        const int taps = KH * KW;
+        const int steps = CHUNKED ? (Cg + TX_BK - 1) / TX_BK * taps : (Kd + TX_BK - 1) / TX_BK;
 
-        // Weight loads, coalesced: thread t reads k = k0 + t % 8 of rows
-        // t / 8 + r * NT / 8 (r < A_PER), so a warp instruction covers four
-        // rows' 8 consecutive k instead of 32 rows' one k.
-        const int akq = tid % TX_BK, arow = tid / TX_BK;
-        const float* wg = w + (i64)g * Mg * Kd;
-        // CHUNKED: the first of the thread's A_PER weight rows, and which of them exist (bit r).
-        const float* wa = wg + (i64)min(m0 + arow, Mg - 1) * Kd;
-        unsigned a_rows = 0;
-#pragma unroll
-        for (int r = 0; r < A_PER; ++r) a_rows |= unsigned(m0 + arow + r * (NT / TX_BK) < Mg) << r;
+        // Weight copies: thread t copies half t % 2 (four k) of row t / 2 of the stage,
+        // big and small; a row past Mg is zero-filled.
+        const int arow = tid / 2, ahalf = tid % 2;
+        const bool a_ok = m0 + arow < Mg;
+        const i64 a_part = (i64)G * steps * Mg * TX_BK;
+        const unsigned* wsa = ws + ((i64)g * steps * Mg + min(m0 + arow, Mg - 1)) * TX_BK + ahalf * 4;
+        const i64 a_step = (i64)Mg * TX_BK;   // one reduction step further
         // Input loads: output column bn of the tile (decoded once), B_PER consecutive k.
         const int bn = tid % TX_BN, bk = (tid / TX_BN) * B_PER;
         const i64 n_load = n0 + bn;
@@ -146,16 +226,13 @@ __global__ void TX_FWD_BOUNDS(BM)
         // CHUNKED = 1: it runs over channel chunks of 8, and within a chunk
         // over the taps (p, q): a stage is one tap of 8 consecutive channels,
         // so a thread's 8 elements share one bounds check and lie H*W apart,
-        // and the tap advances by a counter (no table, no division). The weights
-        // are read in that order from their own layout (L1 holds a chunk's
-        // 8*KH*KW words a row across its KH*KW stages). A chunk past Cg is zeros:
+        // and the tap advances by a counter (no table, no division); the split
+        // weights are laid out in the same order. A chunk past Cg is zeros:
         // exact for any Cg, wasteful only where Cg is not a multiple of 8 (the
         // backend's rule takes it where it is).
-        const int taps = KH * KW;
-        const int steps = CHUNKED ? (Cg + TX_BK - 1) / TX_BK * taps : (Kd + TX_BK - 1) / TX_BK;
         int lc = 0, lp = 0, lq = 0;   // CHUNKED: the first channel and the tap the next load() reads
-        // The gather's tap table, double-buffered and written two stages before the
-        // MMAs of the stage it describes (one before that stage's loads): entry r of tab[t] holds, for
+        // The gather's tap table, double-buffered and written one pipeline iteration
+        // before the copies of the stage it describes are issued: entry r of tab[t] holds, for
         // k = (first k of that stage) + r, the input offset c*H*W + p*dh*W + q*dw,
         // the row and column steps p*dh and q*dw, and whether k < Kd. Eight
         // threads decode it (two divisions each) for the whole block, so a
@@ -170,102 +247,98 @@ __global__ void TX_FWD_BOUNDS(BM)
             }
         };
 
-        // A stage's loads land in ra/rb as the values to multiply: an element
-        // outside the operands (padding, a row past Mg, a tap past Kd) is read
-        // from tx_zero, so there is no branch around a load and no mask to keep
-        // across the MMAs. The split and the special-value check wait for
-        // store(), after the MMAs: nothing reads a loaded value while its load
-        // may still be in flight.
-        float ra[A_PER], rb[B_PER];
-        bool unsplittable = false;
-        auto load = [&](int step) {
+        // A stage's loads are copies global -> shared of the values to multiply: an
+        // element outside the operands (padding, a row past Mg, a tap past Kd) is a
+        // zero-filled copy (its source, tx_zero, read nowhere), so no mask is kept across the MMAs.
+        auto load = [&](int s, int step) {
+            const unsigned* wp = wsa + step * a_step;
+            cp_async_16(&Ab[s][arow][ahalf * 4], wp, a_ok);
+            cp_async_16(&As[s][arow][ahalf * 4], wp + a_part, a_ok);
             if constexpr (CHUNKED) {
-                // One 64-bit pointer per operand and stage, stepped by IMAD.WIDE: 32-bit
-                // offsets off a per-thread base made the compiler rebuild each address from
-                // the kernel parameters (sign extensions, a constant-bank load) under the
-                // 128-register budget.
-                const int ca = lc + akq;
-                const float* wp = opaque_pointer(wa + (ca * taps + lp * KW + lq));
-#pragma unroll
-                for (int r = 0; r < A_PER; ++r)
-                    ra[r] = (a_rows >> r & 1) && ca < Cg ? __ldg(wp + (i64)r * (NT / TX_BK) * Kd) : 0.0f;
                 const int ih = ih0 + lp * dh, iw = iw0 + lq * dw;
                 // Channels of this chunk the thread reads: 0 outside the image, fewer in the last chunk.
                 const int live = (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W ? Cg - (lc + bk) : 0;
                 // Formed, not read, where live <= 0 (unsigned: a last chunk past a group of
-                // nearly 2^31 elements wraps instead of overflowing; exact where read).
+                // nearly 2^31 elements wraps instead of overflowing; exact where read). One
+                // 64-bit pointer, stepped by IMAD.WIDE: 32-bit offsets off a per-thread base made
+                // the compiler rebuild each address from the kernel parameters.
                 const int first = (int)((unsigned)(lc + bk) * (unsigned)HW + (unsigned)(ih * W + iw));
                 const float* xp = opaque_pointer(xb + first);
 #pragma unroll
-                for (int r = 0; r < B_PER; ++r, xp += HW) rb[r] = r < live ? __ldg(xp) : 0.0f;
+                for (int r = 0; r < B_PER; ++r, xp += HW)
+                    cp_async_element(&Bs[s][bk + r][bn], r < live ? xp : &tx_zero, r < live);
                 if (++lq == KW) {
                     lq = 0;
                     if (++lp == KH) lp = 0, lc += TX_BK;
                 }
             } else {
-                const int ka = step * TX_BK + akq;
-#pragma unroll
-                for (int r = 0; r < A_PER; ++r) {
-                    const int m = m0 + arow + r * (NT / TX_BK);
-                    ra[r] = *(m < Mg && ka < Kd ? wg + (i64)m * Kd + ka : &tx_zero);
-                }
                 const int4* t = tab[step & 1];
 #pragma unroll
                 for (int r = 0; r < B_PER; ++r) {
                     const int4 e = t[bk + r];
                     const int ih = ih0 + e.y, iw = iw0 + e.z;
                     const bool ok = e.w && (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W;
-                    rb[r] = *(ok ? xb + (ih0 * W + iw0 + e.x) : &tx_zero);
+                    cp_async_element(&Bs[s][bk + r][bn], ok ? xb + (ih0 * W + iw0 + e.x) : &tx_zero, ok);
                 }
             }
         };
-        auto store = [&](int s) {
-#pragma unroll
-            for (int r = 0; r < A_PER; ++r) {
-                const int m = arow + r * (NT / TX_BK);
-                tx_split_noting(ra[r], Ab[s][akq][m], As[s][akq][m], unsplittable);
-            }
-#pragma unroll
-            for (int r = 0; r < B_PER; ++r)
-                tx_split_noting(rb[r], Bb[s][bk + r][bn], Bs[s][bk + r][bn], unsplittable);
-        };
 
-        float acc[2][8][4];
+        float acc[4][4][4];
 #pragma unroll
-        for (int i = 0; i < 2; ++i)
+        for (int i = 0; i < 4; ++i)
 #pragma unroll
-            for (int j = 0; j < 8; ++j)
+            for (int j = 0; j < 4; ++j)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
-        if constexpr (!CHUNKED) {
-            decode(0, 0);
-            decode(1, TX_BK);
-            __syncthreads();
+        // The pipeline: stages 0 .. S - 2 in flight before the first MMA; each
+        // iteration waits for its own stage, then (after the barrier that ends every
+        // warp's reads of the previous stage) issues the copies of the stage S - 1
+        // on into that stage's buffer. One commit group per stage, empty past the end,
+        // so the count cp_async_wait keeps is the same every iteration. The table
+        // gather decodes each stage's taps one iteration before its copies are issued.
+#pragma unroll
+        for (int p = 0; p < S - 1; ++p) {
+            if constexpr (!CHUNKED) {
+                decode(p & 1, p * TX_BK);
+                __syncthreads();
+            }
+            if (p < steps) load(p, p);
+            cp_async_commit();
         }
-        load(0);
-        store(0);
-        __syncthreads();
-        int s = 0;
+        if constexpr (!CHUNKED) decode((S - 1) & 1, (S - 1) * TX_BK);
         for (int step = 0; step < steps; ++step) {
-            const bool more = step + 1 < steps;
-            if (more) load(step + 1);   // in flight while this slice is multiplied
-            // The table two stages on replaces the one the previous iteration's
-            // load read (before the barrier that ended it).
-            if (!CHUNKED && step + 2 < steps) decode(s, (step + 2) * TX_BK);
-            tx_stage_mma<BM>(Ab[s], As[s], Bb[s], Bs[s], acc, wm0, wn0, gq, tq);
-            if (more) store(s ^ 1);   // stage s^1 was last read before the previous barrier
+            cp_async_wait<S - 2>();
             __syncthreads();
-            s ^= 1;
+            const int next = step + S - 1;
+            if (next < steps) load(next % S, next);
+            cp_async_commit();
+            // The table of stage next + 1 replaces that of next - 1, whose copies were
+            // issued before this iteration's barrier.
+            if (!CHUNKED && next + 1 < steps) decode((next + 1) & 1, (next + 1) * TX_BK);
+            const int s = step % S;
+            tx_stage_mma_fwd<BM>(Ab[s], As[s], Bs[s], acc, wm0, wn0, gq, tq, lane);
         }
+        cp_async_wait<0>();   // the empty trailing groups, so no copy outlives the block
 
-        if (__syncthreads_or(unsplittable)) {
+        // Specials are caught in the sums: an operand that cannot be split (inf, NaN,
+        // a value whose big part rounds to inf) makes every sum it enters NaN or inf,
+        // and a sum of 2^126 or more (a quarter of overflow, where the split's rounding
+        // could decide whether it overflows) is recomputed as well.
+        bool special = false;
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) special |= tx_unsplittable(acc[i][j][e]);
+        if (__syncthreads_or(special)) {
             // inf, NaN or a huge operand in this block's tile: every output of the
             // tile again with float32 FMAs, so IEEE specials come out as elsewhere.
 #pragma unroll
-            for (int i = 0; i < 2; ++i)
+            for (int i = 0; i < 4; ++i)
 #pragma unroll
-                for (int j = 0; j < 8; ++j)
+                for (int j = 0; j < 4; ++j)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int m = m0 + wm0 + i * 16 + gq + (e >> 1) * 8;
@@ -276,14 +349,14 @@ __global__ void TX_FWD_BOUNDS(BM)
                             const int r = (int)(n % HoWo);
                             const int oh0 = (r / Wo) * sh - ph, ow0 = (r % Wo) * sw - pw;
                             const float* xs = x + (b * C + (i64)g * Cg) * H * W;
-                            const float* ws = w + ((i64)g * Mg + m) * Kd;
+                            const float* wr = w + ((i64)g * Mg + m) * Kd;
                             for (int k = 0; k < Kd; ++k) {
                                 const int4 o = koff[k];
                                 const int ih = oh0 + o.y, iw = ow0 + o.z;
                                 const float v = ((unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W)
                                                     ? xs[(i64)oh0 * W + ow0 + o.x]
                                                     : 0.0f;
-                                sum = fmaf(ws[k], v, sum);
+                                sum = fmaf(wr[k], v, sum);
                             }
                         }
                         acc[i][j][e] = sum;
@@ -291,14 +364,14 @@ __global__ void TX_FWD_BOUNDS(BM)
         }
 
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
+        for (int j = 0; j < 4; ++j)
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
                 const i64 n = n0 + wn0 + j * 8 + 2 * tq + c;
                 if (n >= N) continue;
                 const i64 b = n / HoWo, r = n % HoWo;
 #pragma unroll
-                for (int i = 0; i < 2; ++i)
+                for (int i = 0; i < 4; ++i)
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int m = m0 + wm0 + i * 16 + gq + h * 8;

@@ -26,6 +26,16 @@ __device__ __forceinline__ void tx_mma(float d[4], const unsigned a[4], const un
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// Four 8 x 4 matrices of 32-bit words from shared memory (ldmatrix, sm_75+), one
+// register each: lane l gives the address of row l % 8 of matrix l / 8 (16-byte
+// aligned), and receives word l % 4 of row l / 4 of each matrix.
+__device__ __forceinline__ void tx_ldmatrix_x4(unsigned r[4], const unsigned* row) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
 // Whether a loaded operand cannot be split (inf, NaN, or so large that big*big may overflow differently).
 __device__ __forceinline__ bool tx_unsplittable(float v) { return !(fabsf(v) < 8.5070592e37f); }   // 2^126
 

@@ -1095,8 +1095,8 @@ print(json.dumps(sorted([k[1], k[3]] for k in rt._modules)))
 
 
 def test_a_first_call_compiles_the_modules_of_its_kernels_only(tmp_path):
-    """A tf32x3 forward call in a fresh process (empty disk cache) builds the module of its one
-    forward kernel, not the file's weight-gradient kernels nor its other tiles and epilogues."""
+    """A tf32x3 forward call in a fresh process (empty disk cache) builds the modules of its forward
+    kernel and its weight split, not the file's weight-gradient kernels nor its other tiles and epilogues."""
     import json
     import subprocess
     import sys
@@ -1106,7 +1106,7 @@ def test_a_first_call_compiles_the_modules_of_its_kernels_only(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     built = json.loads(out.stdout.strip().splitlines()[-1])
     tf32x3 = [kernel for filename, kernel in built if filename == "implicit_gemm_tf32x3.cu"]
-    assert tf32x3 == ["conv2d_tf32x3_fwd@64,0,1"], built
+    assert tf32x3 == ["conv2d_tf32x3_fwd@64,0,1", "tf32x3_split_weights@1"], built
 
 
 def test_device_name_tells_the_model_for_the_tuning_cache_and_the_records():

@@ -26,6 +26,7 @@
 #   bash tools/device_run.sh bigcheck igemm_big / tf32x3: their GPU tests, memcheck and racecheck on their smoke cases
 #   bash tools/device_run.sh fused    issue 17: forward + ReLU fused vs the unfused pair (tools/fused_relu_api.py)
 #   bash tools/device_run.sh ncu-big  Nsight Compute on igemm_big's forward (3x3 C=64): stall reasons, occupancy
+#   bash tools/device_run.sh ncu-tx   Nsight Compute on tf32x3's forward (3x3 C=64): pipes, L1/shared wavefronts, stalls
 #   bash tools/device_run.sh targets  gpu_targets (TARGETS=label fragments, comma-separated; all when unset)
 #   bash tools/device_run.sh rtsweep [NAMES]  register_tiled's block_w x px on the input-gradient problems it runs
 #   bash tools/device_run.sh phases   every kernel of a backward call per algorithm (CUPTI), and register_tiled's
@@ -258,6 +259,20 @@ ncu-big)
       --section Occupancy --section LaunchStats --section SchedulerStats --section InstructionStats python3 tools/ncu_layers.py
     grep -E "conv2d_|Duration|Warp Cycles|Stall|Achieved Occupancy|Registers|Issue Slots|Eligible|Executed Ipc" \
       "$LOGS/ncu-big.log" | head -60 | tee -a "$SUMMARY"
+  else note "ncu: not on this machine"; fi
+  ;;
+ncu-tx)
+  # Nsight Compute on tf32x3's forward (3x3 C=64 B=64, the tensor-core target): which pipe or memory
+  # stage binds (L1/shared wavefronts, tensor pipe, issue slots), stall reasons
+  if command -v ncu > /dev/null; then
+    run ncu-tx 240 ncu --kernel-name regex:"conv2d_tf32x3_fwd" --launch-skip 1 --launch-count 1 \
+      --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+      --section MemoryWorkloadAnalysis_Tables --section WarpStateStats --section InstructionStats \
+      --section Occupancy --section LaunchStats --section SchedulerStats \
+      --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,smsp__inst_executed.sum" \
+      python3 tools/ncu_layers.py
+    grep -E "conv2d_|Duration|Throughput|Pipe|Wavefront|Bank|Warp Cycles|Stall|Occupancy|Registers|Issue Slots|Eligible|Executed Ipc|Utilization|stalled|hmma|wavefronts|conflicts|inst_executed" \
+      "$LOGS/ncu-tx.log" | head -120 | tee -a "$SUMMARY"
   else note "ncu: not on this machine"; fi
   ;;
 probe)

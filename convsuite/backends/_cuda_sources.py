@@ -156,6 +156,7 @@ KERNELS = {
     "implicit_gemm_tf32x3.cu": [
         *[f"conv2d_tf32x3_fwd@{bm},{act},{chunked}" for bm in (64, 128) for act in EPILOGUES for chunked in (0, 1)],
         *[f"conv2d_tf32x3_wgrad@{bm}" for bm in (16, 32, 64, 128)],
+        *[f"tf32x3_split_weights@{chunked}" for chunked in (0, 1)],
     ],
     "wgrad_ladder.cu": [
         "wgrad_ladder_atomic",

@@ -810,10 +810,9 @@ TF32X3_TUNABLES = (
         OVERRIDABLE["CS_TX_BLOCKS"][1],
         DEFINES["CS_TX_BLOCKS"],
         "128-thread blocks per multiprocessor the forward kernel's registers must allow (-D CS_TX_BLOCKS, "
-        "its __launch_bounds__; one module each; 0: no minimum, 166 registers): more blocks hide more latency, "
-        "fewer registers may spill; 4 (128 registers, no spills) against 3 (<= 168): 1.04-1.05x forward, 1.02x "
-        "backward (H100, 3x3 C=64 56x56 B=64); the default changes once 4 has passed the whole GPU suite and "
-        "racecheck as the default",
+        "its __launch_bounds__; one module each; 0: no minimum): more blocks hide more latency, fewer "
+        "registers may spill; H100, 2026-11-26, cp.async stages and split weights, 3x3 B=64, 4 against 3: "
+        "1.03x at C=32->64 64x64 and 1.02x at C=64 56x56, 0.94x at C=128 28x28 and 0.93x at C=256 14x14",
     ),
     _gather_tunable(_default_gather_tf32x3),
 )
@@ -959,14 +958,8 @@ def _plan_implicit_gemm(
             grid = (math.ceil(n / BIG_BN), math.ceil(Mg / bm), G)
             chunked = GATHERS[gather]
             if kind == "tf32x3":
-                fn = rt.kernel(
-                    "implicit_gemm_tf32x3.cu",
-                    f"conv2d_tf32x3_fwd@{bm},{act},{chunked}",
-                    s.dtype,
-                    overrides=tx_overrides,
-                )
-            else:
-                fn = rt.kernel("implicit_gemm_big.cu", f"conv2d_igemm_fwd@{bm},{act},{chunked}", s.dtype)
+                return _with_bias(s, _tf32x3_forward(s, grid, bm, act, chunked, koff, p, tx_overrides))
+            fn = rt.kernel("implicit_gemm_big.cu", f"conv2d_igemm_fwd@{bm},{act},{chunked}", s.dtype)
             return _with_bias(s, rt.bind(fn, grid, (2 * bm,), (*_ARRAYS4, koff, *p)))
         grid = (math.ceil(n / GEMM_BN), math.ceil(Mg / GEMM_BM), G)
         fn = rt.kernel("implicit_gemm.cu", f"conv2d_implicit_gemm@{act}", s.dtype, overrides=slice_depth)
@@ -1023,6 +1016,42 @@ def _plan_implicit_gemm(
         _grad_bias(s, grad_y, grad_b)
 
     return backward
+
+
+def _tf32x3_forward(s: ConvSpec, grid, bm: int, act: int, chunked: int, koff, p, overrides) -> Callable:
+    """tf32x3's forward launch: the weights split into big and small TF32 parts, stage by stage
+    (``tf32x3_split_weights``, a grid-stride launch over G*steps*Mg*8 elements, into a buffer kept
+    per stream), then ``conv2d_tf32x3_fwd@{bm},{act},{chunked}`` reading them.
+
+    The split runs every call (the weights may change between calls) and is small:
+    2*G*steps*Mg*8 words, steps = ceil(Cg/8)*KH*KW (chunked) or ceil(Cg*KH*KW/8) (table).
+    """
+    G, Mg, Cg = s.groups, s.out_channels_per_group, s.channels_per_group
+    taps = math.prod(s.kernel_size)
+    steps = math.ceil(Cg / GATHER_CHUNK) * taps if chunked else math.ceil(Cg * taps / GATHER_CHUNK)
+    shape = (2, G, steps, Mg, GATHER_CHUNK)
+    total = G * steps * Mg * GATHER_CHUNK
+    split_fn = rt.kernel("implicit_gemm_tf32x3.cu", f"tf32x3_split_weights@{chunked}", s.dtype)
+    fn = rt.kernel("implicit_gemm_tf32x3.cu", f"conv2d_tf32x3_fwd@{bm},{act},{chunked}", s.dtype, overrides=overrides)
+    conv = rt.bind(fn, grid, (2 * bm,), (ARG, ARG, ARG, ARG, ARG, koff, *p))
+    made = []  # (the split launch, its buffers per stream): made at the first call, which has the device
+
+    def forward(x, w, bias, out):
+        if not made:
+            cp = rt.cupy()
+            split = rt.bind(
+                split_fn, (rt.grid_stride_blocks(total),), (THREADS,), (ARG, ARG, *rt.i32(G, Mg, Cg, taps, steps))
+            )
+            made.append((split, rt.PerStream(lambda: cp.empty(shape, dtype=cp.uint32)), cp))
+        split, kept, cp = made[0]
+        # A graph capture takes a fresh buffer (rt.PerStream), as its replays may overlap this stream.
+        ws = None if capturing() else kept.get()
+        if ws is None:
+            ws = cp.empty(shape, dtype=cp.uint32)
+        split(w, ws)
+        conv(x, w, ws, bias, out)
+
+    return forward
 
 
 def _input_gradient_as_forward(s: ConvSpec) -> ConvSpec:
