@@ -812,7 +812,8 @@ TF32X3_TUNABLES = (
         "128-thread blocks per multiprocessor the forward kernel's registers must allow (-D CS_TX_BLOCKS, "
         "its __launch_bounds__; one module each; 0: no minimum): more blocks hide more latency, fewer "
         "registers may spill; H100, 2026-11-26, cp.async stages and split weights, 3x3 B=64, 4 against 3: "
-        "1.03x at C=32->64 64x64 and 1.02x at C=64 56x56, 0.94x at C=128 28x28 and 0.93x at C=256 14x14",
+        "1.03x at C=32->64 64x64 and 1.02x at C=64 56x56, 0.95x at C=128 28x28 and 0.93x at C=256 14x14 "
+        "(medians of three alternating processes)",
     ),
     _gather_tunable(_default_gather_tf32x3),
 )
