@@ -36,7 +36,8 @@ __device__ __forceinline__ void tx_ldmatrix_x4(unsigned r[4], const unsigned* ro
                  : "r"(a));
 }
 
-// Whether a loaded operand cannot be split (inf, NaN, or so large that big*big may overflow differently).
+// Whether a loaded operand cannot be split (inf, NaN, or so large that big*big may overflow differently);
+// the forward kernel asks it of its sums, which such an operand makes inf or NaN.
 __device__ __forceinline__ bool tx_unsplittable(float v) { return !(fabsf(v) < 8.5070592e37f); }   // 2^126
 
 // tx_split, noting in `unsplittable` an operand that cannot be split (the
