@@ -491,6 +491,23 @@ def test_the_gather_rules_follow_the_measured_channel_counts():
         assert gather.values == tuple(algs.GATHERS) == tuple(sorted(algs.GATHERS))
 
 
+def test_the_tf32x3_register_budget_follows_the_reduction_length():
+    """tf32x3 runs three blocks per multiprocessor from 768 products per output, four below; backward
+    the budget is the stride-1 dX's, a reduction over the layer's output channels."""
+    tf32x3 = algs.RECORDS["tf32x3"]
+    c64 = _spec((2, 64, 20, 20), (64, 64, 3, 3), padding=1)  # 576 products
+    c96 = _spec((2, 96, 20, 20), (96, 96, 3, 3), padding=1)  # 864
+    wide_in = _spec((2, 128, 9, 9), (32, 128, 3, 3), padding=1)  # 1152 forward, 288 backward
+    pointwise = _spec((2, 1024, 7, 7), (256, 1024, 1, 1))  # 1024 forward, 256 backward
+    assert [tf32x3.defaults(s, "forward")["blocks"] for s in (c64, c96, wide_in, pointwise)] == [4, 3, 3, 3]
+    assert [tf32x3.defaults(s, "backward")["blocks"] for s in (c64, c96, wide_in, pointwise)] == [4, 3, 4, 4]
+    edge = _spec((2, 256, 9, 9), (8, 256, 1, 1))  # 256 products: below; 768 exactly: three blocks
+    assert tf32x3.defaults(edge, "forward")["blocks"] == 4
+    assert tf32x3.defaults(_spec((2, 768, 5, 5), (8, 768, 1, 1)), "forward")["blocks"] == 3
+    (blocks,) = [t for t in tf32x3.tunables if t.name == "blocks"]
+    assert {3, 4} <= set(blocks.values)
+
+
 @pytest.mark.parametrize("algorithm", ["igemm_big", "tf32x3"])
 def test_the_gather_reaches_the_kernel_names_it_selects(monkeypatch, algorithm):
     """Every forward kernel of the big implicit GEMMs is compiled with both gathers, and a plan asks for the

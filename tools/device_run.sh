@@ -27,6 +27,7 @@
 #   bash tools/device_run.sh fused    issue 17: forward + ReLU fused vs the unfused pair (tools/fused_relu_api.py)
 #   bash tools/device_run.sh ncu-big  Nsight Compute on igemm_big's forward (3x3 C=64): stall reasons, occupancy
 #   bash tools/device_run.sh ncu-tx   Nsight Compute on tf32x3's forward (3x3 C=64): pipes, L1/shared wavefronts, stalls
+#   bash tools/device_run.sh blocks   tf32x3's register budgets 3 vs 4 by reduction length (its blocks rule)
 #   bash tools/device_run.sh targets  gpu_targets (TARGETS=label fragments, comma-separated; all when unset)
 #   bash tools/device_run.sh rtsweep [NAMES]  register_tiled's block_w x px on the input-gradient problems it runs
 #   bash tools/device_run.sh phases   every kernel of a backward call per algorithm (CUPTI), and register_tiled's
@@ -274,6 +275,11 @@ ncu-tx)
     grep -E "conv2d_|Duration|Throughput|Pipe|Wavefront|Bank|Warp Cycles|Stall|Occupancy|Registers|Issue Slots|Eligible|Executed Ipc|Utilization|stalled|hmma|wavefronts|conflicts|inst_executed" \
       "$LOGS/ncu-tx.log" | head -120 | tee -a "$SUMMARY"
   else note "ncu: not on this machine"; fi
+  ;;
+blocks)
+  # tf32x3's register budgets 3 and 4 on layers of growing reduction (the rule of its blocks tunable)
+  run blocks 200 python3 tools/tf32x3_blocks_probe.py
+  grep -E "Kd=" "$LOGS/blocks.log" | tee -a "$SUMMARY"
   ;;
 probe)
   # the probe alone: tf32x3 (every register budget) vs igemm_big vs cuDNN

@@ -796,6 +796,24 @@ def _plan_tf32x3(spec: ConvSpec, direction: str, params: dict) -> Launch:
     )
 
 
+#: Reduction length (channels per group x taps) from which tf32x3's forward kernel runs on the
+#: larger register budget of three blocks per multiprocessor (:func:`_default_blocks_tf32x3`).
+TF32X3_THREE_BLOCKS_FROM = 768
+
+
+def _default_blocks_tf32x3(spec: ConvSpec, direction: str) -> int:
+    """tf32x3's register budget: 3 blocks (<= 168 registers) from a reduction of
+    :data:`TF32X3_THREE_BLOCKS_FROM` products per output, 4 (128 registers) below.
+
+    H100, 2026-11-26, one process with the two budgets interleaved (forward, B=64 or 32;
+    docs/measurements/device-2026-11-26i/blocks.log), time of 4 over 3: reduction 288 (3x3
+    C=32) 0.99, 576 (3x3 C=64) 0.98, 864 (3x3 C=96) 1.02, 1024 (1x1 C=1024) 1.04, 1152 (3x3
+    C=128) 1.05, 1728 1.04, 2304 1.07, 4608 (3x3 C=512) 1.08. Backward the budget is the
+    stride-1 input gradient's, whose reduction runs over the layer's output channels.
+    """
+    return 3 if _gather_channels(spec, direction) * math.prod(spec.kernel_size) >= TF32X3_THREE_BLOCKS_FROM else 4
+
+
 TF32X3_TUNABLES = (
     Tunable(
         "bm",
@@ -808,12 +826,11 @@ TF32X3_TUNABLES = (
     Tunable(
         "blocks",
         OVERRIDABLE["CS_TX_BLOCKS"][1],
-        DEFINES["CS_TX_BLOCKS"],
+        _default_blocks_tf32x3,
         "128-thread blocks per multiprocessor the forward kernel's registers must allow (-D CS_TX_BLOCKS, "
         "its __launch_bounds__; one module each; 0: no minimum): more blocks hide more latency, fewer "
-        "registers may spill; H100, 2026-11-26, cp.async stages and split weights, 3x3 B=64, 4 against 3: "
-        "1.03x at C=32->64 64x64 and 1.02x at C=64 56x56, 0.95x at C=128 28x28 and 0.93x at C=256 14x14 "
-        "(medians of three alternating processes)",
+        "registers may spill; the rule takes 3 from a reduction of 768 products per output, 4 below "
+        "(H100: 4 is 1.01-1.02x faster at 288-576 products, 3 is 1.02-1.08x faster at 864-4608)",
     ),
     _gather_tunable(_default_gather_tf32x3),
 )
