@@ -166,10 +166,9 @@ __host__ __device__ constexpr int tx_wgrad_threads(int BM) { return BM >= 32 ? 2
 
 // Minimum resident blocks the forward kernel's registers must allow: CS_TX_BLOCKS
 // blocks of 128 threads (BM = 64), half as many of 256 (BM = 128), at least one; 0
-// (the default) gives no minimum. Occupancy, not code, changes: with no minimum
-// ptxas takes 166 registers (three 128-thread blocks per multiprocessor; a minimum
-// of one would take 174, two blocks), 4 caps it at 128 without spills (H100, 3x3
-// C=64 56x56 B=64: forward 1.04-1.05x faster than 3 blocks).
+// gives no minimum. Occupancy, not code, changes: 4 (the module of DEFINES) caps the
+// kernel at 128 registers, 3 at 168. The backend's rule (_default_blocks_tf32x3)
+// takes 3 from 768 products per output, where it measured faster, 4 below.
 __host__ __device__ constexpr int tx_fwd_min_blocks(int BM) { return CS_TX_BLOCKS * 64 / BM > 0 ? CS_TX_BLOCKS * 64 / BM : 1; }
 #if CS_TX_BLOCKS > 0
 #define TX_FWD_BOUNDS(BM) __launch_bounds__(2 * (BM), tx_fwd_min_blocks(BM))

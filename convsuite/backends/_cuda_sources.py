@@ -52,9 +52,9 @@ DEFINES = {
     "CS_PW_PX": 4,  # pointwise pixels per thread (one float4)
     "CS_SPLITK_TILE": 32,  # pointwise_splitk: output channels and pixels of a block's tile, channels per chunk
     "CS_LADDER_YB": 4,  # output rows per thread of the dW ladder's padded step (the write-up's yBatch)
-    # tf32x3 forward: 128-thread blocks per multiprocessor its registers must allow; 0: no minimum
-    # (the compiler takes 166 registers: three blocks). 4: 128 registers, 1.04-1.05x faster
-    # (H100, 2026-11-26).
+    # tf32x3 forward: 128-thread blocks per multiprocessor its registers must allow; 0: no minimum.
+    # 4: 128 registers, the default module; the backend's rule takes the 3 module (168 registers)
+    # from 768 products per output (_cupy_algorithms._default_blocks_tf32x3).
     "CS_TX_BLOCKS": 4,
 }
 
