@@ -239,7 +239,7 @@ ncu-layers)
   else note "ncu: not on this machine"; fi
   ;;
 bigcheck)
-  # igemm_big / tf32x3 iteration: their GPU tests, memcheck and racecheck on their smoke cases, the 3x3 targets
+  # igemm_big / tf32x3 iteration: their GPU tests, memcheck and racecheck on their smoke cases
   run pytest-big 300 python3 -m pytest -q -p no:cacheprovider -n 8 -m gpu tests/test_gpu.py tests/test_relu_mask_gpu.py \
     -k "igemm or tf32x3 or tunable or every_algorithm or relu or big_tile"
   grep -E "^(FAILED|ERROR)" "$LOGS/pytest-big.log" | head -20 | tee -a "$SUMMARY"

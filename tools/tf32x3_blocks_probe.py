@@ -13,6 +13,7 @@ import statistics
 import cupy as cp
 
 import convsuite as cs
+from convsuite.bench.gpu_targets import _interleaved
 
 LAYERS = [  # name, B, C, M, H, K, pad
     ("c1 3x3 C32->64 64", 64, 32, 64, 64, 3, 1),
@@ -27,18 +28,9 @@ LAYERS = [  # name, B, C, M, H, K, pad
 
 
 def median_ms(f, n=15):
-    """Median CUDA-event milliseconds of ``n`` calls of ``f`` after three warm-up calls."""
-    for _ in range(3):
-        f()
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    out = []
-    for _ in range(n):
-        start.record()
-        f()
-        stop.record()
-        stop.synchronize()
-        out.append(cp.cuda.get_elapsed_time(start, stop))
-    return statistics.median(out)
+    """Median CUDA-event milliseconds of ``n`` consecutive calls of ``f`` after three warm-up calls
+    (gpu_targets' timing loop with one contender)."""
+    return statistics.median(_interleaved({"f": f}, n, warmup=3)["f"]) * 1e3
 
 
 def main() -> None:
