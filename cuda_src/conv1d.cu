@@ -227,3 +227,158 @@ __global__ void conv1d_blocked(const T* __restrict__ x, const T* __restrict__ w,
     }
     for (int j = done + threadIdx.x; j < n_out; j += blockDim.x) yr[j] = tile[j];
 }
+
+// blocked_pipelined: blocked's arithmetic (V consecutive outputs per thread, a
+// sliding register window, KT fixed at compile time for the common widths) on a
+// persistent grid. Block b owns a contiguous run of the (row, tile) items, and a
+// stage is one input channel of one item: its window of inputs and its K weights.
+// The stages are copied by cp.async, the next one while the current one is
+// computed (two buffers), so every block keeps loads in flight through its
+// arithmetic, where one tile per block loads, then computes. It pays where a
+// stage has arithmetic to hide the next copy behind (H100, N=1e8 K=31: 0.365 ms
+// against 0.391 one tile per block; float64 0.354 against 0.468; K=5 0.363 against
+// 0.328): the rule of blocked's `persistent` tunable chooses. Any row, aligned or not, is copied in 16-byte
+// pieces from the aligned address at or before its window (`delta` elements early);
+// a piece that is not wholly inside the row goes element by element, zeros outside
+// it. The outputs are staged in the stage's buffer once it is read, then stored
+// coalesced. A launch with shared memory for one stage only (a long halo) loads,
+// then computes. The stage layout must match _cupy_algorithms._blocked_stage_elements.
+// Register budget by the bytes of accumulators: float at V <= 9 in 32 registers, 8 blocks of
+// 256 (no spills at any width; unbounded, ptxas took 56 at K=31: 4 blocks' loads in flight
+// instead of 8); double at V <= 9 and float above in 64; double above in 128 (sm_90, nvcc 13).
+#define CS_BLOCKED_MIN_BLOCKS(T) (sizeof(T) * CS_BLOCKED_V <= 36 ? 8 : sizeof(T) * CS_BLOCKED_V <= 72 ? 4 : 2)
+template <typename T, int KT>
+__global__ void __launch_bounds__(CS_THREADS, CS_BLOCKED_MIN_BLOCKS(T)) conv1d_blocked_pipelined(const T* __restrict__ x, const T* __restrict__ w,
+                                         const T* __restrict__ bias, T* __restrict__ y, CONV1D_PARAMS) {
+    if (KT > 0) K = KT;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* const buf = reinterpret_cast<T*>(smem_raw);
+    constexpr int EPV = 16 / (int)sizeof(T);          // elements per 16-byte piece
+    const int tile_out = blockDim.x * CS_BLOCKED_V;
+    const int span = tile_out + (K - 1) * d;
+    const int win_len = (span + 2 * EPV - 1) / EPV * EPV;  // window, shift and slack; then the mask
+    const int stage_len = win_len + (K + EPV - 1) / EPV * EPV;
+    unsigned dyn_smem;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn_smem));
+    const bool two = dyn_smem >= 2u * stage_len * sizeof(T);
+
+    const int Mg = M / (C / Cg);
+    const int tiles_x = (Wo + tile_out - 1) / tile_out;
+    const i64 items = (i64)B * M * tiles_x;
+    const i64 per_block = (items + gridDim.x - 1) / gridDim.x;
+    const i64 first = (i64)blockIdx.x * per_block;
+    if (first >= items) return;
+    const i64 n_stages = (min(items, first + per_block) - first) * Cg;
+
+    // A stage: image b, output channel m (group g, place mg in it), tile tx, input
+    // channel c; stepped one stage at a time (no division in the loop).
+    struct Pos {
+        int b, m, g, mg, tx, c;
+        __device__ void next(int Cg_, int M_, int Mg_, int tiles) {
+            if (++c < Cg_) return;
+            c = 0;
+            if (++tx < tiles) return;
+            tx = 0;
+            if (++m < M_) {
+                if (++mg == Mg_) mg = 0, ++g;
+                return;
+            }
+            m = g = mg = 0;
+            ++b;
+        }
+    };
+    const i64 row0 = first / tiles_x;
+    const int m0 = (int)(row0 % M);
+    Pos q{(int)(row0 / M), m0, m0 / Mg, m0 % Mg, (int)(first - row0 * tiles_x), 0};
+
+    auto row_of = [&](const Pos& at) { return x + ((i64)at.b * C + (i64)at.g * Cg + at.c) * W; };
+    auto shift_of = [&](const T* xr, i64 base) {     // elements from the 16-byte boundary to the window
+        return (int)((((unsigned long long)xr + (unsigned long long)(base * (i64)sizeof(T))) & 15) / sizeof(T));
+    };
+    auto load = [&](const Pos& at, T* dst) {
+        const T* xr = row_of(at);
+        const i64 base = (i64)at.tx * tile_out - p;  // input index of the window's first element
+        const i64 a0 = base - shift_of(xr, base);
+        const int nvec = (int)((base + span - a0 + EPV - 1) / EPV);
+        for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+            const i64 ix = a0 + (i64)EPV * v;
+            if (ix >= 0 && ix + EPV <= W) {
+                cp_async_16(dst + EPV * v, xr + ix, true);
+            } else {
+#pragma unroll
+                for (int e = 0; e < EPV; ++e) {
+                    const bool in = ix + e >= 0 && ix + e < W;
+                    cp_async_element(dst + EPV * v + e, in ? xr + ix + e : xr, in);
+                }
+            }
+        }
+        const T* wr = w + ((i64)at.m * Cg + at.c) * K;
+        for (int k = threadIdx.x; k < K; k += blockDim.x) cp_async_element(dst + win_len + k, wr + k, true);
+        cp_async_commit();
+    };
+
+    const int t0 = threadIdx.x * CS_BLOCKED_V;
+    T acc[CS_BLOCKED_V];
+    if (two) load(q, buf);
+    for (i64 s = 0; s < n_stages; ++s) {
+        T* const cur = buf + (two ? (int)(s & 1) * stage_len : 0);
+        if (!two) load(q, cur);
+        cp_async_wait<0>();
+        __syncthreads();                              // stage s landed; the other buffer is free
+        if (two && s + 1 < n_stages) {
+            Pos nx = q;
+            nx.next(Cg, M, Mg, tiles_x);
+            load(nx, buf + (int)((s + 1) & 1) * stage_len);
+        }
+        if (q.c == 0) {
+#pragma unroll
+            for (int j = 0; j < CS_BLOCKED_V; ++j) acc[j] = bias[q.m];
+        }
+        const i64 base = (i64)q.tx * tile_out - p;
+        const T* win0 = cur + shift_of(row_of(q), base) + t0;
+        const T* mask = cur + win_len;
+        if (d == 1) {
+            T win[CS_BLOCKED_V];
+#pragma unroll
+            for (int j = 0; j < CS_BLOCKED_V; ++j) win[j] = win0[j];
+#pragma unroll
+            for (int k = 0; k < (KT > 0 ? KT : K); ++k) {
+                const T wk = mask[k];
+#pragma unroll
+                for (int j = 0; j < CS_BLOCKED_V; ++j) acc[j] += wk * win[j];
+#pragma unroll
+                for (int j = 0; j < CS_BLOCKED_V - 1; ++j) win[j] = win[j + 1];
+                if (k + 1 < (KT > 0 ? KT : K)) win[CS_BLOCKED_V - 1] = win0[CS_BLOCKED_V + k];  // index < span
+            }
+        } else {
+            for (int k = 0; k < K; ++k) {
+                const T wk = mask[k];
+#pragma unroll
+                for (int j = 0; j < CS_BLOCKED_V; ++j) acc[j] += wk * win0[j + k * d];
+            }
+        }
+        if (q.c == Cg - 1) {
+            // Stage the outputs in this stage's buffer (lane stride V is odd: no bank
+            // conflicts), then store them coalesced, 16 bytes at a time where aligned.
+            __syncthreads();                          // every thread has read the window
+#pragma unroll
+            for (int j = 0; j < CS_BLOCKED_V; ++j) cur[t0 + j] = acc[j];
+            __syncthreads();
+            const i64 o0 = (i64)q.tx * tile_out;
+            T* yr = y + ((i64)q.b * M + q.m) * Wo + o0;
+            const int n_out = (int)min((i64)tile_out, (i64)Wo - o0);
+            int done = 0;
+            if ((reinterpret_cast<unsigned long long>(yr) & 15) == 0) {
+                const uint4* src4 = reinterpret_cast<const uint4*>(cur);
+                uint4* y4 = reinterpret_cast<uint4*>(yr);
+                for (int v = threadIdx.x; v < n_out / EPV; v += blockDim.x) y4[v] = src4[v];
+                done = (n_out / EPV) * EPV;
+            }
+            for (int j = done + threadIdx.x; j < n_out; j += blockDim.x) yr[j] = cur[j];
+        }
+        // One buffer: the next stage's copy overwrites this one. Two: the copy into
+        // this buffer is issued after the next iteration's barrier.
+        if (!two) __syncthreads();
+        q.next(Cg, M, Mg, tiles_x);
+    }
+}

@@ -121,7 +121,7 @@ def test_the_expected_records_are_tunable():
         "tf32x3": ["bm", "blocks", "gather"],
         "pointwise": ["mt"],
         "depthwise": ["px", "py"],
-        "blocked": ["v"],
+        "blocked": ["v", "persistent"],
     }
 
 
@@ -196,14 +196,45 @@ def test_constraints_refuse_with_a_reason():
 
 
 def test_blocked_shared_memory_follows_v():
-    """conv1d_blocked's tile is 256 v outputs plus the halo: a long dilated mask refuses large v only."""
+    """One tile per block: 256 v outputs plus the halo and the mask. Persistent: two stages of
+    window, slack and mask where they fit, else one. A long dilated mask refuses large v only."""
     spec = _spec((1, 1, 200_000), (1, 1, 301), np.float64, dilation=10)
     record = algs.RECORDS["blocked"]
-    assert record.can_run(spec, "forward", {"v": 9}) is True  # (2304 + 3000 + 8 + 301) * 8 = 44904 bytes
-    why = record.can_run(spec, "forward", {"v": 15})
+    assert algs._blocked_smem(spec, 9, 0) == (2304 + 3000 + 8 + 301) * 8
+    # window 2304 + 3000 rounded up with a 16-byte piece of slack (5306), mask 301 -> 302: one stage
+    assert algs._blocked_stage_elements(spec, 9) == 5306 + 302
+    assert algs._blocked_smem(spec, 9, 1) == 5608 * 8  # 44864 bytes: two would pass 48 KiB
+    assert record.defaults(spec, "forward")["persistent"] == 1  # one input channel, float64
+    for persistent in (0, 1):
+        assert record.can_run(spec, "forward", {"v": 9, "persistent": persistent}) is True
+    why = record.can_run(spec, "forward", {"v": 15, "persistent": 1})
+    assert why == f"v=15: tile, halo and mask need {(6842 + 302) * 8} bytes of shared memory (> 49152)"
+    why = record.can_run(spec, "forward", {"v": 15, "persistent": 0})
     assert why == f"v=15: tile, halo and mask need {(3840 + 3000 + 8 + 301) * 8} bytes of shared memory (> 49152)"
     assert record.can_run(SPECS[2], "forward", {"v": 15}) is True
-    assert record.defaults(SPECS[2], "forward") == {"v": DEFINES["CS_BLOCKED_V"]}
+    assert record.defaults(SPECS[2], "forward")["v"] == DEFINES["CS_BLOCKED_V"]
+    # float32, K=31: window 2304 + 30 -> 2340, mask 32, two stages
+    short = _spec((1, 1, 100_000), (1, 1, 31), np.float32)
+    assert algs._blocked_smem(short, 9, 1) == 2 * (2340 + 32) * 4
+
+
+def test_blocked_persistent_rule():
+    """The persistent, pipelined grid for one input channel with enough work per output; else one tile per block."""
+    record = algs.RECORDS["blocked"]
+    cases = [
+        (((1, 1, 10**6), (1, 1, 3), {}), np.float32, 0),  # a compiled width, float32: too little to hide
+        (((1, 1, 10**6), (1, 1, 9), {}), np.float32, 0),
+        (((1, 1, 10**6), (1, 1, algs.BLOCKED_PERSISTENT_FROM + 15), {}), np.float32, 1),  # 31: compiled, long
+        (((1, 1, 10**6), (1, 1, 8), {}), np.float32, 1),  # not compiled in: the tap loop is not unrolled
+        (((1, 1, 10**6), (1, 1, 5), {"dilation": 3}), np.float32, 1),  # the dilated path
+        (((1, 1, 10**6), (1, 1, 3), {}), np.float64, 1),
+        (((4, 8, 10**4), (8, 1, 31), {"groups": 8}), np.float32, 1),  # depthwise: one input channel
+        (((4, 64, 10**4), (64, 8, 31), {"groups": 8}), np.float32, 0),  # a stage per input channel
+        (((4, 64, 10**4), (64, 64, 9), {}), np.float64, 0),
+    ]
+    for (x_shape, w_shape, kw), dtype, want in cases:
+        spec = _spec(x_shape, w_shape, dtype, **kw)
+        assert record.defaults(spec, "forward")["persistent"] == want, (x_shape, w_shape, kw, dtype)
 
 
 def test_case_limits_still_come_first():

@@ -473,6 +473,44 @@ def test_long_signals_every_1d_algorithm(algorithm, n, k, pad):
     assert_within(y.reshape(spec.y_shape), reference_forward(spec, x, w), forward_tolerance(spec, x, w), algorithm)
 
 
+@pytest.mark.parametrize(
+    "x_shape, w_shape, kw, dtype",
+    [
+        # more (row, tile) items than the persistent grid holds: each block's run crosses
+        # tiles, output channels, groups and images; rows not 16-byte aligned (odd W)
+        ((5, 6, 30001), (40, 3, 7), dict(padding="same", groups=2), np.float32),
+        # every row aligned, the window starting one element before an aligned address
+        ((4, 6, 30000), (40, 3, 7), dict(padding="same", groups=2), np.float32),
+        # a compiled width (31) over two input channels: the channel stages of one item
+        ((8, 2, 50000), (6, 2, 31), dict(padding=15), np.float32),
+        # float64: 16-byte pieces of two elements
+        ((4, 4, 20001), (36, 2, 5), dict(padding="same", groups=2), np.float64),
+        # a long dilated mask in float64: two stages exceed 48 KiB, so one stage (load, then compute)
+        ((12, 2, 40000), (4, 1, 301), dict(dilation=10, padding="same", groups=2), np.float64),
+    ],
+)
+@pytest.mark.parametrize("persistent", [0, 1])
+def test_blocked_persistent_runs(x_shape, w_shape, kw, dtype, persistent):
+    """conv1d_blocked_pipelined's persistent grid: each block walks a run of items, stage by stage
+    (and the one-tile-per-block kernel on the same cases)."""
+    from convsuite.backends import _cupy_algorithms as algs
+
+    rng = np.random.default_rng(x_shape[-1])
+    x = rng.standard_normal(x_shape).astype(dtype)
+    w = rng.standard_normal(w_shape).astype(dtype)
+    bias = rng.standard_normal(w_shape[0]).astype(dtype)
+    spec = cs.explain(x, w, bias, **kw).spec
+    v = algs.BLOCKED_V
+    stage = algs._blocked_stage_elements(spec, v) * spec.itemsize
+    two = 2 * stage <= algs.SMEM_LIMIT
+    assert algs._blocked_smem(spec, v, 1) == (2 * stage if two else stage)
+    assert two == (dtype == np.float32 or w_shape[-1] < 301), "the cases cover both pipelines"
+    plan = cs.plan(x, w, bias, backend="cupy", algorithm="blocked", params={"persistent": persistent}, **kw)
+    with cs.testing.poisoned_outputs():
+        y = plan(x, w, bias)
+    assert_within(y, reference_forward(spec, x, w, bias), forward_tolerance(spec, x, w, bias), "blocked")
+
+
 def test_arrays_in_arrays_out():
     cp = _cupy()
     rng = np.random.default_rng(1)
@@ -627,6 +665,24 @@ def test_out_of_memory_is_a_clear_error():
         cs.conv1d(
             cp.ones((batch, 1, 1000), cp.float32), cp.ones((1, 1, 3), cp.float32), padding=int(pad), backend="cupy"
         )
+
+
+def test_only_host_operands_pay_the_per_call_memory_check(monkeypatch):
+    """A large warm call counts host copies per call: NumPy operands do; device operands on the
+    GPU have no host buffers to count, and skip it (host time before the launch)."""
+    from convsuite import _validation
+
+    cp = _cupy()
+    x = np.ones(5 * 2**20, np.float32)  # 20 MiB in, 20 MiB out: past SMALL_CALL_BYTES
+    w = np.ones(3, np.float32)
+    for operands in ((x, w), (cp.asarray(x), cp.asarray(w))):
+        cs.conv1d(*operands, padding=1, backend="cupy")  # the plan (its first call reserves memory)
+    checked = []
+    monkeypatch.setattr(_validation, "_check_buffers", lambda *args: checked.append(type(args[-1][0])))
+    cs.conv1d(cp.asarray(x), cp.asarray(w), padding=1, backend="cupy")
+    assert checked == []
+    cs.conv1d(x, w, padding=1, backend="cupy")
+    assert checked == [np.ndarray]
 
 
 def test_one_huge_dimension_is_refused_with_a_reason():

@@ -5,6 +5,8 @@
 #   bash tools/device_run.sh bench    per-call overhead, MobileNetV2 (52 convs, whole network, CUDA
 #                                     graph) and the GPU crossover map
 #   bash tools/device_run.sh regret   the regret of auto on held-out cases
+#   bash tools/device_run.sh oned     blocked (1-D): tests, sanitizers (ONED_TESTS=0: neither), tools/blocked_probe.py
+#   bash tools/device_run.sh hosttime tools/host_time_probe.py: a public call's host time against its launch
 #   bash tools/device_run.sh sweeps   the FA19 table (tiled_shared tile_w x tile_h) and tuned vs default
 #   bash tools/device_run.sh report   the seed report of every tunable algorithm (swept best vs default)
 #   bash tools/device_run.sh cache    a 20-configuration sweep twice, in two processes sharing CuPy's disk cache
@@ -82,7 +84,7 @@ IFS=+ read -r -a SECTIONS <<< "${1:-tests}"
 for SECTION in "${SECTIONS[@]}"; do
 case "$SECTION" in
 tests)
-  run pytest-gpu "${GPU_TESTS_LIMIT:-400}" python3 -m pytest -q -p no:cacheprovider -n 8 -m gpu tests/
+  run pytest-gpu "${GPU_TESTS_LIMIT:-560}" python3 -m pytest -q -p no:cacheprovider -n 8 -m gpu tests/
   grep -E "^(FAILED|ERROR)" "$LOGS/pytest-gpu.log" | head -20 | tee -a "$SUMMARY"
   run pytest-cupy-rows 120 python3 -m pytest -q -p no:cacheprovider -n 4 -k cupy \
     tests/test_agreement.py tests/test_reliability_nonfinite.py tests/test_epilogue.py tests/test_plans.py
@@ -136,6 +138,26 @@ report)
     ${algos:+--algorithms "$algos"} --out "$LOGS/sweep-gpu"
   cat "$LOGS/sweep-report.log" | tee -a "$SUMMARY"
   tar -czf "$LOGS/sweep-gpu.tar.gz" -C "$LOGS" sweep-gpu && rm -rf "$LOGS/sweep-gpu"
+  ;;
+oned)
+  # blocked (both grids): its GPU tests, memcheck and racecheck on its smoke cases, and three processes
+  # of tools/blocked_probe.py (one tile per block vs persistent, and auto, interleaved in each).
+  if [ "${ONED_TESTS:-1}" = 1 ]; then  # ONED_TESTS=0: the probe alone
+    run pytest-oned 300 python3 -m pytest -q -p no:cacheprovider -n 8 -m gpu tests/test_gpu.py tests/test_cupy_tunables.py \
+      -k "blocked or long_signals or 1d or tunable"
+    grep -E "^(FAILED|ERROR)" "$LOGS/pytest-oned.log" | head -20 | tee -a "$SUMMARY"
+    run memcheck-oned 200 compute-sanitizer --tool memcheck python3 tools/gpu_smoke.py blocked
+    grep -E "ERROR SUMMARY|WRONG" "$LOGS/memcheck-oned.log" | head -3 | tee -a "$SUMMARY"
+    run racecheck-oned 200 compute-sanitizer --tool racecheck python3 tools/gpu_smoke.py blocked
+    grep -E "RACECHECK SUMMARY|ERROR SUMMARY|WRONG" "$LOGS/racecheck-oned.log" | head -3 | tee -a "$SUMMARY"
+  fi
+  for r in 1 2 3; do run "blocked-probe-$r" 150 python3 tools/blocked_probe.py; done
+  python3 tools/blocked_probe.py --summarise "$LOGS"/blocked-*.log 2>&1 | tee -a "$SUMMARY"
+  ;;
+hosttime)
+  # Host time of a public call against its launch alone (1-D, 3x3, depthwise targets), with a cProfile.
+  run host-time 200 python3 tools/host_time_probe.py
+  grep -E "^==|median" "$LOGS/host-time.log" | tee -a "$SUMMARY"
   ;;
 regret)
   # Issue 10 on the GPU: auto's pick (the cupy hand rule) against the fastest algorithm, held-out problems.

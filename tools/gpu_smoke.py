@@ -54,6 +54,8 @@ CASES = [
     ((2, 40, 17, 16), (36, 40, 1, 1), {}),  # pointwise: two channel blocks, float4 rows
     ((1, 100, 7, 7), (70, 100, 1, 1), {}),  # pointwise_splitk: several slices, partial 32x32 tiles
     ((3, 6, 14, 15), (20, 6, 5, 5), dict(padding=2)),  # tf32x3_image: 3 channel tiles, 7 pixel-tile pairs
+    ((6, 4, 9000), (40, 2, 7), dict(padding="same", groups=2)),  # blocked: 960 items, blocks walk several
+    ((1, 2, 3000), (2, 2, 301), dict(dilation=10, padding="same")),  # blocked: one stage in float64
 ]
 for dtype in (np.float32, np.float64):
     for x_shape, w_shape, kw in CASES:
@@ -92,13 +94,14 @@ for dtype in (np.float32, np.float64):
                         wrong.append((name, "backward+relu", x_shape))
                     ran.add((name, "backward+relu"))
 # Every -D configuration a tunable can ask for (one module each: other code than the default's),
+# every kernel a tunable selects (blocked's persistent),
 # and each template variant of the big implicit GEMMs' gathers, each value alone with the others
 # at their defaults, on the first case each algorithm runs.
 from convsuite.backends._cuda_sources import OVERRIDABLE  # noqa: E402
 
 compiled = {
     "register_tiled": ("px",),
-    "blocked": ("v",),
+    "blocked": ("v", "persistent"),  # persistent: another kernel (conv1d_blocked_pipelined)
     "depthwise": ("px", "py"),
     "fused_gemm": ("bk",),
     "igemm_big": ("gather",),

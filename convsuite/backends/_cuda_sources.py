@@ -124,6 +124,7 @@ KERNELS = {
         "conv1d_tiled_halo",
         "conv1d_tiled_cached_halo",
         *[f"conv1d_blocked@{k}" for k in BLOCKED_WIDTHS],
+        *[f"conv1d_blocked_pipelined@{k}" for k in BLOCKED_WIDTHS],
     ],
     "conv2d.cu": [
         "conv2d_direct|I",

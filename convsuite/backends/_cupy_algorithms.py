@@ -364,16 +364,42 @@ def _check_tiled_1d(algorithm: str):
     return check
 
 
-def _blocked_smem(s: ConvSpec, v: int) -> int:
-    """Shared bytes of conv1d_blocked with ``v`` outputs per thread: tile, halo, float4 slack, mask."""
+def _blocked_tile_smem(s: ConvSpec, v: int) -> int:
+    """Shared bytes of conv1d_blocked (one tile per block): tile, halo, float4 slack, mask."""
     (d,), (k,) = s.dilation, s.kernel_size
     return (THREADS * v + (k - 1) * d + 8 + k) * s.itemsize
 
 
+def _blocked_stage_elements(s: ConvSpec, v: int) -> int:
+    """Elements of one conv1d_blocked_pipelined stage (as the kernel lays it out): window, slack, mask.
+
+    The window is ``THREADS * v`` outputs plus the halo, with room for the copy
+    to start up to one 16-byte piece early and end on a whole piece; the mask
+    follows on a 16-byte boundary.
+    """
+    (d,), (k,) = s.dilation, s.kernel_size
+    per_copy = 16 // s.itemsize
+    span = THREADS * v + (k - 1) * d
+    window = (span + 2 * per_copy - 1) // per_copy * per_copy
+    return window + (k + per_copy - 1) // per_copy * per_copy
+
+
+def _blocked_smem(s: ConvSpec, v: int, persistent: int) -> int:
+    """Shared bytes of a blocked launch: one tile, or (persistent) two stages where they fit.
+
+    Past the limit the persistent kernel gets one stage (it then loads, then
+    computes); it tells the two apart by the shared memory its launch got.
+    """
+    if not persistent:
+        return _blocked_tile_smem(s, v)
+    stage = _blocked_stage_elements(s, v) * s.itemsize
+    return 2 * stage if 2 * stage <= SMEM_LIMIT else stage
+
+
 def _constraint_blocked(s: ConvSpec, direction: str, params) -> Verdict:
-    """Tile, halo and mask in 48 KiB; 2 v accumulator and window registers per thread."""
+    """A tile or stage (window, halo and mask) in 48 KiB; 2 v accumulator and window registers per thread."""
     v = params["v"]
-    need = _blocked_smem(s, v)
+    need = _blocked_smem(s, v, params["persistent"])
     if need > SMEM_LIMIT:
         return f"v={v}: tile, halo and mask need {need} bytes of shared memory (> {SMEM_LIMIT})"
     registers = 2 * v * s.itemsize // 4
@@ -382,6 +408,30 @@ def _constraint_blocked(s: ConvSpec, direction: str, params) -> Verdict:
     return True
 
 
+def _default_persistent_blocked(spec: ConvSpec, direction: str) -> int:
+    """The grid of blocked: persistent and pipelined where a stage's arithmetic can hide the next copy.
+
+    That is one input channel per output (a stage per channel otherwise: its bookkeeping and
+    barriers cost more than the overlap gives) and enough work per output: float64, a dilated
+    mask (the window read from shared memory tap by tap), a width not compiled in (the tap loop
+    not unrolled), or :data:`BLOCKED_PERSISTENT_FROM` taps or more. H100, 2026-11-26, three
+    processes of tools/blocked_probe.py (held plans interleaved; ms, one tile per block /
+    persistent): N=1e8 K=3 0.338 / 0.354, K=5 0.328 / 0.363, K=7 0.331 / 0.349, K=31 0.391 /
+    0.365, K=8 (run-time width) 0.384 / 0.349, K=5 dilation 3 0.376 / 0.356, float64 N=5e7 K=3
+    0.367 / 0.354, K=31 0.468 / 0.354; B=64 C=1->16 K=31 0.251 / 0.223; depthwise C=64 K=9
+    0.135 / 0.141; C=64->64 K=9 0.698 / 0.915; C=64 groups 8 K=9 0.159 / 0.154.
+    """
+    (k,), (d,) = spec.kernel_size, spec.dilation
+    if spec.channels_per_group != 1:
+        return 0
+    heavy = spec.dtype == "float64" or d > 1 or k not in BLOCKED_WIDTHS or k >= BLOCKED_PERSISTENT_FROM
+    return int(heavy)
+
+
+#: Taps from which blocked's rule takes the persistent grid for a float32 mask compiled in, dilation 1
+#: (measured: 3, 5, 7 and 9 taps one tile per block, 31 persistent).
+BLOCKED_PERSISTENT_FROM = 16
+
 BLOCKED_TUNABLES = (
     Tunable(
         "v",
@@ -389,17 +439,30 @@ BLOCKED_TUNABLES = (
         BLOCKED_V,
         "outputs per thread (-D CS_BLOCKED_V; odd: a warp's reads of tile[lane * v + j] hit 32 banks)",
     ),
+    Tunable(
+        "persistent",
+        (0, 1),
+        _default_persistent_blocked,
+        "1: a persistent grid whose blocks copy the next stage (cp.async) while computing one; 0: one "
+        "tile per block, loaded then computed (the rule: 1 for one input channel with float64, dilation, "
+        "a width not compiled in or >= 16 taps; H100: 1.07x at N=1e8 K=31, 1.32x in float64; 0.90x at K=5)",
+    ),
 )
 
 
 def _plan_blocked(s: ConvSpec, direction: str, params: dict) -> Launch:
-    """conv1d_blocked with ``params["v"]`` outputs per thread (one module per value)."""
+    """conv1d_blocked (or, ``persistent``, conv1d_blocked_pipelined) with ``v`` outputs per thread."""
     (d,), (k,) = s.dilation, s.kernel_size
-    v = params["v"]
-    per_block, smem = THREADS * v, _blocked_smem(s, v)
-    name = f"conv1d_blocked@{k if d == 1 and k in BLOCKED_WIDTHS else 0}"  # a width compiled in, if any
-    grid = (math.ceil(s.out_size[0] / per_block), s.batch * s.out_channels)
+    v, persistent = params["v"], params["persistent"]
+    per_block, smem = THREADS * v, _blocked_smem(s, v, persistent)
+    kernel = "conv1d_blocked_pipelined" if persistent else "conv1d_blocked"
+    name = f"{kernel}@{k if d == 1 and k in BLOCKED_WIDTHS else 0}"  # a width compiled in, if any
     fn, p = rt.kernel("conv1d.cu", name, s.dtype, overrides=(("CS_BLOCKED_V", v),)), _params_1d(s)
+    tiles = math.ceil(s.out_size[0] / per_block)
+    if persistent:  # as many blocks as the device holds at once, each a contiguous run of (row, tile) items
+        grid = (min(tiles * s.batch * s.out_channels, rt.sm_count() * max(1, rt.resident_blocks(fn, THREADS, smem))),)
+    else:
+        grid = (tiles, s.batch * s.out_channels)
     return _with_bias(s, rt.bind(fn, grid, (THREADS,), (*_ARRAYS4, *p), smem))
 
 
