@@ -218,6 +218,26 @@ def test_blocked_shared_memory_follows_v():
     assert algs._blocked_smem(short, 9, 1) == 2 * (2340 + 32) * 4
 
 
+def test_blocked_v_rule():
+    """blocked's outputs per thread: 11 on long masks (from BLOCKED_PERSISTENT_FROM taps), 9 below, either grid."""
+    record = algs.RECORDS["blocked"]
+    for k, dtype, want in [
+        (3, np.float32, DEFINES["CS_BLOCKED_V"]),
+        (algs.BLOCKED_PERSISTENT_FROM - 1, np.float32, DEFINES["CS_BLOCKED_V"]),
+        (algs.BLOCKED_PERSISTENT_FROM, np.float32, algs.BLOCKED_LONG_MASK_V),
+        (31, np.float64, algs.BLOCKED_LONG_MASK_V),
+    ]:
+        spec = _spec((2, 1, 10**5), (4, 1, k), dtype)
+        assert record.defaults(spec, "forward")["v"] == want, (k, dtype)
+        assert record.can_run(spec, "forward", record.defaults(spec, "forward")) is True
+    assert algs.BLOCKED_LONG_MASK_V in OVERRIDABLE["CS_BLOCKED_V"][1]
+    # float64, 301 taps dilated 11: a tile of 11 outputs per thread needs 51400 bytes, of 9 47304
+    spec = _spec((1, 1, 200_000), (1, 1, 301), np.float64, dilation=11)
+    assert algs._blocked_tile_smem(spec, 11) > algs.SMEM_LIMIT >= algs._blocked_tile_smem(spec, 9)
+    assert record.defaults(spec, "forward")["v"] == DEFINES["CS_BLOCKED_V"]
+    assert record.can_run(spec, "forward") is True
+
+
 def test_blocked_persistent_rule():
     """The persistent, pipelined grid for one input channel with enough work per output; else one tile per block."""
     record = algs.RECORDS["blocked"]

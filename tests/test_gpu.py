@@ -500,12 +500,12 @@ def test_blocked_persistent_runs(x_shape, w_shape, kw, dtype, persistent):
     w = rng.standard_normal(w_shape).astype(dtype)
     bias = rng.standard_normal(w_shape[0]).astype(dtype)
     spec = cs.explain(x, w, bias, **kw).spec
-    v = algs.BLOCKED_V
+    plan = cs.plan(x, w, bias, backend="cupy", algorithm="blocked", params={"persistent": persistent}, **kw)
+    v = plan.params["v"]
     stage = algs._blocked_stage_elements(spec, v) * spec.itemsize
     two = 2 * stage <= algs.SMEM_LIMIT
     assert algs._blocked_smem(spec, v, 1) == (2 * stage if two else stage)
     assert two == (dtype == np.float32 or w_shape[-1] < 301), "the cases cover both pipelines"
-    plan = cs.plan(x, w, bias, backend="cupy", algorithm="blocked", params={"persistent": persistent}, **kw)
     with cs.testing.poisoned_outputs():
         y = plan(x, w, bias)
     assert_within(y, reference_forward(spec, x, w, bias), forward_tolerance(spec, x, w, bias), "blocked")

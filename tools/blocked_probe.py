@@ -40,6 +40,11 @@ CASES = [  # name, x shape, w shape, keywords, dtype
 ]
 
 
+#: The cases and outputs per thread of --sweep-v.
+SWEEP = ("N=1e8 K=3", "N=1e8 K=31", "B=64 C=1->16 W=65536 K=31", "float64 N=5e7 K=31")
+SWEEP_V = (5, 7, 9, 11, 13, 15)
+
+
 def _check(x, w, kw, y) -> bool:
     """A prefix of the signal (or of the first image's rows, every channel) against the float64 reference."""
     import cupy as cp
@@ -61,6 +66,17 @@ def summarise(paths: list[str]) -> None:
     by = collections.defaultdict(list)
     for r in rows:
         by[(r["case"], r["contender"])].append(r)
+    swept = [r for r in rows if r["contender"].startswith("v=")]
+    if swept:
+        print("v x persistent: medians over runs, ms (the rule's v is 9)")
+        for case in dict.fromkeys(r["case"] for r in swept):
+            cells = {}
+            for r in swept:
+                if r["case"] == case:
+                    cells.setdefault(r["contender"], []).append(r["ms"])
+            best = min(statistics.median(v) for v in cells.values())
+            line = "  ".join(f"{c}: {statistics.median(v):.3f}" for c, v in cells.items())
+            print(f"{case}: best {best:.3f} | {line}")
     names = ("persistent 0", "persistent 1", "auto")
     print(f"{'case':28} " + " ".join(f"{n + ' ms':>20}" for n in names) + f" {'0 / 1':>6} {'auto of copy':>12}")
     for case in dict.fromkeys(r["case"] for r in rows if r["contender"] in names):
@@ -77,6 +93,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=11)
     ap.add_argument("--label", default="")
     ap.add_argument("--summarise", nargs="+", metavar="LOG")
+    ap.add_argument("--sweep-v", action="store_true", help=f"v x persistent held plans on {', '.join(SWEEP)}")
     args = ap.parse_args()
     if args.summarise:  # no GPU needed
         return summarise(args.summarise)
@@ -89,11 +106,24 @@ def main() -> None:
     for name, xs, wsh, kw, dt in CASES:
         x, w = rs.standard_normal(xs, dtype=dt), rs.standard_normal(wsh, dtype=dt)
         picks[name] = cs.plan(x, w, backend="cupy", **kw)
-        calls = {
-            f"persistent {p}": cs.plan(x, w, backend="cupy", algorithm="blocked", params={"persistent": p}, **kw)
-            for p in (0, 1)
-        }
-        calls["auto"] = lambda x=x, w=w, kw=kw: cs.conv1d(x, w, backend="cupy", **kw)
+        if args.sweep_v:
+            if name not in SWEEP:
+                continue
+            grid = [{"v": v, "persistent": p} for v in SWEEP_V for p in (0, 1)]
+            record = cs.get_backend("cupy").algorithm_table()["blocked"]
+            grid = [g for g in grid if record.can_run(picks[name].spec, "forward", g) is True]
+            calls = {
+                f"v={g['v']} persistent {g['persistent']}": cs.plan(
+                    x, w, backend="cupy", algorithm="blocked", params=g, **kw
+                )
+                for g in grid
+            }
+        else:
+            calls = {
+                f"persistent {p}": cs.plan(x, w, backend="cupy", algorithm="blocked", params={"persistent": p}, **kw)
+                for p in (0, 1)
+            }
+            calls["auto"] = lambda x=x, w=w, kw=kw: cs.conv1d(x, w, backend="cupy", **kw)
         for contender, call in calls.items():
             y = call(x, w) if contender != "auto" else call()
             if not _check(x, w, kw, y):
@@ -109,7 +139,8 @@ def main() -> None:
     samples = _interleaved(contenders, args.rounds, warmup=2)
     copy_gbs = nbytes[copy] / statistics.median(samples[copy]) / 1e9
     for name, plan in picks.items():
-        print(f"auto's plan, {name}: {plan!r}")
+        if not args.sweep_v or name in SWEEP:
+            print(f"auto's plan, {name}: {plan!r}")
     for (name, contender), s in samples.items():
         med = statistics.median(s)
         gbs = nbytes[(name, contender)] / med / 1e9

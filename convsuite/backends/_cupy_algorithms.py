@@ -432,12 +432,34 @@ def _default_persistent_blocked(spec: ConvSpec, direction: str) -> int:
 #: (measured: 3, 5, 7 and 9 taps one tile per block, 31 persistent).
 BLOCKED_PERSISTENT_FROM = 16
 
+
+def _default_v_blocked(spec: ConvSpec, direction: str) -> int:
+    """Outputs per thread of blocked: :data:`BLOCKED_LONG_MASK_V` for masks of
+    :data:`BLOCKED_PERSISTENT_FROM` taps or more (where its tile fits in shared memory),
+    ``CS_BLOCKED_V`` (9) otherwise.
+
+    H100, 2026-11-26, tools/blocked_probe.py --sweep-v (held plans, medians of two processes, ms,
+    v=9 / v=11 / best): N=1e8 K=31 persistent 0.335 / 0.325 / 0.325 (v=11), one tile per block
+    0.355 / 0.345; B=64 C=1->16 W=65536 K=31 0.195 / 0.193 / 0.182 (v=13); float64 N=5e7 K=31
+    0.325 / 0.313 / 0.313 (v=11); N=1e8 K=3 0.294 at v=9, the best.
+    """
+    v = BLOCKED_LONG_MASK_V
+    if spec.kernel_size[0] < BLOCKED_PERSISTENT_FROM:
+        return BLOCKED_V
+    fits = max(_blocked_tile_smem(spec, v), _blocked_stage_elements(spec, v) * spec.itemsize) <= SMEM_LIMIT
+    return v if fits else BLOCKED_V  # a long dilated halo: the shorter tile where the longer does not fit
+
+
+#: blocked's outputs per thread on long masks: a longer window per halo, more FMAs per shared load.
+BLOCKED_LONG_MASK_V = 11
+
 BLOCKED_TUNABLES = (
     Tunable(
         "v",
         OVERRIDABLE["CS_BLOCKED_V"][1],
-        BLOCKED_V,
-        "outputs per thread (-D CS_BLOCKED_V; odd: a warp's reads of tile[lane * v + j] hit 32 banks)",
+        _default_v_blocked,
+        "outputs per thread (-D CS_BLOCKED_V; odd: a warp's reads of tile[lane * v + j] hit 32 banks); "
+        "the rule: 11 from 16 taps (H100 K=31: 1.03-1.04x over 9), else 9",
     ),
     Tunable(
         "persistent",
