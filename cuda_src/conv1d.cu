@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(CS_THREADS, CS_BLOCKED_MIN_BLOCKS(T)) conv1d_b
     const bool two = dyn_smem >= 2u * stage_len * sizeof(T);
 
     const int Mg = M / (C / Cg);
-    const int tiles_x = (Wo + tile_out - 1) / tile_out;
+    const int tiles_x = (int)(((i64)Wo + tile_out - 1) / tile_out);  // Wo + tile_out may pass 2^31
     const i64 items = (i64)B * M * tiles_x;
     const i64 per_block = (items + gridDim.x - 1) / gridDim.x;
     const i64 first = (i64)blockIdx.x * per_block;

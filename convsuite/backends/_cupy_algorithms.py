@@ -408,6 +408,15 @@ def _constraint_blocked(s: ConvSpec, direction: str, params) -> Verdict:
     return True
 
 
+#: Taps from which blocked's rule takes the persistent grid for a float32 mask compiled in, dilation 1
+#: (measured: 3, 5, 7 and 9 taps one tile per block, 31 persistent).
+BLOCKED_PERSISTENT_FROM = 16
+
+
+#: blocked's outputs per thread on long masks: a longer window per halo, more FMAs per shared load.
+BLOCKED_LONG_MASK_V = 11
+
+
 def _default_persistent_blocked(spec: ConvSpec, direction: str) -> int:
     """The grid of blocked: persistent and pipelined where a stage's arithmetic can hide the next copy.
 
@@ -428,11 +437,6 @@ def _default_persistent_blocked(spec: ConvSpec, direction: str) -> int:
     return int(heavy)
 
 
-#: Taps from which blocked's rule takes the persistent grid for a float32 mask compiled in, dilation 1
-#: (measured: 3, 5, 7 and 9 taps one tile per block, 31 persistent).
-BLOCKED_PERSISTENT_FROM = 16
-
-
 def _default_v_blocked(spec: ConvSpec, direction: str) -> int:
     """Outputs per thread of blocked: :data:`BLOCKED_LONG_MASK_V` for masks of
     :data:`BLOCKED_PERSISTENT_FROM` taps or more (where its tile fits in shared memory),
@@ -449,9 +453,6 @@ def _default_v_blocked(spec: ConvSpec, direction: str) -> int:
     fits = max(_blocked_tile_smem(spec, v), _blocked_stage_elements(spec, v) * spec.itemsize) <= SMEM_LIMIT
     return v if fits else BLOCKED_V  # a long dilated halo: the shorter tile where the longer does not fit
 
-
-#: blocked's outputs per thread on long masks: a longer window per halo, more FMAs per shared load.
-BLOCKED_LONG_MASK_V = 11
 
 BLOCKED_TUNABLES = (
     Tunable(
