@@ -18,7 +18,8 @@ from typing import Any, Callable, Iterator
 __all__ = ["record_kernel_times", "run_kernel"]
 
 _RECORDER: ContextVar[list | None] = ContextVar("convsuite_kernel_recorder", default=None)
-#: The open recorder's list, or None: the front end's per-call path reads it inline.
+#: The context variable holding the open recorder's list (None: none open); the front end's per-call
+#: path reads it inline.
 RECORDER = _RECORDER
 
 

@@ -204,7 +204,8 @@ def test_blocked_shared_memory_follows_v():
     # window 2304 + 3000 rounded up with a 16-byte piece of slack (5306), mask 301 -> 302: one stage
     assert algs._blocked_stage_elements(spec, 9) == 5306 + 302
     assert algs._blocked_smem(spec, 9, 1) == 5608 * 8  # 44864 bytes: two would pass 48 KiB
-    assert record.defaults(spec, "forward")["persistent"] == 1  # one input channel, float64
+    # one input channel, float64, but only one stage fits: nothing to overlap, one tile per block
+    assert record.defaults(spec, "forward")["persistent"] == 0
     for persistent in (0, 1):
         assert record.can_run(spec, "forward", {"v": 9, "persistent": persistent}) is True
     why = record.can_run(spec, "forward", {"v": 15, "persistent": 1})
@@ -236,6 +237,12 @@ def test_blocked_v_rule():
     assert algs._blocked_tile_smem(spec, 11) > algs.SMEM_LIMIT >= algs._blocked_tile_smem(spec, 9)
     assert record.defaults(spec, "forward")["v"] == DEFINES["CS_BLOCKED_V"]
     assert record.can_run(spec, "forward") is True
+    # float64, 129 taps: two stages fit at 9 outputs per thread (41024 bytes), not at 11 (49216):
+    # 9, so that the persistent grid keeps its overlap
+    spec = _spec((1, 1, 10**6), (1, 1, 129), np.float64)
+    assert 2 * algs._blocked_stage_elements(spec, 11) * 8 > algs.SMEM_LIMIT
+    assert 2 * algs._blocked_stage_elements(spec, 9) * 8 <= algs.SMEM_LIMIT
+    assert record.defaults(spec, "forward") == {"v": DEFINES["CS_BLOCKED_V"], "persistent": 1}
 
 
 def test_blocked_persistent_rule():

@@ -479,14 +479,15 @@ def test_long_signals_every_1d_algorithm(algorithm, n, k, pad):
         # more (row, tile) items than the persistent grid holds: each block's run crosses
         # tiles, output channels, groups and images; rows not 16-byte aligned (odd W)
         ((5, 6, 30001), (40, 3, 7), dict(padding="same", groups=2), np.float32),
-        # every row aligned, the window starting one element before an aligned address
+        # every row aligned, the window starting one element after an aligned address (shift 1)
         ((4, 6, 30000), (40, 3, 7), dict(padding="same", groups=2), np.float32),
         # a compiled width (31) over two input channels: the channel stages of one item
-        ((8, 2, 50000), (6, 2, 31), dict(padding=15), np.float32),
+        ((16, 2, 50000), (6, 2, 31), dict(padding=15), np.float32),
         # float64: 16-byte pieces of two elements
         ((4, 4, 20001), (36, 2, 5), dict(padding="same", groups=2), np.float64),
         # a long dilated mask in float64: two stages exceed 48 KiB, so one stage (load, then compute)
-        ((12, 2, 40000), (4, 1, 301), dict(dilation=10, padding="same", groups=2), np.float64),
+        # (short rows: one tile each, 1200 items)
+        ((300, 2, 600), (4, 1, 301), dict(dilation=10, padding="same", groups=2), np.float64),
     ],
 )
 @pytest.mark.parametrize("persistent", [0, 1])
@@ -502,10 +503,14 @@ def test_blocked_persistent_runs(x_shape, w_shape, kw, dtype, persistent):
     spec = cs.explain(x, w, bias, **kw).spec
     plan = cs.plan(x, w, bias, backend="cupy", algorithm="blocked", params={"persistent": persistent}, **kw)
     v = plan.params["v"]
-    stage = algs._blocked_stage_elements(spec, v) * spec.itemsize
-    two = 2 * stage <= algs.SMEM_LIMIT
-    assert algs._blocked_smem(spec, v, 1) == (2 * stage if two else stage)
-    assert two == (dtype == np.float32 or w_shape[-1] < 301), "the cases cover both pipelines"
+    # more items than the persistent grid's blocks on any current GPU (8 blocks on 132 or 148 SMs at most)
+    items = math.ceil(spec.out_size[0] / (algs.THREADS * v)) * spec.batch * spec.out_channels
+    assert items > 8 * 148
+    if persistent:
+        stage = algs._blocked_stage_elements(spec, v) * spec.itemsize
+        two = 2 * stage <= algs.SMEM_LIMIT
+        assert algs._blocked_smem(spec, v, 1) == (2 * stage if two else stage)
+        assert two == (dtype == np.float32 or w_shape[-1] < 301), "the cases cover both pipelines"
     with cs.testing.poisoned_outputs():
         y = plan(x, w, bias)
     assert_within(y, reference_forward(spec, x, w, bias), forward_tolerance(spec, x, w, bias), "blocked")

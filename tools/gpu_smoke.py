@@ -54,8 +54,8 @@ CASES = [
     ((2, 40, 17, 16), (36, 40, 1, 1), {}),  # pointwise: two channel blocks, float4 rows
     ((1, 100, 7, 7), (70, 100, 1, 1), {}),  # pointwise_splitk: several slices, partial 32x32 tiles
     ((3, 6, 14, 15), (20, 6, 5, 5), dict(padding=2)),  # tf32x3_image: 3 channel tiles, 7 pixel-tile pairs
-    ((6, 4, 9000), (40, 2, 7), dict(padding="same", groups=2)),  # blocked: 960 items, blocks walk several
-    ((1, 2, 3000), (2, 2, 301), dict(dilation=10, padding="same")),  # blocked: one stage in float64
+    ((6, 4, 9000), (40, 2, 7), dict(padding="same", groups=2)),  # 1-D: 960 (row, tile) items
+    ((1, 2, 3000), (2, 2, 301), dict(dilation=10, padding="same")),  # 1-D: a long dilated mask
 ]
 for dtype in (np.float32, np.float64):
     for x_shape, w_shape, kw in CASES:
@@ -167,6 +167,24 @@ if "pointwise_splitk" in table:
                 ran.add(("pointwise_splitk", form))
         finally:
             _cupy_runtime.PerStream.get = kept
+# blocked's persistent kernel pinned, both dtypes: blocks walking several items of one input channel
+# and of several (more items than 8 blocks on each of 132 multiprocessors), and the one-buffer path
+# (two stages of a long dilated float64 mask exceed 48 KiB).
+if "blocked" in table:
+    persistent_cases = [
+        ((40, 8, 9000), (8, 1, 31), dict(padding="same", groups=8)),  # 1280 items, one channel each
+        ((16, 4, 9000), (40, 2, 7), dict(padding="same", groups=2)),  # 2560 items, two channel stages
+        ((1, 2, 3000), (2, 2, 301), dict(dilation=10, padding="same")),  # float64: one stage
+    ]
+    for dtype in (np.float32, np.float64):
+        for x_shape, w_shape, kw in persistent_cases:
+            x = rng.standard_normal(x_shape).astype(dtype)
+            w = rng.standard_normal(w_shape).astype(dtype)
+            spec = cs.explain(x, w, backend="numpy", **kw).spec
+            plan = cs.plan(x, w, backend="cupy", algorithm="blocked", params={"persistent": 1}, **kw)
+            if not agrees(plan(x, w), reference_forward(spec, x, w), forward_tolerance(spec, x, w)):
+                wrong.append(("blocked", "persistent", x_shape, dtype.__name__))
+            ran.add(("blocked", f"persistent {dtype.__name__}"))
 expected = {(name, d) for name, record in table.items() for d in record.directions}
 expected |= {(name, "backward+relu") for name in table if name in backend_masks}
 print("ran:", sorted(ran))

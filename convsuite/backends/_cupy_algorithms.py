@@ -417,30 +417,37 @@ BLOCKED_PERSISTENT_FROM = 16
 BLOCKED_LONG_MASK_V = 11
 
 
-def _default_persistent_blocked(spec: ConvSpec, direction: str) -> int:
+def _default_persistent_blocked(spec: ConvSpec, direction: str, chosen: dict) -> int:
     """The grid of blocked: persistent and pipelined where a stage's arithmetic can hide the next copy.
 
     That is one input channel per output (a stage per channel otherwise: its bookkeeping and
-    barriers cost more than the overlap gives) and enough work per output: float64, a dilated
-    mask (the window read from shared memory tap by tap), a width not compiled in (the tap loop
-    not unrolled), or :data:`BLOCKED_PERSISTENT_FROM` taps or more. H100, 2026-11-26, three
-    processes of tools/blocked_probe.py (held plans interleaved; ms, one tile per block /
-    persistent): N=1e8 K=3 0.338 / 0.354, K=5 0.328 / 0.363, K=7 0.331 / 0.349, K=31 0.391 /
-    0.365, K=8 (run-time width) 0.384 / 0.349, K=5 dilation 3 0.376 / 0.356, float64 N=5e7 K=3
-    0.367 / 0.354, K=31 0.468 / 0.354; B=64 C=1->16 K=31 0.251 / 0.223; depthwise C=64 K=9
-    0.135 / 0.141; C=64->64 K=9 0.698 / 0.915; C=64 groups 8 K=9 0.159 / 0.154.
+    barriers cost more than the overlap gives), two stages of ``chosen["v"]`` outputs per thread
+    in shared memory (one stage overlaps nothing: not measured, so not chosen), and enough work
+    per output: float64, a dilated mask (the window read from shared memory tap by tap), a width
+    not compiled in (the tap loop not unrolled), or :data:`BLOCKED_PERSISTENT_FROM` taps or more.
+    H100, 2026-11-26, three processes of tools/blocked_probe.py (held plans interleaved; ms, one
+    tile per block / persistent): N=1e8 K=3 0.338 / 0.354, K=5 0.328 / 0.363, K=7 0.331 / 0.349,
+    K=31 0.391 / 0.365, K=8 (run-time width) 0.384 / 0.349, K=5 dilation 3 0.376 / 0.356, float64
+    N=5e7 K=3 0.367 / 0.354, K=31 0.468 / 0.354; B=64 C=1->16 K=31 0.251 / 0.223; depthwise C=64
+    K=9 0.135 / 0.141; C=64->64 K=9 0.698 / 0.915; C=64 groups 8 K=9 0.159 / 0.154.
     """
     (k,), (d,) = spec.kernel_size, spec.dilation
-    if spec.channels_per_group != 1:
+    if spec.channels_per_group != 1 or not _blocked_two_stages_fit(spec, chosen["v"]):
         return 0
     heavy = spec.dtype == "float64" or d > 1 or k not in BLOCKED_WIDTHS or k >= BLOCKED_PERSISTENT_FROM
     return int(heavy)
 
 
+def _blocked_two_stages_fit(spec: ConvSpec, v: int) -> bool:
+    """Whether the persistent kernel gets two stages (overlapped copies) at ``v`` outputs per thread."""
+    return 2 * _blocked_stage_elements(spec, v) * spec.itemsize <= SMEM_LIMIT
+
+
 def _default_v_blocked(spec: ConvSpec, direction: str) -> int:
     """Outputs per thread of blocked: :data:`BLOCKED_LONG_MASK_V` for masks of
-    :data:`BLOCKED_PERSISTENT_FROM` taps or more (where its tile fits in shared memory),
-    ``CS_BLOCKED_V`` (9) otherwise.
+    :data:`BLOCKED_PERSISTENT_FROM` taps or more where both grids get as much as at 9 (its tile
+    fits; the persistent kernel's two stages fit wherever they fit at 9), ``CS_BLOCKED_V`` (9)
+    otherwise.
 
     H100, 2026-11-26, tools/blocked_probe.py --sweep-v (held plans, medians of two processes, ms,
     v=9 / v=11 / best): N=1e8 K=31 persistent 0.335 / 0.325 / 0.325 (v=11), one tile per block
@@ -451,7 +458,9 @@ def _default_v_blocked(spec: ConvSpec, direction: str) -> int:
     if spec.kernel_size[0] < BLOCKED_PERSISTENT_FROM:
         return BLOCKED_V
     fits = max(_blocked_tile_smem(spec, v), _blocked_stage_elements(spec, v) * spec.itemsize) <= SMEM_LIMIT
-    return v if fits else BLOCKED_V  # a long dilated halo: the shorter tile where the longer does not fit
+    # a long (dilated) halo: the shorter tile where the longer does not fit, or would lose the pipelining
+    keeps_two = _blocked_two_stages_fit(spec, v) or not _blocked_two_stages_fit(spec, BLOCKED_V)
+    return v if fits and keeps_two else BLOCKED_V
 
 
 BLOCKED_TUNABLES = (
@@ -468,7 +477,9 @@ BLOCKED_TUNABLES = (
         _default_persistent_blocked,
         "1: a persistent grid whose blocks copy the next stage (cp.async) while computing one; 0: one "
         "tile per block, loaded then computed (the rule: 1 for one input channel with float64, dilation, "
-        "a width not compiled in or >= 16 taps; H100: 1.07x at N=1e8 K=31, 1.32x in float64; 0.90x at K=5)",
+        "a width not compiled in or >= 16 taps, where two stages fit; H100: 1.07x at N=1e8 K=31, 1.32x in "
+        "float64; 0.90x at K=5)",
+        follows=("v",),
     ),
 )
 
