@@ -118,6 +118,35 @@ __global__ void conv1d_tiled_cached_halo(const T* __restrict__ x, const T* __res
     if (o < Wo) y[row * Wo + o] = acc;
 }
 
+// The taps of blocked's V consecutive outputs from a window in shared memory
+// (win0: the thread's first input; mask: the K weights). With dilation 1 a
+// sliding window of V inputs stays in registers: one shared load per tap for V
+// FMAs; KT > 0 (a width compiled in) unrolls the tap loop, and the window's
+// shifts become register renaming. Dilated, the window is read tap by tap.
+template <typename T, int KT>
+__device__ __forceinline__ void blocked_taps(T (&acc)[CS_BLOCKED_V], const T* win0, const T* mask, int K, int d) {
+    if (d == 1) {
+        T win[CS_BLOCKED_V];
+#pragma unroll
+        for (int j = 0; j < CS_BLOCKED_V; ++j) win[j] = win0[j];
+#pragma unroll
+        for (int k = 0; k < (KT > 0 ? KT : K); ++k) {
+            const T wk = mask[k];
+#pragma unroll
+            for (int j = 0; j < CS_BLOCKED_V; ++j) acc[j] += wk * win[j];
+#pragma unroll
+            for (int j = 0; j < CS_BLOCKED_V - 1; ++j) win[j] = win[j + 1];
+            if (k + 1 < (KT > 0 ? KT : K)) win[CS_BLOCKED_V - 1] = win0[CS_BLOCKED_V + k];  // index < span
+        }
+    } else {
+        for (int k = 0; k < K; ++k) {
+            const T wk = mask[k];
+#pragma unroll
+            for (int j = 0; j < CS_BLOCKED_V; ++j) acc[j] += wk * win0[j + k * d];
+        }
+    }
+}
+
 // blocked: the fast 1-D kernel (stride 1, any dilation). Each thread computes
 // V consecutive outputs from a shared-memory tile. With dilation 1 it keeps a
 // sliding window of V inputs in registers, so each tap costs one shared load
@@ -186,27 +215,7 @@ __global__ void conv1d_blocked(const T* __restrict__ x, const T* __restrict__ w,
         }
         for (int k = threadIdx.x; k < K; k += blockDim.x) mask[k] = w[((i64)m * Cg + c) * K + k];
         __syncthreads();
-        const T* win0 = tile + delta + t0;
-        if (d == 1) {
-            T win[CS_BLOCKED_V];
-#pragma unroll
-            for (int j = 0; j < CS_BLOCKED_V; ++j) win[j] = win0[j];
-#pragma unroll
-            for (int k = 0; k < (KT > 0 ? KT : K); ++k) {
-                const T wk = mask[k];
-#pragma unroll
-                for (int j = 0; j < CS_BLOCKED_V; ++j) acc[j] += wk * win[j];
-#pragma unroll
-                for (int j = 0; j < CS_BLOCKED_V - 1; ++j) win[j] = win[j + 1];
-                if (k + 1 < (KT > 0 ? KT : K)) win[CS_BLOCKED_V - 1] = win0[CS_BLOCKED_V + k];  // index < span
-            }
-        } else {
-            for (int k = 0; k < K; ++k) {
-                const T wk = mask[k];
-#pragma unroll
-                for (int j = 0; j < CS_BLOCKED_V; ++j) acc[j] += wk * win0[j + k * d];
-            }
-        }
+        blocked_taps<T, KT>(acc, tile + delta + t0, mask, K, d);
         __syncthreads();
     }
     // Stage the outputs in shared memory (lane stride V is odd: no bank
@@ -335,28 +344,7 @@ __global__ void __launch_bounds__(CS_THREADS, CS_BLOCKED_MIN_BLOCKS(T)) conv1d_b
             for (int j = 0; j < CS_BLOCKED_V; ++j) acc[j] = bias[q.m];
         }
         const i64 base = (i64)q.tx * tile_out - p;
-        const T* win0 = cur + shift_of(row_of(q), base) + t0;
-        const T* mask = cur + win_len;
-        if (d == 1) {
-            T win[CS_BLOCKED_V];
-#pragma unroll
-            for (int j = 0; j < CS_BLOCKED_V; ++j) win[j] = win0[j];
-#pragma unroll
-            for (int k = 0; k < (KT > 0 ? KT : K); ++k) {
-                const T wk = mask[k];
-#pragma unroll
-                for (int j = 0; j < CS_BLOCKED_V; ++j) acc[j] += wk * win[j];
-#pragma unroll
-                for (int j = 0; j < CS_BLOCKED_V - 1; ++j) win[j] = win[j + 1];
-                if (k + 1 < (KT > 0 ? KT : K)) win[CS_BLOCKED_V - 1] = win0[CS_BLOCKED_V + k];  // index < span
-            }
-        } else {
-            for (int k = 0; k < K; ++k) {
-                const T wk = mask[k];
-#pragma unroll
-                for (int j = 0; j < CS_BLOCKED_V; ++j) acc[j] += wk * win0[j + k * d];
-            }
-        }
+        blocked_taps<T, KT>(acc, cur + shift_of(row_of(q), base) + t0, cur + win_len, K, d);
         if (q.c == Cg - 1) {
             // Stage the outputs in this stage's buffer (lane stride V is odd: no bank
             // conflicts), then store them coalesced, 16 bytes at a time where aligned.
