@@ -293,6 +293,14 @@ def test_bad_parameters_raise_naming_what_is_accepted():
         backend.plan(SPECS[8], "tf32x3", "forward", {"blocks": 1})
     with pytest.raises(ValueError, match=r"'tf32x3' parameter 'gather' accepts 'chunked', 'table'; got 'taps'"):
         backend.plan(SPECS[8], "tf32x3", "backward", {"gather": "taps"})
+    one_d = SPECS[2]  # (1, 1, 1000) * (1, 1, 7)
+    for bad in (2, True, "1"):
+        with pytest.raises(ValueError, match=rf"'blocked' parameter 'persistent' accepts 0, 1; got {bad!r}"):
+            backend.plan(one_d, "blocked", "forward", {"persistent": bad})
+    with pytest.raises(
+        ValueError, match=r"'blocked' has no tunable parameter 'pipelined' \(its parameters: v, persistent\)"
+    ):
+        backend.can_run(one_d, "blocked", "forward", {"pipelined": 1})
     with pytest.raises(ValueError, match=r"'igemm_big' parameter 'gather' accepts 'chunked', 'table'; got 1"):
         algs.plan_forward_activation(SPECS[8], "igemm_big", "relu", {"gather": 1})
     with pytest.raises(ValueError, match=r"'igemm_big' parameter 'gather' accepts 'chunked', 'table'; got None"):
