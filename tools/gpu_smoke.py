@@ -3,6 +3,7 @@
     compute-sanitizer --tool memcheck python3 tools/gpu_smoke.py
     compute-sanitizer --tool racecheck python3 tools/gpu_smoke.py
     compute-sanitizer --tool memcheck python3 tools/gpu_smoke.py wgrad_atomic,fused_gemm   # only these
+    compute-sanitizer --tool racecheck python3 tools/gpu_smoke.py not:blocked              # all but these
 
 Forward algorithms that fuse ReLU (activation="relu") also run with it, and
 backward algorithms that read grad_y through the ReLU mask (relu_output=)
@@ -35,7 +36,9 @@ rng = np.random.default_rng(0)
 backend = cs.get_backend("cupy") if hasattr(cs, "get_backend") else cs._registry.get_backend("cupy")
 table = backend.algorithm_table()
 backend.relu_mask_in_kernels = True  # the masked backward kernels run too (off by default: slower)
-if len(sys.argv) > 1:  # a comma-separated subset
+if len(sys.argv) > 1 and sys.argv[1].startswith("not:"):  # all but a comma-separated list
+    table = {name: record for name, record in table.items() if name not in sys.argv[1][4:].split(",")}
+elif len(sys.argv) > 1:  # a comma-separated subset
     table = {name: table[name] for name in sys.argv[1].split(",")}
 ran, wrong = set(), []
 CASES = [
