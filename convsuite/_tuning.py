@@ -52,7 +52,7 @@ from ._param_search import search_parameters
 from ._plans import Decision
 from ._spec import ConvSpec
 from ._threads import get_num_threads
-from ._timing import Contender, confirm_close_call, measure_side_by_side
+from ._timing import NOISE_FLOOR, Contender, confirm_close_call, measure_side_by_side
 from .backends.base import Backend
 
 __all__ = [
@@ -96,6 +96,8 @@ MIN_BLOCK_S = 0.01
 #: Pause between candidates' blocks: OpenMP (numba) and OpenBLAS worker
 #: threads spin for a while after a call and would slow the next candidate.
 SETTLE_S = 0.02
+#: How close to the fastest (relative) a single-core candidate must be to be preferred (single_core_on_a_tie).
+SINGLE_CORE_TIE = NOISE_FLOOR
 
 _scoped: ContextVar[bool | None] = ContextVar("convsuite_autotune_scope", default=None)
 _global: bool | None = None
@@ -489,11 +491,47 @@ def measure_candidates(
             timings = confirm_close_call(
                 timings, lambda names: measure_side_by_side({n: contenders[n] for n in names}, **settings)
             )
+    single_core = {f"{b.name}/{a}": bool(getattr(b, "single_core", False)) for b, a in pairs}
+    ranked = single_core_on_a_tie(sorted(timings, key=lambda label: timings[label].median), timings, single_core)
     rows = [
-        (*labels[label], t.median, t.iqr_rel, "abandoned" if t.abandoned else "ok")
-        for label, t in sorted(timings.items(), key=lambda item: item[1].median)
+        (
+            *labels[label],
+            timings[label].median,
+            timings[label].iqr_rel,
+            "abandoned" if timings[label].abandoned else "ok",
+        )
+        for label in ranked
     ]
     return rows + failed
+
+
+def single_core_on_a_tie(ranked: list[str], timings: dict, single_core: dict[str, bool]) -> list[str]:
+    """``ranked`` (fastest first) with a single-core contender first where it ties with a multicore fastest.
+
+    At equal speed the single-core kernel leaves the other cores free and
+    has no thread team to wake: on the 2-core VM ``numba/depthwise`` on MobileNetV2's dw 3x3 C=960
+    7x7 ran at 127-129 us with its OpenMP team awake and 200-216 us when a
+    worker woke late, against 128-134 us for ``cython/depthwise``; the two
+    swapped order from one window to the next, and a tuner that kept numba
+    was 1.3-1.6x off in the next window (cpu-autotune-dw960-2026-11-26.md).
+
+    A tie is a median within :data:`SINGLE_CORE_TIE` (5%) of the fastest's:
+    a fixed margin, not the measurement's spread, because a multicore kernel
+    whose calls are bimodal has a wide spread while being truly faster (on
+    the VM, ``numba/gemm`` backward of a 1x1 C 64 -> 128 14x14 layer was
+    counted a tie by its spread and was 1.28x faster than ``cython/gemm`` in
+    the next window). Abandoned contenders never move.
+    """
+    live = [label for label in ranked if not timings[label].abandoned]
+    if len(live) < 2 or single_core.get(live[0], False):
+        return ranked
+    limit = timings[live[0]].median * (1.0 + SINGLE_CORE_TIE)
+    for label in live[1:]:
+        if timings[label].median > limit:
+            break
+        if single_core.get(label, False):
+            return [label] + [other for other in ranked if other != label]
+    return ranked
 
 
 # --- choosing -----------------------------------------------------------------

@@ -18,7 +18,7 @@ import pytest
 import convsuite
 import convsuite as cs
 from convsuite import _rule, _tuning
-from convsuite._timing import Contender, measure_side_by_side
+from convsuite._timing import Contender, Timing, measure_side_by_side
 
 X = np.random.default_rng(3).standard_normal((1, 2, 6, 6)).astype(np.float32)
 W = np.random.default_rng(4).standard_normal((3, 2, 3, 3)).astype(np.float32)
@@ -117,11 +117,46 @@ def test_tune_times_every_candidate_and_persists(cache_dir):
     assert labels == expected and len(labels) >= 3
     assert "python" not in {b for b, _ in labels}  # the readable definition declares itself no contender
     medians = [row[2] for row in result.table if row[2] is not None]
-    assert medians == sorted(medians) and (result.backend, result.algorithm) == result.table[0][:2]
+    # Fastest first, except a single-core contender that ties with a multicore fastest goes first.
+    assert medians[1:] == sorted(medians[1:]) and (result.backend, result.algorithm) == result.table[0][:2]
+    if medians[0] > min(medians):
+        assert result.backend == "cython" and medians[0] <= min(medians) * (1 + max(row[3] for row in result.table[:3]))
     data = json.loads((cache_dir / "tuning.json").read_text())
     assert data["format"] == _tuning.CACHE_FORMAT and result.key in data["entries"]
     assert "threads=" in result.key and "numpy=" in result.key and "convsuite=" in result.key
     assert str(result).startswith("measured on cpu")
+
+
+def test_a_single_core_contender_goes_first_only_on_a_tie():
+    def t(median, iqr=0.0, abandoned=False):
+        return Timing(median, median, median, median, iqr, 5, abandoned)
+
+    single = {"numba/depthwise": False, "numpy/gemm": False, "cython/depthwise": True}
+
+    def order(**timing_of):
+        timings = {label: timing_of[label.split("/")[0]] for label in single}
+        ranked = sorted(timings, key=lambda label: timings[label].median)
+        return _tuning.single_core_on_a_tie(ranked, timings, single)
+
+    # Within 5% of the fastest, past a multicore runner-up also within it: promoted.
+    assert order(numba=t(1.00), numpy=t(1.01), cython=t(1.04)) == ["cython/depthwise", "numba/depthwise", "numpy/gemm"]
+    # Beyond the floor and the spreads: the order stands.
+    assert order(numba=t(1.00), numpy=t(1.01), cython=t(1.08)) == ["numba/depthwise", "numpy/gemm", "cython/depthwise"]
+    # A fixed margin: a wide spread of the fastest does not make 20% a tie.
+    assert order(numba=t(1.00, iqr=0.30), numpy=t(1.3), cython=t(1.20))[0] == "numba/depthwise"
+    assert order(numba=t(1.00, iqr=0.30), numpy=t(1.3), cython=t(1.05))[0] == "cython/depthwise"
+    # A multicore contender ahead of it beyond the tie ends the search.
+    assert order(numba=t(1.00), numpy=t(1.10), cython=t(1.30))[0] == "numba/depthwise"
+    # An abandoned single-core contender never moves; a single-core fastest stays first.
+    assert order(numba=t(1.00), numpy=t(1.01), cython=t(1.02, abandoned=True))[0] == "numba/depthwise"
+    single_first = ["cython/depthwise", "numba/depthwise"]
+    timings = {"cython/depthwise": t(1.0), "numba/depthwise": t(1.01)}
+    assert _tuning.single_core_on_a_tie(single_first, timings, single) == single_first
+
+
+def test_only_the_single_core_rungs_say_so():
+    names = [info.name for info in cs.list_backends()]
+    assert {name for name in names if cs.get_backend(name).single_core} == {"cython", "python"} & set(names)
 
 
 def test_autotune_measures_once_then_uses_the_cache(cache_dir, monkeypatch):

@@ -294,6 +294,10 @@ class Backend(abc.ABC):
         Names accepted by ``algorithm=``; the first is the default.
     description : str
         One line for ``list_backends()`` and ``convsuite info``.
+    single_core : bool
+        Whether every kernel runs on the calling thread alone (no thread
+        pool, BLAS at one thread). Measured selection prefers such a
+        backend when it is within the measurement's noise of the fastest.
     """
 
     name: ClassVar[str]
@@ -301,6 +305,7 @@ class Backend(abc.ABC):
     priority: ClassVar[int] = 0
     algorithms: ClassVar[tuple[str, ...]] = ("direct",)
     description: ClassVar[str] = ""
+    single_core: ClassVar[bool] = False
 
     # --- algorithms ----------------------------------------------------
 

@@ -106,6 +106,7 @@ class CythonBackend(KernelModuleBackend):
     priority = 20
     algorithms = ("direct", "gemm", "depthwise")
     description = "Cython, one core: tiled AXPY loops gcc vectorises, or im2col + BLAS; GIL released"
+    single_core = True  # BLAS at one thread (_blas_routines); no OpenMP
     kernel_module = _DIRECT
     missing_hint = (
         "extension not built; reinstall with `pip install .` on a machine with a C compiler "

@@ -133,6 +133,7 @@ class PythonBackend(Backend):
     priority = 0
     algorithms = tuple(ALGORITHMS)
     description = "pure-Python nested loops: the definition, readable, slow"
+    single_core = True
     #: Never a contender in measured selection or the crossover map: it is the
     #: readable definition, thousands of times slower, and one timed call of a
     #: mid-sized layer would cost seconds.

@@ -221,7 +221,11 @@ def fit_grid(
 
 
 def measure_problem(problem: Problem, device: str, skip: Sequence[str] = DEFAULT_SKIP) -> dict[str, float]:
-    """Median seconds of every candidate (``"backend/algorithm"``) on the problem, on ``device``."""
+    """Median seconds of every candidate (``"backend/algorithm"``) on the problem, on ``device``.
+
+    In the order measured selection ranks them: the first is what autotune
+    would pick (the fastest, or a single-core candidate tied with it).
+    """
     spec = spec_of(problem)
     pairs, _ = _registry.candidates(spec, "auto", problem.direction, device)
     pairs = [(b, a) for b, a in _tuning.contenders(pairs) if b.name not in skip]
