@@ -145,6 +145,32 @@ def test_output_chunks_align_with_the_stride_and_read_only_their_halo():
     assert sum(y.chunks[-1]) == cs.conv1d(np.zeros((1, 1, 40)), np.ones((1, 1, 5)), stride=3, padding=2).shape[-1]
 
 
+@pytest.mark.parametrize(
+    "x_shape, chunks, w_shape, lead",
+    [
+        ((100,), (25,), (5,), ()),  # a plain signal
+        ((3, 100), (3, 25), (4, 3, 5), ((4,),)),  # channels first, no batch
+        ((20, 24), (5, 24), (3, 3), ()),  # a plain image, rows split
+    ],
+)
+def test_forward_graph_reads_the_users_chunks_in_their_layout(x_shape, chunks, w_shape, lead):
+    # One task per output block, one per halo cut and one for the weights: no task per chunk
+    # to add the batch and channel axes, none per block to drop them (each a scheduler round trip).
+    conv = cs.conv2d if len(w_shape) == 2 else cs.conv1d
+    x = da.ones(x_shape, chunks=chunks)
+    w = np.ones(w_shape)
+    y = conv(x, w, padding="same")
+    assert y.chunks[: len(lead)] == lead and len(y.chunks[len(lead)]) == 4  # the user's layout, four blocks
+    own = dict(y.__dask_graph__().layers[y.name])
+    blocks = [key for key in own if key[0] == y.name]
+    cuts = [key for key in own if "-cut-" in key[0]]
+    assert len(blocks) == y.npartitions == 4 and len(cuts) == 3  # one halo cut at each chunk boundary
+    assert len(own) == len(blocks) + len(cuts) + 1
+    assert set(y.__dask_graph__().layers) == {x.name, y.name}
+    with dask.config.set(scheduler="synchronous"):
+        np.testing.assert_array_equal(y.compute(), conv(np.ones(x_shape), w, padding="same"))
+
+
 def test_result_is_lazy_and_computed_by_the_backend_the_settings_chose():
     counting = CountingBackend()
     cs.register_backend(counting)

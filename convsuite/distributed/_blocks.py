@@ -35,6 +35,7 @@ __all__ = [
     "backward_block",
     "forward_block",
     "gradient_of_chunk",
+    "in_layout",
     "slab_part",
     "take",
     "task_thread_count",
@@ -287,6 +288,25 @@ def forward_block(inputs, geometry: BlockGeometry, operands: Operands, batch: in
     conv = _api(geometry.ndim, "forward")
     with _task_threads():
         return conv(x, _on(xp, w), _on(xp, operands.bias), padding=geometry.padding, **geometry.keywords)
+
+
+def _lifted(inputs, missing: int):
+    """The nested input pieces with ``missing`` leading axes of length 1 (views)."""
+    if isinstance(inputs, list):
+        return [_lifted(item, missing) for item in inputs]
+    return inputs.reshape((1,) * missing + inputs.shape)
+
+
+def in_layout(lead: int, block, inputs, geometry: BlockGeometry, operands: Operands, batch: int):
+    """``block`` on pieces of an array with ``lead`` of the batch and channel axes (0: a signal or
+    an image; 1: channels first), its ``(1, M, ...)`` output returned without the missing axes.
+
+    The graph then reads the user's own chunks and its output is in the
+    user's layout, instead of a task per chunk to add the axes and one per
+    block to drop them.
+    """
+    out = block(_lifted(inputs, 2 - lead), geometry, operands, batch)
+    return out.reshape(out.shape[2 - lead :])
 
 
 def backward_block(grad_y, inputs, geometry: BlockGeometry, operands: Operands, x_shape):

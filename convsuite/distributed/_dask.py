@@ -95,6 +95,28 @@ def _prepare_input(x, layout, dtype):
     return xc.rechunk({1: -1})
 
 
+#: Axes before the spatial ones in each layout of the user's arrays (batch, channels).
+_LEADING_AXES = {"batched": 2, "unbatched": 1, "signal": 0}
+
+
+def _prepare_source(x, layout, dtype):
+    """The user's array in its own layout, in the compute dtype, with one chunk along the channels.
+
+    The forward graph reads these chunks directly: a lifted ``(1, 1, N)``
+    view of a signal would be one more task per chunk (and one per output
+    block to drop the axes again), each a scheduler round trip that costs
+    about a millisecond on a 2-core machine.
+    """
+    source = x.astype(dtype)
+    lead = _LEADING_AXES[layout]
+    return source.rechunk({lead - 1: -1}) if lead else source
+
+
+def _key_lead(layout, ib):
+    """The chunk indices before the spatial ones in a key of the user's array, for batch chunk ``ib``."""
+    return {"batched": (ib, 0), "unbatched": (0,), "signal": ()}[layout]
+
+
 def _operands_task(w, bias, dtype, layout, spec):
     """The graph entry holding the weights and bias, and the collections it depends on."""
     refs, deps = [], []
@@ -111,11 +133,11 @@ def _operands_task(w, bias, dtype, layout, spec):
     return (_blocks.Operands, *refs), deps
 
 
-def _axis_pieces(spec, xc):
-    """The :class:`Piece` list of every spatial axis."""
+def _axis_pieces(spec, spatial_chunks):
+    """The :class:`Piece` list of every spatial axis (``spatial_chunks``: the input's chunks per spatial axis)."""
     result = []
     for axis in range(spec.ndim):
-        chunks = xc.chunks[2 + axis]
+        chunks = spatial_chunks[axis]
         pad = spec.padding[axis][0]
         bounds = output_bounds_for_input_chunks(chunks, spec.out_size[axis], pad, spec.stride[axis])
         result.append(
@@ -124,23 +146,26 @@ def _axis_pieces(spec, xc):
     return result
 
 
-def _block_inputs(xc, ib, combo, layer, prefix):
+def _block_inputs(name, spatial_chunks, lead, combo, layer, prefix):
     """The nested list of keys of the input pieces a block reads.
 
-    A chunk the block reads whole is referenced as it is; of a chunk it reads
-    only part of (the halo from a neighbour), a small task cuts that part
-    first, where the chunk lives, so only the halo travels between workers.
+    ``name`` and ``spatial_chunks`` are the input array's; ``lead`` the
+    indices of its key before the spatial ones (batch and channel chunks, as
+    its layout has them). A chunk the block reads whole is referenced as it
+    is; of a chunk it reads only part of (the halo from a neighbour), a small
+    task cuts that part first, where the chunk lives, so only the halo
+    travels between workers.
     """
-    per_axis = [overlapping_chunks(xc.chunks[2 + axis], p.in_lo, p.in_hi) for axis, p in enumerate(combo)]
+    per_axis = [overlapping_chunks(spatial_chunks[axis], p.in_lo, p.in_hi) for axis, p in enumerate(combo)]
     if any(not found for found in per_axis):
         return []
 
     def piece(found):
-        key = (xc.name, ib, 0, *(i for i, _, _ in found))
-        sizes = [xc.chunks[2 + axis][i] for axis, (i, _, _) in enumerate(found)]
+        key = (name, *lead, *(i for i, _, _ in found))
+        sizes = [spatial_chunks[axis][i] for axis, (i, _, _) in enumerate(found)]
         if all(a == 0 and b == n for (_, a, b), n in zip(found, sizes)):
             return key
-        index = (slice(None), slice(None), *(slice(a, b) for _, a, b in found))
+        index = (*(slice(None) for _ in lead), *(slice(a, b) for _, a, b in found))
         cut = (f"{prefix}-cut-{tokenize(key, index)}",)
         layer[cut] = (operator.getitem, key, index)
         return cut
@@ -191,30 +216,39 @@ def conv(op, ndim, x, w, bias, stride, padding, dilation, groups, backend, algor
     """A lazy Dask array of ``conv{ndim}d(x, w, bias, ...)`` for a Dask array ``x``."""
     call = _validate(op, ndim, x, w, bias, stride, padding, dilation, groups)
     spec, layout = call.spec, call.layout
-    xc = _prepare_input(x, layout, spec.dtype)
+    # The blocks read the user's chunks and return blocks in the user's layout (a signal stays 1-D):
+    # lifting to (B, C, ...) and back happens inside each task, as views.
+    source = _prepare_source(x, layout, spec.dtype)
+    lead = _LEADING_AXES[layout]
+    spatial_chunks = source.chunks[lead:]
+    batch_chunks = source.chunks[0] if layout == "batched" else (1,)
     keywords = _keywords(spec, backend, algorithm)
     operands, deps = _operands_task(w, bias, spec.dtype, layout, spec)
-    token = tokenize(xc.name, operands, keywords, spec)
+    token = tokenize(source.name, layout, operands, keywords, spec)
     name = f"{op}-{token}"
     operands_key = (f"{op}-operands-{token}",)
     layer = {operands_key: operands}
-    axis_pieces = _axis_pieces(spec, xc)
-    for ib, batch in enumerate(xc.chunks[0]):
+    axis_pieces = _axis_pieces(spec, spatial_chunks)
+    for ib, batch in enumerate(batch_chunks):
+        key_lead = _key_lead(layout, ib)
         for index, combo in zip(
             itertools.product(*(range(len(p)) for p in axis_pieces)), itertools.product(*axis_pieces)
         ):
-            keys = _block_inputs(xc, ib, combo, layer, name)
+            keys = _block_inputs(source.name, spatial_chunks, key_lead, combo, layer, name)
             geometry = _blocks.BlockGeometry(
                 ndim=ndim,
                 padding=tuple((p.pad_before, p.pad_after) for p in combo),
                 out_size=tuple(p.out_size for p in combo),
                 keywords=keywords,
             )
-            layer[(name, ib, 0, *index)] = (_blocks.forward_block, keys, geometry, operands_key, batch)
-    graph = HighLevelGraph.from_collections(name, layer, dependencies=[xc, *deps])
-    chunks = (xc.chunks[0], (spec.out_channels,), *(tuple(p.out_size for p in ps) for ps in axis_pieces))
-    y = da.Array(graph, name, chunks, meta=_meta(x, spec.dtype, ndim + 2))
-    return _to_user(y, layout)
+            task = (_blocks.forward_block, keys, geometry, operands_key, batch)
+            if lead < 2:
+                task = (_blocks.in_layout, lead, *task)
+            layer[(name, *key_lead, *index)] = task
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=[source, *deps])
+    out_spatial = tuple(tuple(p.out_size for p in ps) for ps in axis_pieces)
+    chunks = (batch_chunks, (spec.out_channels,)) if lead == 2 else ((spec.out_channels,),) if lead else ()
+    return da.Array(graph, name, chunks + out_spatial, meta=_meta(x, spec.dtype, ndim + lead))
 
 
 def conv_backward(op, ndim, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm):
@@ -229,7 +263,7 @@ def conv_backward(op, ndim, grad_y, x, w, stride, padding, dilation, groups, bac
             f"`grad_y` must have the shape of the forward output, {tuple(expected)}; got {tuple(grad_y.shape)}"
         )
     xc = _prepare_input(x, layout, spec.dtype)
-    axis_pieces = _axis_pieces(spec, xc)
+    axis_pieces = _axis_pieces(spec, xc.chunks[2:])
     out_chunks = (xc.chunks[0], (spec.out_channels,), *(tuple(p.out_size for p in ps) for ps in axis_pieces))
     if not _is_dask(grad_y):
         grad_y = da.from_array(grad_y, chunks=grad_y.shape)
@@ -249,7 +283,7 @@ def conv_backward(op, ndim, grad_y, x, w, stride, padding, dilation, groups, bac
         for index, combo in zip(
             itertools.product(*(range(len(p)) for p in axis_pieces)), itertools.product(*axis_pieces)
         ):
-            keys = _block_inputs(xc, ib, combo, layer, name)
+            keys = _block_inputs(xc.name, xc.chunks[2:], (ib, 0), combo, layer, name)
             geometry = _blocks.BlockGeometry(
                 ndim=ndim,
                 padding=tuple((p.pad_before, p.pad_after) for p in combo),
