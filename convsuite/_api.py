@@ -572,7 +572,7 @@ class Explanation:
         Backends skipped, with why.
     measured : tuple
         For a measured choice, ``(backend, algorithm, median_s, spread, status)``
-        of every candidate, fastest first; empty otherwise.
+        of every candidate, the chosen first, then fastest first; empty otherwise.
     spec : ConvSpec
         The normalised problem (shapes, padding, output size, dtype).
     params : dict
@@ -608,7 +608,7 @@ class Explanation:
             f"backend {self.backend!r}, algorithm {self.algorithm!r} (decided by {self.decided_by})",
             f"why: {self.reason}",
         ]
-        best = next((row[2] for row in self.measured if row[2] is not None), None)
+        best = min((row[2] for row in self.measured if row[2] is not None), default=None)  # ratios to the fastest
         for backend, algorithm, median, spread, status in self.measured:
             if median is None:
                 lines.append(f"  measured {backend}/{algorithm}: {status}")

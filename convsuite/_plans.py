@@ -138,7 +138,7 @@ class Decision:
         Backends skipped, with why.
     measured : tuple, optional
         For a measured choice, the table ``(backend, algorithm, median_s,
-        iqr_rel, status)`` of every candidate, fastest first.
+        iqr_rel, status)`` of every candidate, the chosen first, then fastest first.
     params : tuple of (str, object)
         The algorithm's tunable parameters chosen by a measurement or given
         explicitly (sorted items); empty: the algorithm's defaults.

@@ -361,10 +361,11 @@ class TuneResult:
     Attributes
     ----------
     backend, algorithm : str
-        The fastest candidate, which later calls of this problem use under autotune.
+        The chosen candidate (the fastest, or a single-core one within 5% of a
+        multicore fastest), which later calls of this problem use under autotune.
     table : tuple of (str, str, float or None, float or None, str)
         ``(backend, algorithm, median seconds, relative spread, status)``,
-        fastest first; status is ``"ok"``, ``"abandoned"`` (dropped early,
+        the chosen first, then fastest first; status is ``"ok"``, ``"abandoned"`` (dropped early,
         far slower) or why the candidate failed.
     device : str
         The device measured, with its name.
@@ -390,8 +391,8 @@ class TuneResult:
 
     def __str__(self) -> str:
         chosen = "".join(f"[{k}={v}]" for k, v in self.params.items())
-        lines = [f"measured on {self.device}; fastest: {self.backend}/{self.algorithm}{chosen}"]
-        best = next((row[2] for row in self.table if row[2] is not None), None)
+        lines = [f"measured on {self.device}; chosen: {self.backend}/{self.algorithm}{chosen}"]
+        best = min((row[2] for row in self.table if row[2] is not None), default=None)  # ratios to the fastest
         for backend, algorithm, median, spread, status in self.table:
             if median is None:
                 lines.append(f"  {backend}/{algorithm}: {status}")
@@ -451,7 +452,7 @@ def measure_candidates(
     params: dict[tuple[str, str], dict] | None = None,
     confirm: bool = True,
 ) -> list[tuple[str, str, float | None, float | None, str]]:
-    """Time each (backend, algorithm) on the spec; the table, fastest first.
+    """Time each (backend, algorithm) on the spec; the table, the chosen first, then fastest first.
 
     Operands are random, of the spec's shapes, on each backend's device; each
     call is bracketed by the backend's timer and followed by its sync.
@@ -459,7 +460,9 @@ def measure_candidates(
     algorithm)); the others run with their defaults. With ``confirm``, the
     two fastest are timed once more when they are within the measurement's
     noise of each other, and ranked on both measurements
-    (:func:`convsuite._timing.confirm_close_call`).
+    (:func:`convsuite._timing.confirm_close_call`). The first row is the
+    choice: the fastest, or a single-core candidate within
+    :data:`SINGLE_CORE_TIE` of a multicore fastest (:func:`single_core_on_a_tie`).
     """
     contenders: dict[str, Contender] = {}
     failed: list[tuple[str, str, None, None, str]] = []
@@ -622,7 +625,14 @@ def _decision_of(entry: dict, device: str, how: str) -> Decision:
     """The Decision a measured entry gives."""
     table = tuple(tuple(row) for row in entry["table"])
     param_table = tuple(tuple(row) for row in entry.get("param_table", ()))
-    reason = f"fastest of {len(table)} candidates timed on this {device} ({how})"
+    medians = [row[2] for row in table if row[2] is not None]
+    if medians and table[0][2] is not None and table[0][2] > min(medians):
+        reason = (
+            f"single-core, within {SINGLE_CORE_TIE:.0%} of the fastest of {len(table)} candidates "
+            f"timed on this {device} ({how})"
+        )
+    else:
+        reason = f"fastest of {len(table)} candidates timed on this {device} ({how})"
     if entry.get("search"):
         reason += f"; parameters: {entry['search']}"
     params = tuple(sorted(entry.get("params", {}).items()))

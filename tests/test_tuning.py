@@ -120,7 +120,8 @@ def test_tune_times_every_candidate_and_persists(cache_dir):
     # Fastest first, except a single-core contender that ties with a multicore fastest goes first.
     assert medians[1:] == sorted(medians[1:]) and (result.backend, result.algorithm) == result.table[0][:2]
     if medians[0] > min(medians):
-        assert result.backend == "cython" and medians[0] <= min(medians) * (1 + max(row[3] for row in result.table[:3]))
+        assert result.backend == "cython" and medians[0] <= min(medians) * (1 + _tuning.SINGLE_CORE_TIE)
+        assert "chosen: cython/" in str(result)
     data = json.loads((cache_dir / "tuning.json").read_text())
     assert data["format"] == _tuning.CACHE_FORMAT and result.key in data["entries"]
     assert "threads=" in result.key and "numpy=" in result.key and "convsuite=" in result.key
@@ -152,6 +153,17 @@ def test_a_single_core_contender_goes_first_only_on_a_tie():
     single_first = ["cython/depthwise", "numba/depthwise"]
     timings = {"cython/depthwise": t(1.0), "numba/depthwise": t(1.01)}
     assert _tuning.single_core_on_a_tie(single_first, timings, single) == single_first
+
+
+def test_a_promoted_single_core_choice_is_reported_as_such():
+    table = [["cython", "depthwise", 1.03e-4, 0.01, "ok"], ["numba", "depthwise", 1.0e-4, 0.01, "ok"]]
+    decision = _tuning._decision_of({"table": table, "params": {}}, "cpu", "measured now")
+    assert decision.reason.startswith("single-core, within 5% of the fastest of 2 candidates")
+    result = _tuning.TuneResult("cython", "depthwise", tuple(map(tuple, table)), "cpu (test)", "key")
+    text = str(result)
+    assert "chosen: cython/depthwise" in text and "(x1.03," in text and "(x1.00," in text  # ratios to the fastest
+    fastest_first = [table[1], ["cython", "depthwise", 1.2e-4, 0.01, "ok"]]
+    assert _tuning._decision_of({"table": fastest_first}, "cpu", "now").reason.startswith("fastest of 2")
 
 
 def test_only_the_single_core_rungs_say_so():

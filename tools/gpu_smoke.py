@@ -37,7 +37,11 @@ backend = cs.get_backend("cupy") if hasattr(cs, "get_backend") else cs._registry
 table = backend.algorithm_table()
 backend.relu_mask_in_kernels = True  # the masked backward kernels run too (off by default: slower)
 if len(sys.argv) > 1 and sys.argv[1].startswith("not:"):  # all but a comma-separated list
-    table = {name: record for name, record in table.items() if name not in sys.argv[1][4:].split(",")}
+    left_out = sys.argv[1][4:].split(",")
+    unknown = sorted(set(left_out) - set(table))
+    if unknown:
+        sys.exit(f"not an algorithm of the cupy backend: {', '.join(unknown)}; it has {', '.join(table)}")
+    table = {name: record for name, record in table.items() if name not in left_out}
 elif len(sys.argv) > 1:  # a comma-separated subset
     table = {name: table[name] for name in sys.argv[1].split(",")}
 ran, wrong = set(), []

@@ -297,7 +297,7 @@ class Backend(abc.ABC):
     single_core : bool
         Whether every kernel runs on the calling thread alone (no thread
         pool, BLAS at one thread). Measured selection prefers such a
-        backend when it is within the measurement's noise of the fastest.
+        backend when its median is within 5% of a multicore fastest.
     """
 
     name: ClassVar[str]

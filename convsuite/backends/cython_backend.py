@@ -106,7 +106,10 @@ class CythonBackend(KernelModuleBackend):
     priority = 20
     algorithms = ("direct", "gemm", "depthwise")
     description = "Cython, one core: tiled AXPY loops gcc vectorises, or im2col + BLAS; GIL released"
-    single_core = True  # BLAS at one thread (_blas_routines); no OpenMP
+    # No OpenMP; gemm's BLAS at one thread: scipy-openblas32 is set to one at load (_blas_routines),
+    # SciPy's fallback is held to one by threadpoolctl during a launch (without threadpoolctl, an
+    # install without both, gemm's BLAS may use its own threads: the only exception).
+    single_core = True
     kernel_module = _DIRECT
     missing_hint = (
         "extension not built; reinstall with `pip install .` on a machine with a C compiler "

@@ -224,7 +224,9 @@ def measure_problem(problem: Problem, device: str, skip: Sequence[str] = DEFAULT
     """Median seconds of every candidate (``"backend/algorithm"``) on the problem, on ``device``.
 
     In the order measured selection ranks them: the first is what autotune
-    would pick (the fastest, or a single-core candidate tied with it).
+    would pick (the fastest, or a single-core candidate within 5% of it). The
+    crossover map and the fitted rule use the times, so their winner is the
+    fastest.
     """
     spec = spec_of(problem)
     pairs, _ = _registry.candidates(spec, "auto", problem.direction, device)
