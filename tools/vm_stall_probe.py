@@ -12,7 +12,7 @@ calls in a row. The probes, one at a time:
   backend (the issue 12 case), back to back or after a pause of S seconds (the pause lets the
   OpenMP team fall asleep, as between the interleaved blocks of a benchmark).
 
-On the 2-core CI VM (2026-11-26) only the two-thread numba calls after a pause had a tail (2% of
+On the 2-core CI VM (2026-11-26) only the two-thread numba calls after a pause had a tail (2-4% of
 calls at 4-7x the median): the late wake-up of a sleeping OpenMP worker, not the VM slowing every
 thread (see docs/measurements/session21-2026-11-26.md).
 """
