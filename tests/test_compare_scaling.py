@@ -153,6 +153,9 @@ def test_compare_scaling_runs_joblib_and_dask_and_writes_the_table(tmp_path, mon
     assert two["speedup"] == pytest.approx(one["ms"] / two["ms"])
     assert two["goal"] == scaling.GOALS["dask 2 workers vs 1"] and two["met"] == (two["speedup"] >= two["goal"])
     assert any("vs in-memory numba (2 thr)" in a for a in two["against"])
+    # Two workers as threads of one LocalCluster process: an information row against the in-memory call.
+    (as_threads,) = [r for r in data["rows"] if r["case"] == dask_case and r["ours"] == "dask, 2 worker threads"]
+    assert as_threads["baseline"] == "in-memory numba (2 thr)" and as_threads["goal"] is None
     # The same graph on Dask's threaded scheduler: information rows, no goal.
     threaded_case = "N=2e+04 K=31 threaded"
     t1, t2 = points[(threaded_case, "dask threads, 1")], points[(threaded_case, "dask threads, 2")]

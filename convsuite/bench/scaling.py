@@ -10,7 +10,8 @@ Run ``python -m convsuite.bench.scaling [--quick] [--out DIR] [--only joblib,das
   starts on a 2-core machine), each chunk computed with the user's default
   settings (``backend="auto"``, one thread per task: see
   :mod:`convsuite.distributed._blocks`), against one in-memory call on the
-  same cores; and the overhead a chunk adds.
+  same cores; two workers as threads of one process (what the processes
+  cost); and the overhead a chunk adds.
 - **gpus**: the ECE408 batch split across 1 and 2 GPUs, inputs already on
   the devices (needs CuPy and GPUs; skipped with the reason otherwise).
 
@@ -156,16 +157,18 @@ def dask_rows(n: int, chunk: int, kernel: int, repeat: int, backend: str | None)
     kw = dict(padding="same")
     clusters = {}
     try:
-        for workers in (1, 2):
+        # 1 and 2 worker processes (the goals), and 2 workers as threads of one process (information:
+        # what the processes cost on the same cores; the kernels release the GIL).
+        for key, workers, processes in ((1, 1, True), (2, 2, True), ("threads", 2, False)):
             # ":0": any free port for the dashboard; two clusters (or a user's) would both ask for 8787.
             cluster = distributed.LocalCluster(
-                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=40
+                n_workers=workers, threads_per_worker=1, processes=processes, dashboard_address=":0", silence_logs=40
             )
             client = distributed.Client(cluster, set_as_default=False)
             x = client.persist(da.from_array(signal, chunks=chunk))
             with client.as_current():
                 distributed.wait(distributed.futures_of(x))
-            clusters[workers] = (cluster, client, x)
+            clusters[key] = (cluster, client, x)
 
         calls = itertools.count(1)
 
@@ -187,14 +190,15 @@ def dask_rows(n: int, chunk: int, kernel: int, repeat: int, backend: str | None)
         # boundary) against the reference on the input they read.
         left = (kernel - 1) // 2
         head = 2 * chunk + left - kernel + 1
-        for workers in (1, 2):
-            _, client, x = clusters[workers]
+        for key in clusters:
+            _, client, x = clusters[key]
             got = client.compute(cs.conv1d(x, mask, backend=backend, **kw)[:head]).result()
             _check(signal[: 2 * chunk], mask, dict(padding=((left, 0),)), got)
         t = _time_on_two_threads(
             {
                 "dask, 2 workers": on(2),
                 "dask, 1 worker": on(1),
+                "dask, 2 worker threads": on("threads"),
                 "in-memory numba (2 thr)": lambda: cs.conv1d(signal, mask, backend="numba", **kw),
                 "in-memory joblib (2 thr)": lambda: cs.conv1d(signal, mask, backend="joblib", **kw),
             },
@@ -207,6 +211,7 @@ def dask_rows(n: int, chunk: int, kernel: int, repeat: int, backend: str | None)
             rows.append(
                 _row("dask", case, "dask, 2 workers", baseline, t, "dask 2 workers vs in-memory", (2, 2), extra)
             )
+        rows.append(_row("dask", case, "dask, 2 worker threads", "in-memory numba (2 thr)", t, "", (2, 2), extra))
 
         # The same graph on Dask's threaded scheduler (no LocalCluster): what the per-chunk path
         # costs without distributed's processes. Informative rows (the goals are the cluster's).
