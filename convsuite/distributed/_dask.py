@@ -112,9 +112,12 @@ def _prepare_source(x, layout, dtype):
     return source.rechunk({lead - 1: -1}) if lead else source
 
 
-def _key_lead(layout, ib):
-    """The chunk indices before the spatial ones in a key of the user's array, for batch chunk ``ib``."""
-    return {"batched": (ib, 0), "unbatched": (0,), "signal": ()}[layout]
+def _key_lead(lead: int, ib: int) -> tuple:
+    """The chunk indices before the spatial ones in a key of an array with ``lead`` leading axes.
+
+    Batch chunk ``ib`` and the one channel chunk, as many of them as the layout has.
+    """
+    return (ib, 0)[2 - lead :]
 
 
 def _operands_task(w, bias, dtype, layout, spec):
@@ -230,7 +233,7 @@ def conv(op, ndim, x, w, bias, stride, padding, dilation, groups, backend, algor
     layer = {operands_key: operands}
     axis_pieces = _axis_pieces(spec, spatial_chunks)
     for ib, batch in enumerate(batch_chunks):
-        key_lead = _key_lead(layout, ib)
+        key_lead = _key_lead(lead, ib)
         for index, combo in zip(
             itertools.product(*(range(len(p)) for p in axis_pieces)), itertools.product(*axis_pieces)
         ):
