@@ -82,6 +82,10 @@ def _operand_key(array: Any) -> tuple:
 
 def _device_id(array: Any) -> Any:
     """The ordinal of the device a (non-NumPy) array lives on, e.g. a CuPy array's GPU; None if it has none."""
+    # CuPy: the ordinal its memory pointer holds (``array.device`` builds a Device object on every read).
+    ordinal = getattr(getattr(array, "data", None), "device_id", None)
+    if ordinal is not None:
+        return ordinal
     device = getattr(array, "device", None)
     return getattr(device, "id", device)
 
@@ -231,7 +235,7 @@ def _build(
         user_shapes=user_shapes,
         in_type=type(call.x) if home is not None else np.ndarray,
         xp_in=np if home is None else home.array_module(),
-        contiguous=None if home is None else home.is_c_contiguous,
+        contiguous=None if home is None else home.c_contiguity_test(),
         to_device=to_device,
         to_caller=to_caller,
         params=_resolved_params(backend, spec, algo, direction, chosen),

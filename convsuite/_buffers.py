@@ -10,11 +10,26 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
-__all__ = ["empty", "poisoned_outputs"]
+__all__ = ["allocator", "empty", "poisoned_outputs", "poisoning"]
 
 _POISON: ContextVar[bool] = ContextVar("convsuite_poison_outputs", default=False)
+
+#: Whether output buffers are to be poisoned here (a C-level call, for the per-call path of plans).
+poisoning = _POISON.get
+
+
+def allocator(xp) -> Callable[[tuple[int, ...], Any], Any]:
+    """``xp``'s uninitialised C-order allocation, called as ``alloc(shape, dtype)``.
+
+    For CuPy its array constructor itself: ``cupy.empty`` is a Python function
+    that only forwards to ``cupy.ndarray(shape, dtype, order="C")``, a frame
+    a plan's call need not pay. Poisoning is the caller's (:func:`poisoning`).
+    """
+    if getattr(xp, "__name__", "") == "cupy":
+        return xp.ndarray
+    return xp.empty
 
 
 def empty(shape: tuple[int, ...], dtype, xp):

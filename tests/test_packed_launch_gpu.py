@@ -298,6 +298,51 @@ def test_splitk_fused_launch_on_concurrent_streams():
         assert all(bool(cp.array_equal(y, expected[i])) for y in results[i])
 
 
+def test_per_stream_buffers_follow_the_current_stream():
+    """Each stream gets its own buffers, whatever order calls come in: runs on one stream (the
+    last-served fast path), switches back and forth, a stream made after one was collected; while
+    a stream captures a graph, none."""
+    import gc
+
+    import cupy as cp
+
+    from convsuite.backends import _cupy_runtime as rt
+
+    made = []
+
+    def make():
+        made.append(object())
+        return made[-1]
+
+    per = rt.PerStream(make)
+    a, b = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+    with a:
+        on_a = per.get()
+        assert per.get() is on_a and per.get() is on_a
+    with b:
+        on_b = per.get()
+        assert per.get() is on_b
+    assert on_a is not on_b
+    for _ in range(3):
+        with a:
+            assert per.get() is on_a
+        with b:
+            assert per.get() is on_b
+    with a:
+        a.begin_capture()
+        try:
+            assert per.get() is None
+        finally:
+            a.end_capture()
+        assert per.get() is on_a
+    del b
+    gc.collect()
+    with cp.cuda.Stream(non_blocking=True):
+        fresh = per.get()
+    assert fresh is not on_a and fresh is not on_b
+    assert len(made) == 3
+
+
 def test_splitk_fused_launch_on_per_thread_default_streams():
     """The per-thread default stream is one handle but a stream per thread: each thread keeps its own buffers."""
     import cupy as cp

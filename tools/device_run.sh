@@ -44,6 +44,8 @@
 #                                     the issue-11 table on the ECE408 and 1-D targets
 #   bash tools/device_run.sh launch   the steps of one call and the packed launch vs CuPy's RawKernel call
 #                                     (tiny conv, MobileNetV2's 52 convolutions), with a cProfile
+#   bash tools/device_run.sh abnet    MobileNetV2's 52 convolutions vs torch: this tree against abtmp/old
+#                                     (carried), alternating processes
 set -u
 LOGS=${OUT:-device-logs}
 mkdir -p "$LOGS"
@@ -348,6 +350,23 @@ relu6)
 launch)
   run launch 200 python3 tools/launch_probe.py --repeat 11
   cat "$LOGS/launch.log" | tee -a "$SUMMARY"
+  ;;
+abnet)
+  # MobileNetV2's 52 convolutions (against torch, in each process) with the working tree's convsuite and
+  # with an older one in abtmp/old (carried: `git archive REV convsuite cuda_src`, cuda_src moved into
+  # the package), in alternating processes, ABNET_ROUNDS rounds (default 3). The old tree gets the
+  # Cython extensions just built here.
+  if [ -d abtmp/old/convsuite ]; then
+    cp convsuite/_cython/*.so abtmp/old/convsuite/_cython/ 2> /dev/null
+    for round in $(seq "${ABNET_ROUNDS:-3}"); do
+      for tree in old new; do
+        if [ $tree = old ]; then path="$PWD/abtmp/old"; else path="$PWD"; fi
+        PYTHONPATH="$path${PYTHONPATH:+:$PYTHONPATH}" timeout 120 python3 tools/launch_probe.py --net-only --repeat 11 \
+          > "$LOGS/abnet-$tree-$round.log" 2>&1
+        note "abnet $tree $round: $(grep -E "^52 convs|host time" "$LOGS/abnet-$tree-$round.log" | awk '{printf "%s | ", $0}' | cut -c1-400)"
+      done
+    done
+  else note "abnet: no abtmp/old tree carried"; fi
   ;;
 *) note "unknown section: $SECTION" ;;
 esac

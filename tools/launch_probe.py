@@ -85,6 +85,10 @@ def micro(x, held, F, tx, tw, repeat: int) -> None:
     launch = held._launch
     out = cp.empty((1, 4, 8, 8), dtype=cp.float32)
     zero = cp.zeros(4, dtype=cp.float32)
+    from convsuite.backends import _cupy_runtime as rt_
+
+    per_stream = rt_.PerStream(lambda: None)
+    stream = cp.cuda.get_current_stream()
     key = _api._plan_key(2, "forward", x, x, None, 1, 1, 1, 1, "cupy", "the backend= argument", "auto")
     steps = {
         "x.flags.c_contiguous": lambda: x.flags.c_contiguous,
@@ -94,6 +98,11 @@ def micro(x, held, F, tx, tw, repeat: int) -> None:
         "cp.cuda.runtime.getDevice()": cp.cuda.runtime.getDevice,
         "cp.cuda.get_current_stream().ptr": lambda: cp.cuda.get_current_stream().ptr,
         "cp.empty((1, 4, 8, 8))": lambda: cp.empty((1, 4, 8, 8), dtype=cp.float32),
+        "cp.ndarray((1, 4, 8, 8), float32)": lambda: cp.ndarray((1, 4, 8, 8), np.float32),
+        "x.device.id": lambda: x.device.id,
+        "x.data.device_id": lambda: x.data.device_id,
+        "PerStream.get (same stream)": per_stream.get,
+        "stream.is_capturing()": stream.is_capturing,
         "_plan_key": lambda: _api._plan_key(
             2, "forward", x, x, None, 1, 1, 1, 1, "cupy", "the backend= argument", "auto"
         ),
@@ -118,6 +127,9 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument(
+        "--net-only", action="store_true", help="only MobileNetV2's 52 convolutions against torch (for A/B runs)"
+    )
     args = parser.parse_args()
     import cupy as cp
     import torch
@@ -128,7 +140,7 @@ def main() -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     sync = cp.cuda.get_current_stream().synchronize
     name = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    print(f"device: {name}; cupy {cp.__version__}; torch {torch.__version__}")
+    print(f"device: {name}; cupy {cp.__version__}; torch {torch.__version__}; convsuite from {cs.__file__}")
 
     rng = np.random.default_rng(0)
     x = cp.asarray(rng.standard_normal(TINY_X, dtype=np.float32))
@@ -149,9 +161,11 @@ def main() -> int:
         "plan.run_forward, RawKernel call": (legacy, lambda: held.run_forward(x, w, None)),
         "cs.conv2d auto, packed": (packed, lambda: cs.conv2d(x, w, padding=1)),
     }
-    micro(x, held, F, tx, tw, args.repeat)
-    print(f"\nper call, tiny conv x{TINY_X} w{TINY_W} padding 1 ({args.calls} calls per block, {args.repeat} blocks):")
-    print(table(measure(tiny, args.calls, args.repeat, sync), "torch F.conv2d"))
+    if not args.net_only:
+        micro(x, held, F, tx, tw, args.repeat)
+        blocks = f"{args.calls} calls per block, {args.repeat} blocks"
+        print(f"\nper call, tiny conv x{TINY_X} w{TINY_W} padding 1 ({blocks}):")
+        print(table(measure(tiny, args.calls, args.repeat, sync), "torch F.conv2d"))
 
     layers = []
     for c, m, h, k, s, g in mobilenet_v2_convs():
@@ -163,6 +177,10 @@ def main() -> int:
     def run_cs():
         for xl, wl, p, s, g in layers:
             cs.conv2d(xl, wl, padding=p, stride=s, groups=g, backend="cupy")
+
+    def run_cs_auto():
+        for xl, wl, p, s, g in layers:
+            cs.conv2d(xl, wl, padding=p, stride=s, groups=g)
 
     def run_torch():
         for xl, wl, p, s, g in layers_t:
@@ -176,8 +194,10 @@ def main() -> int:
     net = {
         "52 convs, torch": (nothing, run_torch),
         "52 convs, cs.conv2d cupy, packed": (packed, run_cs),
-        "52 convs, cs.conv2d cupy, RawKernel call": (legacy, run_cs),
+        "52 convs, cs.conv2d auto, packed": (packed, run_cs_auto),
     }
+    if not args.net_only:
+        net["52 convs, cs.conv2d cupy, RawKernel call"] = (legacy, run_cs)
     print(table(measure(net, 20, args.repeat, sync), "52 convs, torch"))
 
     # Host time alone: the 52 calls without waiting for the GPU at the end (what the GPU can hide behind).
@@ -189,6 +209,8 @@ def main() -> int:
     host = (time.perf_counter() - t0) / 20
     sync()
     print(f"host time of one pass (packed, no sync): {host * 1e6:.1f} us")
+    if args.net_only:
+        return 0
 
     wrong = 0
     for xl, wl, p, s, g in layers:

@@ -503,6 +503,11 @@ PER_THREAD_STREAM = 2
 _RETRY_THROUGH_CUPY = frozenset({3, 201})
 
 
+def _dead_reference():
+    """Stands in for a weak reference whose object is gone (PerStream's empty last entry)."""
+    return None
+
+
 class PerStream:
     """Device buffers a plan keeps for each CUDA stream it runs on, made on first use there.
 
@@ -523,7 +528,7 @@ class PerStream:
         Returns the buffers for a new stream (on the current device).
     """
 
-    __slots__ = ("_make", "_by_stream", "_per_thread", "_lock", "_current")
+    __slots__ = ("_make", "_by_stream", "_per_thread", "_lock", "_current", "_last")
 
     def __init__(self, make) -> None:
         self._make = make
@@ -531,6 +536,9 @@ class PerStream:
         self._per_thread = threading.local()
         self._lock = threading.Lock()
         self._current = cupy().cuda.get_current_stream
+        # The stream object last served (weakly) and its buffers: a call on the same stream object
+        # as the one before skips the weak dictionary (a Python-level get that hashes the stream).
+        self._last = (_dead_reference, None)
 
     def get(self):
         """The current stream's buffers, or None while it captures a graph."""
@@ -545,10 +553,14 @@ class PerStream:
             if found is None:
                 found = self._per_thread.buffers = self._make()
             return found
+        last_stream, found = self._last  # one tuple, replaced whole: a consistent pair in any thread
+        if last_stream() is stream:
+            return found
         found = self._by_stream.get(stream)
         if found is None:
             with self._lock:
                 found = self._by_stream.get(stream)
                 if found is None:
                     found = self._by_stream[stream] = self._make()
+        self._last = (weakref.ref(stream), found)
         return found

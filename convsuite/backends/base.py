@@ -392,6 +392,15 @@ class Backend(abc.ABC):
         """Whether ``array``, of this backend's array type, is C-contiguous (asked on every call of a plan)."""
         return array.flags.c_contiguous
 
+    def c_contiguity_test(self) -> Callable[[Any], bool]:
+        """The callable a plan asks on every call whether an operand is C-contiguous.
+
+        :meth:`is_c_contiguous` by default; a backend whose array type keeps
+        the flag as an attribute may return a C-level reader of it instead
+        (no Python frame per operand).
+        """
+        return self.is_c_contiguous
+
     def to_device(self, array: Any) -> Any:
         """``array`` (a NumPy array) moved to this backend's device."""
         return array

@@ -55,6 +55,7 @@ so it runs only with :attr:`CupyBackend.relu_mask_in_kernels` set.
 
 from __future__ import annotations
 
+import operator
 import threading
 import time
 from collections import OrderedDict
@@ -163,6 +164,12 @@ class CupyBackend(Backend):
             return array._c_contiguous
         except AttributeError:  # a CuPy without the attribute: the public flag
             return array.flags.c_contiguous
+
+    def c_contiguity_test(self):
+        """CuPy's own flag read by ``operator.attrgetter``: no Python frame per operand on a plan's call."""
+        if hasattr(rt.cupy().ndarray, "_c_contiguous"):
+            return operator.attrgetter("_c_contiguous")
+        return self.is_c_contiguous
 
     def to_device(self, array):
         """``array`` copied to the current device."""
