@@ -161,16 +161,18 @@ __global__ void __launch_bounds__(CS_THREADS) depthwise_grad_input_masked(const 
 // Weight gradient: gw[m, p, q] = sum over b, oh, ow of gy[b, m, oh, ow] *
 // x[b, c, oh*sh + p*dh - ph, ow*sw + q*dw - pw]. Block (m, chunk) sums the
 // chunk's share of the B*Ho output rows of channel m: every thread keeps all
-// KH*KW partial sums in registers (KMAX bounds the extents), then the block
-// reduces them in a fixed order (warp shuffles, then warps in index order)
-// and writes partial[chunk, m, :]. No atomics: the result is reproducible
-// bit for bit; the chunks are summed afterwards, also in a fixed order.
-// MASK = 1 reads gy through the ReLU output yr (depthwise_grad_weight_masked).
+// KH*KW partial sums in registers (KMAX bounds the extents), and the bias
+// gradient's (the plain sum of gy) beside them, then the block reduces them in
+// a fixed order (warp shuffles, then warps in index order) and writes
+// partial[chunk, m, 0 .. KH*KW] (the bias sum last). No atomics: the result is
+// reproducible bit for bit; depthwise_grad_finish sums the chunks afterwards,
+// also in a fixed order. MASK = 1 reads gy through the ReLU output yr
+// (depthwise_grad_weight_masked).
 template <typename T, int KMAX, int MASK>
 __device__ __forceinline__ void depthwise_grad_weight_body(const T* __restrict__ gy, const T* __restrict__ yr,
                                                            const T* __restrict__ x, T* __restrict__ partial,
                                                            int chunks, CONV_PARAMS) {
-    __shared__ T red[CS_THREADS / 32][KMAX * KMAX];
+    __shared__ T red[CS_THREADS / 32][KMAX * KMAX + 1];
     const int m = blockIdx.x, chunk = blockIdx.y;
     const int Mg = M / C, c = m / Mg;
     const i64 rows = (i64)B * Ho;
@@ -181,12 +183,14 @@ __device__ __forceinline__ void depthwise_grad_weight_body(const T* __restrict__
     for (int p = 0; p < KMAX; ++p)
 #pragma unroll
         for (int q = 0; q < KMAX; ++q) acc[p][q] = T(0);
+    T bias_sum = T(0);
     for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
         const i64 row = r0 + i / Wo;
         const int ow = (int)(i % Wo);
         const i64 b = row / Ho;
         const int oh = (int)(row - b * Ho);
         const T g = relu_masked<MASK>(gy, yr, ((b * M + m) * Ho + oh) * (i64)Wo + ow);
+        bias_sum += g;
         const T* xp = x + (b * C + c) * (i64)H * W;
 #pragma unroll
         for (int p = 0; p < KMAX; ++p) {
@@ -209,13 +213,33 @@ __device__ __forceinline__ void depthwise_grad_weight_body(const T* __restrict__
             for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
             if (lane == 0) red[warp][p * KMAX + q] = v;
         }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) bias_sum += __shfl_down_sync(0xffffffffu, bias_sum, off);
+    if (lane == 0) red[warp][KMAX * KMAX] = bias_sum;
     __syncthreads();
     const int taps = KH * KW;
-    for (int t = threadIdx.x; t < taps; t += blockDim.x) {
-        const int p = t / KW, q = t % KW;
+    for (int t = threadIdx.x; t <= taps; t += blockDim.x) {
+        const int slot = t < taps ? t / KW * KMAX + t % KW : KMAX * KMAX;
         T s = T(0);
-        for (int j = 0; j < (int)(blockDim.x / 32); ++j) s += red[j][p * KMAX + q];
-        partial[((i64)chunk * M + m) * taps + t] = s;
+        for (int j = 0; j < (int)(blockDim.x / 32); ++j) s += red[j][slot];
+        partial[((i64)chunk * M + m) * (taps + 1) + t] = s;
+    }
+}
+
+// The chunks of depthwise_grad_weight summed in chunk order: gw[m, t] for the
+// KH*KW taps t and gb[m] from partial[chunk, m, 0 .. taps] (taps + 1 values
+// per channel), one thread per value, grid-stride. Fixed order: reproducible.
+template <typename T>
+__global__ void __launch_bounds__(CS_THREADS) depthwise_grad_finish(const T* __restrict__ partial, T* __restrict__ gw,
+                                                                   T* __restrict__ gb, int chunks, int M, int taps) {
+    const i64 per_chunk = (i64)M * (taps + 1);
+    for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < per_chunk; e += (i64)gridDim.x * blockDim.x) {
+        T s = T(0);
+        for (int chunk = 0; chunk < chunks; ++chunk) s += partial[chunk * per_chunk + e];
+        const i64 m = e / (taps + 1);
+        const int t = (int)(e - m * (taps + 1));
+        if (t < taps) gw[m * taps + t] = s;
+        else gb[m] = s;
     }
 }
 

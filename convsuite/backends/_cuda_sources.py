@@ -136,6 +136,7 @@ KERNELS = {
         *[f"depthwise_forward@{k},{s},{act}|I" for k, s in DEPTHWISE_FIXED for act in EPILOGUES],
         *[f"depthwise_grad_input@{k},{s}" for k, s in DEPTHWISE_FIXED],
         *[f"depthwise_grad_weight@{k}" for k in DEPTHWISE_WGRAD_KMAX],
+        "depthwise_grad_finish",
     ],
     "im2col.cu": ["im2col|I", "col2im"],
     "pointwise.cu": [
@@ -181,6 +182,7 @@ KERNELS = {
     "depthwise_masked.cu": [
         *[f"depthwise_grad_input_masked@{k},{s}" for k, s in DEPTHWISE_FIXED],
         *[f"depthwise_grad_weight_masked@{k}" for k in DEPTHWISE_WGRAD_KMAX],
+        "depthwise_grad_finish",  # reads partial sums only; named here so a masked backward needs no plain module
     ],
     "wgrad_ladder_masked.cu": [
         "wgrad_ladder_atomic_masked",
