@@ -251,7 +251,7 @@ def _splitk_two_launches(plan, x, w, b):
 
     original = rt.PerStream.get
     try:
-        rt.PerStream.get = lambda self: None
+        rt.PerStream.get = lambda self, stream=None: None
         return plan(x, w, b)
     finally:
         rt.PerStream.get = original

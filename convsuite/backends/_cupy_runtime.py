@@ -462,15 +462,18 @@ class PackedLaunch:
         self._get_device = cp.cuda.runtime.getDevice
         self._current_stream = cp.cuda.get_current_stream
 
-    def __call__(self, *arrays) -> None:
-        """Launch on the current stream with ``arrays`` in the :data:`ARG` places, in order."""
+    def __call__(self, *arrays, stream=None) -> None:
+        """Launch with ``arrays`` in the :data:`ARG` places, in order, on the current stream
+        (``stream``: the handle of the current stream, where the caller has just read it).
+        """
         if len(arrays) != self._slots:
             raise TypeError(f"this launch takes {self._slots} arrays; got {len(arrays)}")
         if self._get_device() != self._device:
             return self._cupy_call(arrays)
         pointers = [a.data.ptr for a in arrays]
         gx, gy, gz, bx, by, bz = self._dims
-        stream = self._current_stream().ptr
+        if stream is None:
+            stream = self._current_stream().ptr
         with self._lock:
             for packer, offset, first, last in self._runs:
                 packer.pack_into(self._buffer, offset, *pointers[first:last])
@@ -540,9 +543,12 @@ class PerStream:
         # as the one before skips the weak dictionary (a Python-level get that hashes the stream).
         self._last = (_dead_reference, None)
 
-    def get(self):
-        """The current stream's buffers, or None while it captures a graph."""
-        stream = self._current()
+    def get(self, stream=None):
+        """The buffers of ``stream`` (the current stream, where the caller has just read it; read here
+        if None), or None while it captures a graph.
+        """
+        if stream is None:
+            stream = self._current()
         try:
             if stream.is_capturing():
                 return None
