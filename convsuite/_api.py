@@ -129,7 +129,7 @@ def _plan_key(
         source,
         algorithm,
         _threads._requested,  # the thread setting (None: all), read without a call
-        getattr(_threads._local, "n", None),  # a Dask task's own count (numba plans size their chunks by it)
+        _threads._local.n,  # a Dask task's own count (numba plans size their chunks by it)
         _tuning.autotune_enabled(),
         _plans._generation,
         activation,

@@ -16,7 +16,6 @@ is available and can run the case.
 from __future__ import annotations
 
 import importlib
-import os
 import threading
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -26,6 +25,7 @@ from typing import Iterator
 import numpy as np
 
 from . import _plans
+from ._environ import environment_reader
 from ._errors import BackendUnavailableError, UnsupportedCaseError
 from ._spec import ConvSpec
 from .backends.base import Backend, Verdict
@@ -48,34 +48,7 @@ __all__ = [
 ENV_VAR = "CONVSUITE_BACKEND"
 
 
-def _environment_reader(name: str):
-    """A callable returning ``os.environ.get(name)`` (None when unset), read anew on every call.
-
-    ``os.environ.get`` is a Python-level mapping lookup that encodes the key
-    each time (0.7 us on the 2-core VM, a tenth of a tiny conv's host path);
-    CPython keeps the environment in ``os.environ._data`` under encoded keys,
-    a dict that every update through ``os.environ`` (item assignment, ``del``,
-    pytest's ``monkeypatch.setenv``) changes in place. Where that private layout is absent
-    (another implementation), or once ``os.environ`` itself was replaced, the
-    public lookup.
-    """
-    environ = os.environ
-    data = getattr(environ, "_data", None)
-    encode, decode = getattr(environ, "encodekey", None), getattr(environ, "decodevalue", None)
-    if not isinstance(data, dict) or encode is None or decode is None:
-        return lambda: os.environ.get(name)
-    key = encode(name)
-
-    def read():
-        if os.environ is not environ:  # os.environ replaced wholesale: its own lookup
-            return os.environ.get(name)
-        raw = data.get(key)
-        return None if raw is None else decode(raw)
-
-    return read
-
-
-_read_env_backend = _environment_reader(ENV_VAR)
+_read_env_backend = environment_reader(ENV_VAR)
 
 # name -> "module:Class"; loaded on first use. Order here is display order only.
 _BUILTIN_BACKENDS = {

@@ -6,13 +6,27 @@ import os
 import threading
 from contextlib import contextmanager
 
+from ._environ import environment_reader
 from ._validation import positive_int
 
 __all__ = ["get_num_threads", "max_threads", "set_num_threads", "task_threads", "user_set"]
 
 _requested: int | None = None
-#: A count for the calling thread only (a Dask task's share of its worker), over the process-wide one.
-_local = threading.local()
+
+
+class _TaskThreads(threading.local):
+    """The calling thread's own count, ``n`` (a Dask task's share of its worker), over the process-wide one.
+
+    ``n`` has a class default (None), so reading it never fails: ``getattr``
+    with a default on a missing thread-local attribute raises and catches an
+    AttributeError inside (0.36 us against 0.05, 2-core VM), on every call's plan key.
+    """
+
+    n: int | None = None
+
+
+_local = _TaskThreads()
+_read_numba_threads = environment_reader("NUMBA_NUM_THREADS")
 
 
 #: The CPU count, read once: ``os.cpu_count()`` costs ~1.7 us and a numba launch asks for it.
@@ -21,7 +35,7 @@ _CPU_COUNT = os.cpu_count() or 1
 
 def max_threads() -> int:
     """Most threads a parallel backend may use: ``NUMBA_NUM_THREADS`` or the CPU count."""
-    env = os.environ.get("NUMBA_NUM_THREADS", "").strip()
+    env = (_read_numba_threads() or "").strip()
     if env.isdigit() and int(env) > 0:
         return int(env)
     return _CPU_COUNT
@@ -52,7 +66,7 @@ def set_num_threads(n: int | None) -> None:
 
 def get_num_threads() -> int:
     """The thread count the ``numba`` backend will use for the next call."""
-    local = getattr(_local, "n", None)
+    local = _local.n
     if local is not None:
         return local
     return _requested if _requested is not None else max_threads()
@@ -66,7 +80,7 @@ def user_set() -> bool:
 @contextmanager
 def task_threads(n: int):
     """Inside: :func:`get_num_threads` answers ``n`` (capped at :func:`max_threads`) in the calling thread only."""
-    previous = getattr(_local, "n", None)
+    previous = _local.n
     _local.n = max(1, min(int(n), max_threads()))
     try:
         yield

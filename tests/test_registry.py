@@ -238,3 +238,43 @@ def test_import_loads_no_optional_dependency():
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_environment_reader_follows_every_change(monkeypatch):
+    """The per-call reader of an environment variable sees sets, changes and deletes made through
+    ``os.environ`` after it was made, and a wholly replaced ``os.environ`` through its public lookup."""
+    import os
+
+    from convsuite._environ import environment_reader
+
+    name = "CONVSUITE_TEST_ENVIRONMENT_READER"
+    monkeypatch.delenv(name, raising=False)
+    read = environment_reader(name)
+    assert read() is None
+    monkeypatch.setenv(name, "numpy")
+    assert read() == "numpy"
+    os.environ[name] = "cython ünïcode"
+    assert read() == "cython ünïcode"
+    del os.environ[name]
+    assert read() is None
+    monkeypatch.setattr(os, "environ", {name: "replaced"})
+    assert read() == "replaced"
+
+
+def test_numba_thread_limit_follows_the_environment(monkeypatch):
+    """``max_threads`` reads NUMBA_NUM_THREADS on every call; a task's own count is private to its thread."""
+    import threading
+
+    from convsuite import _threads
+
+    monkeypatch.setenv("NUMBA_NUM_THREADS", "3")
+    assert _threads.max_threads() == 3
+    monkeypatch.delenv("NUMBA_NUM_THREADS")
+    assert _threads.max_threads() == _threads._CPU_COUNT
+    seen = []
+    with _threads.task_threads(1):
+        assert _threads.get_num_threads() == 1
+        worker = threading.Thread(target=lambda: seen.append(_threads._local.n))
+        worker.start()
+        worker.join()
+    assert seen == [None] and _threads._local.n is None

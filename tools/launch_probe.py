@@ -34,8 +34,8 @@ from convsuite.bench.overhead import TINY_W, TINY_X, mobilenet_v2_convs
 PACKED_CALL = rt.PackedLaunch.__call__
 
 
-def legacy_call(self, *arrays):
-    """The launch through CuPy's RawKernel.__call__ (the path before PackedLaunch)."""
+def legacy_call(self, *arrays, stream=None):
+    """The launch through CuPy's RawKernel.__call__ (the path before PackedLaunch; on the current stream)."""
     return self._cupy_call(arrays)
 
 
@@ -88,6 +88,7 @@ def micro(x, held, F, tx, tw, repeat: int) -> None:
     from convsuite.backends import _cupy_runtime as rt_
 
     per_stream = rt_.PerStream(lambda: None)
+    held_pointer = cp.cuda.alloc(1024)
     stream = cp.cuda.get_current_stream()
     key = _api._plan_key(2, "forward", x, x, None, 1, 1, 1, 1, "cupy", "the backend= argument", "auto")
     steps = {
@@ -99,6 +100,8 @@ def micro(x, held, F, tx, tw, repeat: int) -> None:
         "cp.cuda.get_current_stream().ptr": lambda: cp.cuda.get_current_stream().ptr,
         "cp.empty((1, 4, 8, 8))": lambda: cp.empty((1, 4, 8, 8), dtype=cp.float32),
         "cp.ndarray((1, 4, 8, 8), float32)": lambda: cp.ndarray((1, 4, 8, 8), np.float32),
+        "cp.cuda.alloc(1024) (the pool alone)": lambda: cp.cuda.alloc(1024),
+        "cp.ndarray(..., memptr=held pointer)": lambda: cp.ndarray((1, 4, 8, 8), np.float32, memptr=held_pointer),
         "x.device.id": lambda: x.device.id,
         "x.data.device_id": lambda: x.data.device_id,
         "PerStream.get (same stream)": per_stream.get,
