@@ -139,6 +139,7 @@ KERNELS = {
         "depthwise_grad_finish",
     ],
     "im2col.cu": ["im2col|I", "col2im"],
+    "bias_grad.cu": ["bias_grad_partial", "chunk_sums"],
     "pointwise.cu": [
         *[f"conv2d_pointwise@{mt},{act}" for mt in POINTWISE_TILES for act in EPILOGUES],
         "conv2d_pointwise_splitk",
@@ -184,6 +185,7 @@ KERNELS = {
         *[f"depthwise_grad_weight_masked@{k}" for k in DEPTHWISE_WGRAD_KMAX],
         "depthwise_grad_finish",  # reads partial sums only; named here so a masked backward needs no plain module
     ],
+    "bias_grad_masked.cu": ["bias_grad_partial_masked", "chunk_sums"],  # chunk_sums: no grad_y read
     "wgrad_ladder_masked.cu": [
         "wgrad_ladder_atomic_masked",
         "wgrad_ladder_shuffle_masked",
