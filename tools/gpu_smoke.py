@@ -160,7 +160,7 @@ if "pointwise_splitk" in table:
 
     kept = _cupy_runtime.PerStream.get
     splitk_cases = ([(1, 100, 7, 7), (70, 100, 1, 1), {}], [(2, 256, 7, 9), (64, 128, 1, 1), {"groups": 2}])
-    for form, get in (("fused", kept), ("two launches", lambda self: None)):
+    for form, get in (("fused", kept), ("two launches", lambda self, stream=None: None)):
         _cupy_runtime.PerStream.get = get
         try:
             for x_shape, w_shape, kw in splitk_cases:
