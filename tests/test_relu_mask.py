@@ -266,8 +266,8 @@ class _Recorder:
         )
 
 
-#: Kernels of a masked backward that read no grad_y (partial sums only), so they need no mask.
-SUMS_ONLY = {"depthwise_grad_finish", "chunk_sums"}
+#: Kernels of a masked backward that read no grad_y (partial sums, the flipped filters), so they need no mask.
+READS_NO_GRAD_Y = {"depthwise_grad_finish", "chunk_sums", "flip_weights"}
 
 ROUTES = [
     ((2, 8, 15, 17), (12, 8, 3, 3), dict(padding=1)),  # stride-1 dX as register_tiled
@@ -318,16 +318,16 @@ def test_cupy_masked_launches_pass_the_relu_output_to_every_kernel(algorithm, mo
         launch(gy, x.reshape(spec.x_shape), w.reshape(spec.w_shape), grad_x, grad_w, grad_b, y)
         for filename, name in recorder.handles:  # the masked modules only: the plain ones compile as before
             assert filename.endswith("_masked.cu") and name in KERNELS[filename], (filename, name)
-            assert name.partition("@")[0].endswith("_masked") or name in SUMS_ONLY, name
+            assert name.partition("@")[0].endswith("_masked") or name in READS_NO_GRAD_Y, name
         # Every kernel that reads grad_y reads it through the mask: dX, dW and db (depthwise sums db in its dW kernel).
         reading = [(name, args) for _filename, name, args in recorder.launches if any(a is gy for a in args)]
         assert len(reading) >= 2, recorder.launches
         for name, args in reading:
             assert args[0] is gy and args[1] is y, f"{name}: grad_y, then the ReLU output"
-        summing = [args for _filename, name, args in recorder.launches if name in SUMS_ONLY]
-        assert len(reading) + len(summing) == len(recorder.launches), recorder.launches
+        others = [args for _filename, name, args in recorder.launches if name in READS_NO_GRAD_Y]
+        assert len(reading) + len(others) == len(recorder.launches), recorder.launches
         # db is the last sum of partial sums, never grad_y read unmasked (the conformance tests check its value).
-        assert any(a is grad_b for args in summing for a in args), recorder.launches
+        assert any(a is grad_b for args in others for a in args), recorder.launches
         ran += 1
     assert ran, f"no route ran {algorithm!r}"
 
@@ -405,7 +405,7 @@ def test_cupy_masked_launch_is_the_plain_launch_plus_the_mask(algorithm, monkeyp
         assert len(plain) == len(masked) >= 2
         assert plain_geo == masked_geo  # dtype, module (-D overrides), grid, block, shared memory
         for (file_p, name_p, args_p), (file_m, name_m, args_m) in zip(plain, masked):
-            if name_p in SUMS_ONLY:  # the same kernel from the masked module, the same operands
+            if name_p in READS_NO_GRAD_Y:  # the same kernel from the masked module, the same operands
                 assert (file_m, name_m) == (file_p.replace(".cu", "_masked.cu"), name_p)
                 assert len(args_m) == len(args_p) and all(_same_operand(a, b) for a, b in zip(args_p, args_m))
                 continue

@@ -139,7 +139,7 @@ KERNELS = {
         "depthwise_grad_finish",
     ],
     "im2col.cu": ["im2col|I", "col2im"],
-    "bias_grad.cu": ["bias_grad_partial", "chunk_sums"],
+    "backward_util.cu": ["bias_grad_partial", "chunk_sums", "flip_weights"],
     "pointwise.cu": [
         *[f"conv2d_pointwise@{mt},{act}" for mt in POINTWISE_TILES for act in EPILOGUES],
         "conv2d_pointwise_splitk",
@@ -185,7 +185,8 @@ KERNELS = {
         *[f"depthwise_grad_weight_masked@{k}" for k in DEPTHWISE_WGRAD_KMAX],
         "depthwise_grad_finish",  # reads partial sums only; named here so a masked backward needs no plain module
     ],
-    "bias_grad_masked.cu": ["bias_grad_partial_masked", "chunk_sums"],  # chunk_sums: no grad_y read
+    # chunk_sums and flip_weights read no grad_y: named here so a masked backward needs no plain module
+    "backward_util_masked.cu": ["bias_grad_partial_masked", "chunk_sums", "flip_weights"],
     "wgrad_ladder_masked.cu": [
         "wgrad_ladder_atomic_masked",
         "wgrad_ladder_shuffle_masked",

@@ -284,7 +284,7 @@ def _chunk_sums(dtype: str, chunks: int, n: int, masked: bool = False):
     through a ReLU, which compiles no plain module).
     """
     suffix = "_masked" if masked else ""
-    fn = rt.kernel(f"bias_grad{suffix}.cu", "chunk_sums", dtype)
+    fn = rt.kernel(f"backward_util{suffix}.cu", "chunk_sums", dtype)
     return rt.bind(fn, (rt.grid_stride_blocks(n),), (THREADS,), (ARG, ARG, np.int32(chunks), np.int64(n)))
 
 
@@ -303,7 +303,7 @@ def _bias_gradient(s: ConvSpec, masked: bool = False) -> Callable:
     suffix = "_masked" if masked else ""
     M, L = s.out_channels, math.prod(s.out_size)
     chunks = max(1, min(math.ceil(8 * rt.sm_count() / M), math.ceil(s.batch * L / 4096), GRID_YZ_MAX))
-    fn = rt.kernel(f"bias_grad{suffix}.cu", f"bias_grad_partial{suffix}", s.dtype)
+    fn = rt.kernel(f"backward_util{suffix}.cu", f"bias_grad_partial{suffix}", s.dtype)
     operands = (ARG, ARG, ARG) if masked else (ARG, ARG)  # grad_y[, relu_output], partial
     partial_sums = rt.bind(fn, (M, chunks), (THREADS,), (*operands, *rt.i32(s.batch, M), np.int64(L), np.int32(chunks)))
     total = _chunk_sums(s.dtype, chunks, M, masked)
@@ -1245,15 +1245,25 @@ def _plan_input_gradient(
         else:
             name = "igemm_big" if big else "fused_gemm"
 
+        # The filters of the transposed problem, one packed launch into a fresh buffer (a CuPy
+        # transpose, flip and copy took several Python-level calls and an elementwise launch).
+        suffix = "_masked" if masked else ""
+        flip = rt.kernel(f"backward_util{suffix}.cu", "flip_weights", s.dtype)
+        n_weights = G * Mg * Cg * KH * KW
+        flip_args = (ARG, ARG, *rt.i32(G, Mg, Cg, KH, KW))  # w, wt
+        flip_launch = rt.bind(flip, (rt.grid_stride_blocks(n_weights),), (THREADS,), flip_args)
+
         def flipped(w):
-            """The filters of the transposed problem."""
-            return cp.ascontiguousarray(w.reshape(G, Mg, Cg, KH, KW).transpose(0, 2, 1, 3, 4)[..., ::-1, ::-1])
+            """The filters of the transposed problem: ``t.w_shape``, ``(G, Cg, Mg, KH, KW)`` in memory, taps flipped."""
+            wt = cp.empty(t.w_shape, dtype=w.dtype)
+            flip_launch(w, wt)
+            return wt
 
         if masked:
             conv_masked = _plan_forward_masked(t, name, gather)
 
             def dgrad_as_conv_masked(grad_y, w, grad_x, relu_output):
-                conv_masked(grad_y, relu_output, flipped(w).reshape(t.w_shape), grad_x)
+                conv_masked(grad_y, relu_output, flipped(w), grad_x)
 
             return dgrad_as_conv_masked
         # The hand-chosen parameters of the transposed problem (tf32x3: the layer's register budget),
@@ -1267,7 +1277,7 @@ def _plan_input_gradient(
         conv = RECORDS[name].build(t, "forward", given or None)
 
         def dgrad_as_conv(grad_y, w, grad_x):
-            conv(grad_y, flipped(w).reshape(t.w_shape), None, grad_x)
+            conv(grad_y, flipped(w), None, grad_x)
 
         return dgrad_as_conv
     suffix = "_masked" if masked else ""
@@ -1275,8 +1285,9 @@ def _plan_input_gradient(
     grid = (math.ceil(s.batch * math.prod(s.in_size) / GEMM_BN), math.ceil(Cg / GEMM_BM), G)
     p = _params(s)
     if masked:
-        return lambda grad_y, w, grad_x, relu_output: fn(grid, (256,), (grad_y, relu_output, w, grad_x, *p))
-    return lambda grad_y, w, grad_x: fn(grid, (256,), (grad_y, w, grad_x, *p))
+        gather = rt.bind(fn, grid, (256,), (ARG, ARG, ARG, ARG, *p))  # grad_y, relu_output, w, grad_x
+        return lambda grad_y, w, grad_x, relu_output: gather(grad_y, relu_output, w, grad_x)
+    return rt.bind(fn, grid, (256,), (ARG, ARG, ARG, *p))  # called as (grad_y, w, grad_x)
 
 
 def _plan_forward_masked(spec: ConvSpec, algorithm: str, gather: str | None = None) -> Callable:

@@ -1,3 +1,5 @@
+// Small kernels the GPU backward passes share.
+//
 // The bias gradient of every backward algorithm but depthwise's (which sums it
 // in its weight-gradient kernel): gb[m] = sum over b and the output pixels l of
 // gy[b, m, l], in two launches of fixed order (no atomics: reproducible bit for
@@ -6,7 +8,7 @@
 // that a few channels still fill the device (summing straight to M values, as
 // one reduction over axes (0, 2) would, runs M blocks over the whole gradient).
 // chunk_sums adds the chunks in order. MASK = 1 reads gy through the ReLU
-// output yr (bias_grad_partial_masked, in bias_grad_masked.cu).
+// output yr (bias_grad_partial_masked, in backward_util_masked.cu).
 #include "common.cuh"
 
 template <typename T, int MASK>
@@ -60,5 +62,26 @@ __global__ void __launch_bounds__(CS_THREADS) chunk_sums(const T* __restrict__ p
         T s = T(0);
         for (int chunk = 0; chunk < chunks; ++chunk) s += partial[chunk * n + e];
         out[e] = s;
+    }
+}
+
+// The filters of a stride-1 input gradient run as a forward convolution: wt[g, c, m, p, q] =
+// w[g, m, c, KH-1-p, KW-1-q] (channels transposed within each group, taps flipped), one
+// thread per element of wt, grid-stride; reads no gradient.
+template <typename T>
+__global__ void __launch_bounds__(CS_THREADS) flip_weights(const T* __restrict__ w, T* __restrict__ wt, int G,
+                                                          int Mg, int Cg, int KH, int KW) {
+    const i64 total = (i64)G * Mg * Cg * KH * KW;
+    for (i64 e = blockIdx.x * (i64)blockDim.x + threadIdx.x; e < total; e += (i64)gridDim.x * blockDim.x) {
+        i64 r = e;
+        const int q = (int)(r % KW);
+        r /= KW;
+        const int p = (int)(r % KH);
+        r /= KH;
+        const int m = (int)(r % Mg);
+        r /= Mg;
+        const int c = (int)(r % Cg);
+        const i64 g = r / Cg;
+        wt[e] = w[(((g * Mg + m) * Cg + c) * KH + (KH - 1 - p)) * KW + (KW - 1 - q)];
     }
 }
