@@ -313,8 +313,12 @@ class Plan:
         return array
 
     def _outputs(self) -> list:
-        """Fresh output buffers on the backend's device."""
-        return [_buffers.empty(shape, self.dtype, self._xp_out) for shape in self._out_shapes]
+        """Fresh output buffers on the backend's device (NaN while poisoning)."""
+        outputs = [self._alloc(shape, self.dtype) for shape in self._out_shapes]
+        if _buffers.poisoning():
+            for buffer in outputs:
+                buffer.fill(float("nan"))
+        return outputs
 
     @property
     def accepts_out(self) -> bool:

@@ -8,7 +8,8 @@
 // that a few channels still fill the device (summing straight to M values, as
 // one reduction over axes (0, 2) would, runs M blocks over the whole gradient).
 // chunk_sums adds the chunks in order. MASK = 1 reads gy through the ReLU
-// output yr (bias_grad_partial_masked, in backward_util_masked.cu).
+// output yr (bias_grad_partial_masked, named by backward_util_masked.cu, the module
+// a backward through a ReLU compiles).
 #include "common.cuh"
 
 template <typename T, int MASK>

@@ -1285,8 +1285,8 @@ def _plan_input_gradient(
     grid = (math.ceil(s.batch * math.prod(s.in_size) / GEMM_BN), math.ceil(Cg / GEMM_BM), G)
     p = _params(s)
     if masked:
-        gather = rt.bind(fn, grid, (256,), (ARG, ARG, ARG, ARG, *p))  # grad_y, relu_output, w, grad_x
-        return lambda grad_y, w, grad_x, relu_output: gather(grad_y, relu_output, w, grad_x)
+        gather_masked = rt.bind(fn, grid, (256,), (ARG, ARG, ARG, ARG, *p))  # grad_y, relu_output, w, grad_x
+        return lambda grad_y, w, grad_x, relu_output: gather_masked(grad_y, relu_output, w, grad_x)
     return rt.bind(fn, grid, (256,), (ARG, ARG, ARG, *p))  # called as (grad_y, w, grad_x)
 
 
@@ -1670,9 +1670,12 @@ def _plan_pointwise_splitk(spec: ConvSpec, direction: str, act: int = 0) -> Laun
     def forward(x, w, bias, out):
         # Under graph_capture (CapturedNetwork's warm-up passes and its capture alike) the two launches,
         # so that warm-up allocates what the capture will; a stream capturing otherwise: the same.
-        # The stream is read once, for the buffers and the launch (0.3 us a read, H100 host).
+        if capturing():
+            two_launches(x, w, bias, out)
+            return
+        # The stream is read once, for the buffers and the launch (0.15-0.38 us a read, H100 hosts).
         stream = current_stream()
-        state = None if capturing() else kept.get(stream)
+        state = kept.get(stream)
         if state is None:
             two_launches(x, w, bias, out)
         else:

@@ -519,7 +519,8 @@ class PerStream:
     that stream without a fresh allocation; launches on two streams may
     overlap, so each stream gets its own. Streams are keyed as CuPy compares
     them (by handle) and held weakly, so the buffers of a stream object that
-    is collected go with it. The per-thread default stream is one handle but
+    is collected go with it (the last-served entry too: its weak reference's
+    callback drops it). The per-thread default stream is one handle but
     a different stream in every thread: its buffers are kept per thread.
     While the current stream is capturing a CUDA graph, :meth:`get` returns
     None: a graph may be replayed on any stream, concurrently with calls on
@@ -568,5 +569,10 @@ class PerStream:
                 found = self._by_stream.get(stream)
                 if found is None:
                     found = self._by_stream[stream] = self._make()
-        self._last = (weakref.ref(stream), found)
+        self._last = (weakref.ref(stream, self._forget_last), found)
         return found
+
+    def _forget_last(self, reference) -> None:
+        """The last-served stream was collected: drop the entry, so its buffers go with it."""
+        if self._last[0] is reference:
+            self._last = (_dead_reference, None)

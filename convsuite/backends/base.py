@@ -45,7 +45,8 @@ DIRECTIONS = ("forward", "backward")
 
 #: What :meth:`Backend.plan` returns: called with the operands of one call,
 #: ``(x, w, bias, out)`` forward or ``(grad_y, x, w, grad_x, grad_w, grad_b)``
-#: backward, all on the backend's device and of the spec's shapes and dtype.
+#: backward, all on the backend's device, C-contiguous, of the spec's shapes
+#: and dtype (kernels write the outputs through raw pointers).
 Launch = Callable[..., None]
 
 
