@@ -296,8 +296,8 @@ def _bias_gradient(s: ConvSpec, masked: bool = False) -> Callable:
     Per channel, the B x pixels values are cut into chunks, enough that a few channels still fill
     the device (CuPy's reductions give one block per output: summing straight to M values ran M
     blocks over the whole gradient, H200 1.07 ms for a 74 MB gradient with M=16); their partial sums
-    are then added in order. Two launches replace the four CuPy calls (two reductions, a reshape copy
-    and an assignment, ~25 us of host time) that small backward problems were bound by.
+    are then added in order. Two packed launches replace four CuPy calls (two reductions, a reshape
+    copy and an assignment), whose host time small backward problems were bound by.
     """
     cp = rt.cupy()
     suffix = "_masked" if masked else ""
