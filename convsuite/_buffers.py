@@ -34,7 +34,7 @@ def allocator(xp) -> Callable[[tuple[int, ...], Any], Any]:
 
 def empty(shape: tuple[int, ...], dtype, xp):
     """An uninitialised buffer, or one full of NaN while poisoning is on."""
-    buffer = xp.empty(shape, dtype=dtype)
+    buffer = allocator(xp)(shape, dtype)
     if _POISON.get():
         buffer.fill(float("nan"))
     return buffer

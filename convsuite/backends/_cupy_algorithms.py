@@ -278,6 +278,15 @@ def _with_bias(spec: ConvSpec, launch: Callable) -> Launch:
     return run
 
 
+def _reduction_chunks(channels: int, values: int, most: int = GRID_YZ_MAX) -> int:
+    """Chunks to cut each channel's ``values`` into for a fixed-order block reduction.
+
+    Enough (channel, chunk) blocks to fill the device (8 per multiprocessor), each
+    summing >= 4096 values, at most ``most`` (the grid's y limit, or fewer units).
+    """
+    return max(1, min(math.ceil(8 * rt.sm_count() / channels), math.ceil(values / 4096), most))
+
+
 def _chunk_sums(dtype: str, chunks: int, n: int, masked: bool = False):
     """A packed launch ``(partial, out)``: ``out`` (n values) = ``partial`` (chunks x n, contiguous)
     summed over its chunks in order (``masked``: the kernel from the masked module, for a backward
@@ -302,7 +311,7 @@ def _bias_gradient(s: ConvSpec, masked: bool = False) -> Callable:
     cp = rt.cupy()
     suffix = "_masked" if masked else ""
     M, L = s.out_channels, math.prod(s.out_size)
-    chunks = max(1, min(math.ceil(8 * rt.sm_count() / M), math.ceil(s.batch * L / 4096), GRID_YZ_MAX))
+    chunks = _reduction_chunks(M, s.batch * L)
     fn = rt.kernel(f"backward_util{suffix}.cu", f"bias_grad_partial{suffix}", s.dtype)
     operands = (ARG, ARG, ARG) if masked else (ARG, ARG)  # grad_y[, relu_output], partial
     partial_sums = rt.bind(fn, (M, chunks), (THREADS,), (*operands, *rt.i32(s.batch, M), np.int64(L), np.int32(chunks)))
@@ -1773,8 +1782,7 @@ def _plan_depthwise(spec: ConvSpec, direction: str, params: dict, masked: bool =
     wgrad = rt.kernel(f"depthwise{suffix}.cu", f"depthwise_grad_weight{suffix}@{kmax}", s.dtype)
     finish = rt.kernel(f"depthwise{suffix}.cu", "depthwise_grad_finish", s.dtype)
     rows = s.batch * Ho
-    # Enough (channel, chunk) blocks to fill the device, each summing >= 4096 outputs.
-    chunks = max(1, min(math.ceil(8 * rt.sm_count() / s.out_channels), math.ceil(rows * Wo / 4096), rows, GRID_YZ_MAX))
+    chunks = _reduction_chunks(s.out_channels, rows * Wo, min(rows, GRID_YZ_MAX))  # chunks of whole rows
     taps = math.prod(s.kernel_size)
     # Three packed launches and one allocation: dX; per chunk, the taps' and the bias's sums
     # (taps + 1 per channel); the chunks summed into dW and db. (Before: two RawKernel calls and
