@@ -50,8 +50,10 @@ __device__ __forceinline__ P* opaque_pointer(P* p) {
 }
 
 // One element global -> shared without passing through registers (sm_80 cp.async), or a
-// zero where !ok (a source size of 0 fills the destination with zeros; src is then any
-// valid address and is not read). The copies of a commit group land by cp_async_wait.
+// zero where !ok (a source size of 0 fills the destination with zeros and reads nothing:
+// src may then be any address, even one outside every allocation, as CUTLASS's zero-fill
+// copies pass theirs; compute-sanitizer's memcheck agrees). The copies of a commit group
+// land by cp_async_wait.
 // Below sm_80 (Turing: CUDA 13's oldest target) the copy is an ordinary load and store,
 // complete when it returns, and commit and wait do nothing.
 template <typename T>

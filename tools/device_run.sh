@@ -46,6 +46,8 @@
 #                                     (tiny conv, MobileNetV2's 52 convolutions), with a cProfile
 #   bash tools/device_run.sh abnet    MobileNetV2's 52 convolutions vs torch: this tree against abtmp/old
 #                                     (carried), alternating processes
+#   bash tools/device_run.sh abtx     tf32x3's forward vs cuDNN (tools/tf32x3_ab.py): this tree against
+#                                     abtmp/old (carried), alternating processes
 set -u
 LOGS=${OUT:-device-logs}
 mkdir -p "$LOGS"
@@ -367,6 +369,22 @@ abnet)
       done
     done
   else note "abnet: no abtmp/old tree carried"; fi
+  ;;
+abtx)
+  # tf32x3's forward vs cuDNN (tools/tf32x3_ab.py): this tree against abtmp/old (carried, as for abnet),
+  # alternating processes, ABTX_ROUNDS rounds (default 3)
+  if [ -d abtmp/old/convsuite ]; then
+    cp convsuite/_cython/*.so abtmp/old/convsuite/_cython/ 2> /dev/null
+    for round in $(seq "${ABTX_ROUNDS:-3}"); do
+      for tree in old new; do
+        if [ $tree = old ]; then path="$PWD/abtmp/old"; else path="$PWD"; fi
+        PYTHONPATH="$path${PYTHONPATH:+:$PYTHONPATH}" timeout 150 python3 tools/tf32x3_ab.py \
+          > "$LOGS/abtx-$tree-$round.log" 2>&1
+        note "abtx $tree $round:"
+        grep -E "^\| (cnn|3x3|1x1|5x5)" "$LOGS/abtx-$tree-$round.log" | awk -F'|' '{printf "  %s|%s|%s|%s|%s\n", $2, $6, $7, $8, $9}' | tee -a "$SUMMARY"
+      done
+    done
+  else note "abtx: no abtmp/old tree carried"; fi
   ;;
 *) note "unknown section: $SECTION" ;;
 esac
