@@ -343,14 +343,13 @@ def test_per_stream_buffers_follow_the_current_stream():
     assert len(made) == 3
 
 
-def test_splitk_fused_launch_on_per_thread_default_streams():
-    """The per-thread default stream is one handle but a stream per thread: each thread keeps its own buffers."""
+def _splitk_from_threads(seed: int, stream_of_thread, calls: int) -> None:
+    """Four threads run one pointwise_splitk plan at once, each on the stream ``stream_of_thread()`` gives
+    it, ``calls`` times; every result must equal the two-launch path's (shared partial sums would mix
+    the threads' sums)."""
     import cupy as cp
 
-    ptds = getattr(cp.cuda.Stream, "ptds", None)
-    if ptds is None:
-        pytest.skip("this CuPy has no per-thread default stream (cupy.cuda.Stream.ptds)")
-    rng = np.random.default_rng(10)
+    rng = np.random.default_rng(seed)
     w = cp.asarray(rng.standard_normal((96, 384, 1, 1), dtype=np.float32))
     xs = [cp.asarray(rng.standard_normal((1, 384, 14, 14), dtype=np.float32)) for _ in range(4)]
     plan = cs.plan(xs[0], w, backend="cupy", algorithm="pointwise_splitk")
@@ -358,14 +357,34 @@ def test_splitk_fused_launch_on_per_thread_default_streams():
     cp.cuda.Device().synchronize()
 
     def work(i):
-        with ptds:
-            ys = [plan(xs[i], w) for _ in range(30)]
-            ptds.synchronize()
+        stream = stream_of_thread()
+        with stream:
+            ys = [plan(xs[i], w) for _ in range(calls)]
+            stream.synchronize()
         return ys
 
     results = _in_threads(work, len(xs))
     for i in range(len(xs)):
         assert all(bool(cp.array_equal(y, expected[i])) for y in results[i])
+
+
+def test_splitk_fused_launch_on_per_thread_default_streams():
+    """The per-thread default stream is one handle but a stream per thread: each thread keeps its own buffers."""
+    import cupy as cp
+
+    ptds = getattr(cp.cuda.Stream, "ptds", None)
+    if ptds is None:
+        pytest.skip("this CuPy has no per-thread default stream (cupy.cuda.Stream.ptds)")
+    _splitk_from_threads(10, lambda: ptds, 30)
+
+
+def test_splitk_fused_launch_from_threads_on_their_own_streams():
+    """Threads on streams of their own, at once: the plan's PerStream serves each thread's stream in
+    turn (its last-served fast path replaced by every thread), and each call must still get its own
+    stream's partial sums and counters."""
+    import cupy as cp
+
+    _splitk_from_threads(12, lambda: cp.cuda.Stream(non_blocking=True), 40)
 
 
 def test_splitk_under_graph_capture_replays_correctly():

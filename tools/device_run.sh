@@ -84,6 +84,24 @@ run() {  # run NAME TIMEOUT COMMAND...: log to $LOGS/NAME.log, note the exit sta
   timeout "$limit" "$@" > "$LOGS/$name.log" 2>&1
   note "$name: rc=$? $(tail -1 "$LOGS/$name.log" | cut -c1-160)"
 }
+# alternate_trees NAME ROUNDS TIMEOUT SCRIPT ARGS...: SCRIPT (this tree's copy) with the working tree's
+# convsuite and with an older one in abtmp/old (carried: `git archive REV convsuite cuda_src`, cuda_src
+# moved into the package; it gets the Cython extensions just built here), in alternating processes,
+# logs $LOGS/NAME-{old,new}-ROUND.log; the summary keeps each log's result lines.
+alternate_trees() {
+  local name=$1 rounds=$2 limit=$3 round tree path
+  shift 3
+  if [ ! -d abtmp/old/convsuite ]; then note "$name: no abtmp/old tree carried"; return; fi
+  cp convsuite/_cython/*.so abtmp/old/convsuite/_cython/ 2> /dev/null
+  for round in $(seq "$rounds"); do
+    for tree in old new; do
+      if [ $tree = old ]; then path="$PWD/abtmp/old"; else path="$PWD"; fi
+      PYTHONPATH="$path${PYTHONPATH:+:$PYTHONPATH}" timeout "$limit" python3 "$@" > "$LOGS/$name-$tree-$round.log" 2>&1
+      note "$name $tree $round:"
+      grep -E "^52 convs|^host time|^\| (cnn|3x3|1x1|5x5)" "$LOGS/$name-$tree-$round.log" | cut -c1-200 | tee -a "$SUMMARY"
+    done
+  done
+}
 # Several sections in one call: `bash tools/device_run.sh tests+cache` (arguments after the first go to each).
 IFS=+ read -r -a SECTIONS <<< "${1:-tests}"
 for SECTION in "${SECTIONS[@]}"; do
@@ -355,36 +373,12 @@ launch)
   ;;
 abnet)
   # MobileNetV2's 52 convolutions (against torch, in each process) with the working tree's convsuite and
-  # with an older one in abtmp/old (carried: `git archive REV convsuite cuda_src`, cuda_src moved into
-  # the package), in alternating processes, ABNET_ROUNDS rounds (default 3). The old tree gets the
-  # Cython extensions just built here.
-  if [ -d abtmp/old/convsuite ]; then
-    cp convsuite/_cython/*.so abtmp/old/convsuite/_cython/ 2> /dev/null
-    for round in $(seq "${ABNET_ROUNDS:-3}"); do
-      for tree in old new; do
-        if [ $tree = old ]; then path="$PWD/abtmp/old"; else path="$PWD"; fi
-        PYTHONPATH="$path${PYTHONPATH:+:$PYTHONPATH}" timeout 120 python3 tools/launch_probe.py --net-only --repeat 11 \
-          > "$LOGS/abnet-$tree-$round.log" 2>&1
-        note "abnet $tree $round: $(grep -E "^52 convs|host time" "$LOGS/abnet-$tree-$round.log" | awk '{printf "%s | ", $0}' | cut -c1-400)"
-      done
-    done
-  else note "abnet: no abtmp/old tree carried"; fi
+  # with an older one in abtmp/old, in alternating processes, ABNET_ROUNDS rounds (default 3)
+  alternate_trees abnet "${ABNET_ROUNDS:-3}" 120 tools/launch_probe.py --net-only --repeat 11
   ;;
 abtx)
-  # tf32x3's forward vs cuDNN (tools/tf32x3_ab.py): this tree against abtmp/old (carried, as for abnet),
-  # alternating processes, ABTX_ROUNDS rounds (default 3)
-  if [ -d abtmp/old/convsuite ]; then
-    cp convsuite/_cython/*.so abtmp/old/convsuite/_cython/ 2> /dev/null
-    for round in $(seq "${ABTX_ROUNDS:-3}"); do
-      for tree in old new; do
-        if [ $tree = old ]; then path="$PWD/abtmp/old"; else path="$PWD"; fi
-        PYTHONPATH="$path${PYTHONPATH:+:$PYTHONPATH}" timeout 150 python3 tools/tf32x3_ab.py \
-          > "$LOGS/abtx-$tree-$round.log" 2>&1
-        note "abtx $tree $round:"
-        grep -E "^\| (cnn|3x3|1x1|5x5)" "$LOGS/abtx-$tree-$round.log" | awk -F'|' '{printf "  %s|%s|%s|%s|%s\n", $2, $6, $7, $8, $9}' | tee -a "$SUMMARY"
-      done
-    done
-  else note "abtx: no abtmp/old tree carried"; fi
+  # tf32x3's forward vs cuDNN (tools/tf32x3_ab.py), this tree against abtmp/old, ABTX_ROUNDS rounds (default 3)
+  alternate_trees abtx "${ABTX_ROUNDS:-3}" 150 tools/tf32x3_ab.py
   ;;
 *) note "unknown section: $SECTION" ;;
 esac
