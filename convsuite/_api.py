@@ -11,6 +11,7 @@ moves operands and results.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
 
@@ -193,9 +194,9 @@ def _build(
         nbytes = sum(int(np.prod(s, dtype=object)) for s in shapes) * spec.itemsize
         check_memory(nbytes, f"outputs of shapes {shapes}", device=backend.device, limit=limit)
     # An activation epilogue runs inside the kernel where the backend fuses it,
-    # otherwise after it (Plan.run_forward). Backward, activation="relu" is the
+    # otherwise after it (Plan._run_forward). Backward, activation="relu" is the
     # gradient through that ReLU (relu_output=): its mask is applied inside the
-    # kernels where the backend fuses it, otherwise to grad_y first (Plan.run_backward).
+    # kernels where the backend fuses it, otherwise to grad_y first (Plan._run_backward).
     if direction == "forward":
         fused = _epilogue.backend_fuses(backend, spec, algo, activation)
     else:
@@ -316,7 +317,7 @@ def _forward(ndim, x, w, bias, stride, padding, dilation, groups, backend, algor
     kind = plan_.in_type
     if type(x) is not kind or type(w) is not kind or (bias is not None and type(bias) is not kind):
         x, w, bias = _as_plan_operands(plan_, ("x", "w", "bias"), (x, w, bias))
-    return plan_.run_forward(x, w, bias)
+    return plan_._run_forward(x, w, bias)
 
 
 def _backward(
@@ -334,7 +335,7 @@ def _backward(
         grad_y, x, w = _as_plan_operands(plan_, ("grad_y", "x", "w"), (grad_y, x, w))
     if relu_output is not None:
         relu_output = check_relu_output(relu_output, plan_)
-    return plan_.run_backward(grad_y, x, w, relu_output)
+    return plan_._run_backward(grad_y, x, w, relu_output)
 
 
 _FORWARD_DOC = """{ndim}-D convolution (deep-learning cross-correlation, as in PyTorch).
@@ -701,6 +702,11 @@ def _operands_for(x_or_shape, w_or_shape, bias, dtype):
         if isinstance(value, tuple):
             if not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in value):
                 raise TypeError(f"`{name}` must be an array or a shape (tuple of ints); got {value!r}")
+            if any(n < 0 for n in value):
+                raise ValueError(f"`{name}`'s shape must have entries >= 0; got {value!r}")
+            # NumPy's own bound on any array (a stand-in allocates nothing, but its size must be representable)
+            if math.prod(int(n) for n in value) * dtype.itemsize > np.iinfo(np.intp).max:
+                raise ValueError(f"`{name}`'s shape {value!r} holds more bytes than any array can address")
             return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), tuple(value), (0,) * len(value))
         return value
 
@@ -751,20 +757,22 @@ def plan(
     Returns
     -------
     Plan
-        ``plan(x, w, bias=None) -> y`` (forward) or ``plan(grad_y, x, w) ->
-        (grad_x, grad_w, grad_b)`` (backward); it checks that operands match
-        its shapes, dtype and array type. ``plan.spec``, ``plan.backend``,
+        ``plan(x, w, bias=None, out=None) -> y`` (forward; ``out``: a buffer
+        to write the result into) or ``plan(grad_y, x, w) -> (grad_x, grad_w,
+        grad_b)`` (backward); it checks that operands match its shapes, dtype
+        and array type. ``plan.spec``, ``plan.backend``,
         ``plan.algorithm`` and ``plan.decision`` say what it runs and why.
     """
     _check_direction(direction)
     if direction == "backward" and bias is not None:
         raise ValueError("`bias` does not take part in a backward plan (grad_b is always returned)")
+    received = dtype
     try:
-        dtype = np.dtype(dtype)
+        dtype = None if dtype is None else np.dtype(dtype)  # np.dtype(None) would be float64
     except TypeError:
         dtype = None
     if dtype not in (np.float32, np.float64):
-        raise TypeError(f"`dtype` must be 'float32' or 'float64'; got {dtype!r}")
+        raise TypeError(f"`dtype` must be 'float32' or 'float64'; got {received!r}")
     xs, ws, bs = _operands_for(x, w, bias, dtype)
     ndim = _op_of(w, is_shape=True) if isinstance(w, tuple) else _op_of(ws)
     name, source = requested_backend(backend)

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import _api
 from ._registry import _check_name, get_backend
-from ._validation import as_int_tuple, float_dtype, parse_padding, positive_int, weight_generator
+from ._validation import as_int_tuple, float_dtype, parse_padding, positive_int, weight_generator, weight_shape
 
 __all__ = ["Conv1D", "Conv2D"]
 
@@ -67,7 +67,7 @@ class _ConvLayer:
         # U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and the same bound for the bias.
         fan_in = (self.in_channels // self.groups) * math.prod(self.kernel_size)
         bound = 1.0 / math.sqrt(fan_in)
-        shape = (self.out_channels, self.in_channels // self.groups, *self.kernel_size)
+        shape = weight_shape(self.out_channels, self.in_channels, self.groups, self.kernel_size, self.dtype)
         self.weight = rng.uniform(-bound, bound, size=shape).astype(self.dtype)
         self.bias = rng.uniform(-bound, bound, size=self.out_channels).astype(self.dtype) if bias else None
         chosen = None if backend is None else get_backend(backend)
@@ -143,7 +143,10 @@ class _ConvLayer:
         the weights live.
         """
         (x,), back = self._on_weight_device(x)
-        y = self._plan("forward", x, self.weight, self.bias).run_forward(x, self.weight, self.bias)
+        plan = self._plan("forward", x, self.weight, self.bias)
+        if type(x) is not plan.in_type:  # a list or another array-like: read as conv2d reads it
+            (x,) = _api._as_plan_operands(plan, ("x",), (x,))
+        y = plan._run_forward(x, self.weight, self.bias)
         return y if back is None else back(y)
 
     def backward(self, grad_y, x):
@@ -152,7 +155,10 @@ class _ConvLayer:
         ``grad_b`` is None when the layer has no bias.
         """
         (grad_y, x), back = self._on_weight_device(grad_y, x)
-        grads = self._plan("backward", grad_y, x, self.weight).run_backward(grad_y, x, self.weight)
+        plan = self._plan("backward", grad_y, x, self.weight)
+        if type(grad_y) is not plan.in_type or type(x) is not plan.in_type:
+            grad_y, x = _api._as_plan_operands(plan, ("grad_y", "x"), (grad_y, x))
+        grads = plan._run_backward(grad_y, x, self.weight)
         grad_x, grad_w, grad_b = grads if back is None else (back(g) for g in grads)
         return grad_x, grad_w, (grad_b if self.bias is not None else None)
 

@@ -304,7 +304,8 @@ class Plan:
 
     def _operand(self, array):
         """One operand: contiguous, of the plan's dtype, canonical shape, on the backend's device."""
-        # Attribute checks first, as in run_forward: CuPy's ascontiguousarray costs microseconds with nothing to do.
+        # Attribute checks first, as in _run_forward: CuPy's ascontiguousarray costs microseconds with nothing
+        # to do.
         ready = self._contiguous
         if array.dtype != self.dtype or not (array.flags.c_contiguous if ready is None else ready(array)):
             array = self._xp_in.ascontiguousarray(array, dtype=self.dtype)
@@ -322,7 +323,7 @@ class Plan:
 
     @property
     def accepts_out(self) -> bool:
-        """Whether :meth:`run_forward` can write into a caller's ``out``: the result stays on the backend's device."""
+        """Whether a forward call can write into a caller's ``out=``: the result stays on the backend's device."""
         return self.direction == "forward" and self._to_caller is None
 
     def _check_out(self, out):
@@ -341,16 +342,18 @@ class Plan:
             raise TypeError(f"`out` must have dtype {self.dtype} for this plan; got {out.dtype}")
         if not out.flags.c_contiguous:
             raise ValueError("`out` must be C-contiguous (the backends write it as one block); got a strided view")
+        if not getattr(out.flags, "writeable", True):  # NumPy's flag (CuPy arrays have none: always writeable)
+            raise ValueError("`out` must be writeable; got a read-only array")
         return out.reshape(self.spec.y_shape)
 
-    def run_forward(self, x, w, bias, out=None):
-        """Run on operands whose shapes, dtypes and types match the plan (unchecked).
+    def _run_forward(self, x, w, bias, out=None):
+        """Run on operands whose shapes, dtypes and types match the plan: unchecked, so private.
 
-        ``out``, if given, is where the result is written (and what is
-        returned): a C-contiguous array of the output's shape (the caller's
-        layout or the canonical ``(B, M, ...)``) and the plan's dtype, of the
-        backend's array type, sharing no memory with the operands; only for
-        plans that need no transfer (:attr:`accepts_out`). Checked.
+        The callers are the front end after a plan-cache hit (its key holds the
+        operands' types, shapes and dtypes), :meth:`__call__` after its checks
+        and the Dask blocks (operands cut to the plan's shapes). Kernels index
+        the operands by the plan's shapes: an operand that does not match them
+        would be read out of bounds. ``out``: see :meth:`__call__` (checked here).
         """
         # The hot path: written out rather than through _operand, one call per call saved.
         contiguous, dtype = self._xp_in.ascontiguousarray, self.dtype
@@ -398,8 +401,9 @@ class Plan:
             out = out.reshape(self._user_y_shape)
         return out if self._to_caller is None else self._to_caller(out)
 
-    def run_backward(self, grad_y, x, w, relu_output=None):
-        """Run on operands whose shapes, dtypes and types match the plan (unchecked).
+    def _run_backward(self, grad_y, x, w, relu_output=None):
+        """Run on operands whose shapes, dtypes and types match the plan: unchecked, so private (as
+        :meth:`_run_forward`).
 
         ``relu_output`` (checked by the caller): for a plan built for the
         gradient through a ReLU, that ReLU's output; grad_y is masked
@@ -452,8 +456,18 @@ class Plan:
                 "(build another plan for other dtypes)"
             )
 
-    def __call__(self, *operands, bias=None):
-        """Run the plan: ``plan(x, w, bias=None)`` forward, ``plan(grad_y, x, w)`` backward."""
+    def __call__(self, *operands, bias=None, out=None):
+        """Run the plan: ``plan(x, w, bias=None, out=None)`` forward, ``plan(grad_y, x, w)`` backward.
+
+        The operands must have the types, shapes and dtypes the plan was built
+        for (TypeError or ValueError naming the operand otherwise).
+
+        ``out`` (forward only): where the result is written, and what is
+        returned: a C-contiguous, writeable array of the output's shape (the
+        caller's layout or the canonical ``(B, M, ...)``) and the plan's dtype,
+        of the backend's array type, sharing no memory with the operands; only
+        for plans that need no transfer (:attr:`accepts_out`).
+        """
         if self.direction == "forward":
             if len(operands) == 3 and bias is None:
                 operands, bias = operands[:2], operands[2]
@@ -469,14 +483,16 @@ class Plan:
                 )
             if bias is not None:
                 self._check("bias", bias, self._bias_shape)
-            return self.run_forward(x, w, bias)
+            return self._run_forward(x, w, bias, out)
         if len(operands) != 3 or bias is not None:
             raise TypeError("a backward plan takes (grad_y, x, w)")
+        if out is not None:
+            raise TypeError("`out` is for forward plans; a backward plan returns new (grad_x, grad_w, grad_b)")
         grad_y, x, w = operands
         self._check("grad_y", grad_y, self._gy_shape)
         self._check("x", x, self._x_shape)
         self._check("w", w, self._w_shape)
-        return self.run_backward(grad_y, x, w)
+        return self._run_backward(grad_y, x, w)
 
     def __repr__(self) -> str:
         s = self.spec

@@ -153,8 +153,25 @@ def autotune_enabled() -> bool:
         return _global
     global _from_env
     if _from_env is None:
-        _from_env = os.environ.get(AUTOTUNE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+        _from_env = _autotune_from_environment()
     return _from_env
+
+
+_ON, _OFF = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
+def _autotune_from_environment() -> bool:
+    """``CONVSUITE_AUTOTUNE`` as a switch; any other value is off, with a warning (as a bad
+    ``CONVSUITE_TUNE_BUDGET`` is ignored with one), read once.
+    """
+    raw = os.environ.get(AUTOTUNE_ENV, "").strip().lower()
+    if raw not in _ON and raw not in _OFF:
+        warnings.warn(
+            f"{AUTOTUNE_ENV} must be one of {', '.join(_ON)} (on) or {', '.join(v for v in _OFF if v)} or empty "
+            f"(off); got {os.environ.get(AUTOTUNE_ENV)!r}; autotune stays off",
+            stacklevel=3,
+        )
+    return raw in _ON
 
 
 def autotune_budget() -> float:
@@ -178,7 +195,10 @@ def check_budget(budget_s) -> float:
     """``budget_s`` as a float, or a TypeError/ValueError naming it."""
     if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float, np.integer, np.floating)):
         raise TypeError(f"`budget_s` must be a number of seconds; got {budget_s!r}")
-    value = float(budget_s)
+    try:
+        value = float(budget_s)
+    except OverflowError:  # an int beyond float's range
+        value = float("inf")
     if not (value >= 0 and value != float("inf")):
         raise ValueError(f"`budget_s` must be a finite number of seconds >= 0; got {budget_s!r}")
     return value
@@ -670,11 +690,14 @@ def tune_now(
 ) -> TuneResult:
     """Measure every candidate of the request now (and search parameters), store the winner, return the table."""
     device = _data_device(home)
-    pairs = _pairs(spec, direction, name, algorithm, device)[0]
+    pairs, considered = _pairs(spec, direction, name, algorithm, device)
+    if not pairs:
+        reasons = "; ".join(f"{who}: {why}" for who, why in considered) or "no backend offers one"
+        raise UnsupportedCaseError(f"no candidate can run this case ({reasons})")
     request = _request(name, algorithm)
     entry = _tune_entry(spec, direction, pairs, budget_s)
     if entry is None:
-        rows = measure_candidates(spec, direction, contenders(pairs)) if pairs else []
+        rows = measure_candidates(spec, direction, contenders(pairs))
         raise UnsupportedCaseError(f"no candidate could be timed: {rows}")
     device_backend = next((b for b, _ in pairs if b.device == device), None)
     key = f"{fingerprint(device, device_backend)}|{problem_key(spec, direction, request)}"
@@ -702,8 +725,9 @@ def _pairs(
         if verdict is not True:
             raise BackendUnavailableError(f"backend {name!r} is unavailable: {verdict}")
         names = _registry.selectable(backend) if algorithm == "auto" else (algorithm,)
-        pairs = [(backend, a) for a in names if backend.can_run(spec, a, direction) is True]
-        return pairs, []
+        verdicts = {a: backend.can_run(spec, a, direction) for a in names}
+        pairs = [(backend, a) for a, verdict in verdicts.items() if verdict is True]
+        return pairs, [(f"{name}/{a}", str(verdict)) for a, verdict in verdicts.items() if verdict is not True]
     pairs, considered = _registry.candidates(spec, algorithm, direction, device)
     if not pairs:  # nothing on the data's device: any device will do
         pairs, considered = _registry.candidates(spec, algorithm, direction, None)

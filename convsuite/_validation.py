@@ -573,6 +573,21 @@ def check_relu_output(relu_output: Any, plan: Any):
     return relu_output
 
 
+def weight_shape(
+    out_channels: int, in_channels: int, groups: int, kernel_size: tuple[int, ...], dtype: np.dtype
+) -> tuple[int, ...]:
+    """A layer's weight shape ``(M, C/groups, *K)``; ValueError naming the channels and kernel when its
+    bytes pass what any array can address (NumPy's own error names none of them).
+    """
+    shape = (out_channels, in_channels // groups, *kernel_size)
+    if math.prod(shape) * np.dtype(dtype).itemsize > np.iinfo(np.intp).max:
+        raise ValueError(
+            f"in_channels={in_channels}, out_channels={out_channels}, groups={groups} and "
+            f"kernel_size={kernel_size} make weights of shape {shape}: more bytes than any array can address"
+        )
+    return shape
+
+
 def float_dtype(dtype: Any) -> np.dtype:
     """``dtype`` as float32/float64; None, bools and anything else are refused."""
     accepted = "`dtype` must be 'float32' or 'float64' (or the NumPy types)"

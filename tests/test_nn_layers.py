@@ -286,6 +286,12 @@ def test_backward_without_forward_is_a_clear_error():
         (lambda: nn.BatchNorm2D(2, momentum=2), "momentum"),
         (lambda: nn.Conv2D(3, 4, 3, groups=2), "groups"),
         (lambda: nn.Conv2D(3, 4, 3, dtype="int8"), "dtype"),
+        # named settings are checked when the layer is built, not at its first call
+        (lambda: nn.Conv2D(3, 4, 3, backend="bogus"), "`backend` must be one of"),
+        (lambda: nn.Conv2D(3, 4, 3, backend=1), "`backend` must be one of"),
+        (lambda: nn.Conv1D(3, 4, 3, algorithm="bogus"), "`algorithm` must be 'auto' or one of"),
+        (lambda: nn.Conv1D(3, 4, 3, algorithm=3), "`algorithm` must be a string"),
+        (lambda: nn.Conv2D(2**40, 2**40, 3), r"in_channels=1099511627776, out_channels=1099511627776"),
     ],
 )
 def test_bad_settings_name_the_parameter(make, message):

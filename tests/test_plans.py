@@ -312,26 +312,32 @@ def test_device_backend_gets_operands_through_its_protocol():
         cs.unregister_backend("fake_device")
 
 
-# --- run_forward(out=): the Dask blocks write their parts into one output ------------
+# --- plan(..., out=): a caller's buffer (the Dask blocks write their parts into one output) ---
 
 
-def test_run_forward_writes_into_a_given_out():
+def test_forward_plan_writes_into_a_given_out():
     p = cs.plan(X, W, B, padding=1, backend="numpy")
     out = np.full(p.user_y_shape, np.nan, dtype=np.float32)
-    assert p.accepts_out and p.run_forward(X, W, B, out=out) is out
+    assert p.accepts_out and p(X, W, B, out=out) is out
     np.testing.assert_array_equal(out, p(X, W, bias=B))
     # A plain signal's plan takes its own layout or the canonical (1, 1, n_out).
     x, w = RNG.standard_normal(40).astype(np.float32), RNG.standard_normal(5).astype(np.float32)
     q = cs.plan(x, w, padding="same", backend="numpy")
     for shape in ((40,), (1, 1, 40)):
         buffer = np.full(shape, np.nan, dtype=np.float32)
-        assert q.run_forward(x, w, None, out=buffer) is buffer
+        assert q(x, w, out=buffer) is buffer
         np.testing.assert_array_equal(buffer.reshape(40), q(x, w))
     # A contiguous view of a larger buffer is written in place, nothing around it.
     whole = np.zeros(100, dtype=np.float32)
-    q.run_forward(x, w, None, out=whole[30:70])
+    q(x, w, out=whole[30:70])
     np.testing.assert_array_equal(whole[30:70], q(x, w))
     assert not whole[:30].any() and not whole[70:].any()
+
+
+def _read_only_out():
+    out = np.empty((2, 6, 9, 9), np.float32)
+    out.setflags(write=False)
+    return out
 
 
 @pytest.mark.parametrize(
@@ -345,27 +351,70 @@ def test_run_forward_writes_into_a_given_out():
         ),
         (lambda: np.empty((2, 6, 9, 9), np.float32).tolist(), TypeError, "`out` must be a numpy.ndarray; got list"),
         (lambda: np.empty((2, 6, 9, 18), np.float32)[..., ::2], ValueError, "`out` must be C-contiguous"),
+        (_read_only_out, ValueError, "`out` must be writeable; got a read-only array"),
     ],
 )
-def test_run_forward_refuses_a_bad_out(make, error, fragment):
-    p = cs.plan(X, W, B, padding=1, backend="numpy")
+@pytest.mark.parametrize("backend", ["numpy", "cython", "numba"])
+def test_forward_plan_refuses_a_bad_out(make, error, fragment, backend):
+    p = cs.plan(X, W, B, padding=1, backend=backend)
     with pytest.raises(error, match=re.escape(fragment)):
-        p.run_forward(X, W, B, out=make())
+        p(X, W, B, out=make())
 
 
-def test_run_forward_refuses_an_out_that_is_an_operand_or_needs_a_transfer():
+def test_forward_plan_refuses_an_out_that_is_an_operand_or_needs_a_transfer():
     square = RNG.standard_normal((4, 4, 3, 3)).astype(np.float32)  # output shaped like the input
     x = X.copy()
     p = cs.plan(x, square, padding=1, backend="numpy")
     with pytest.raises(ValueError, match="must not share memory with x"):
-        p.run_forward(x, square, None, out=x)
+        p(x, square, out=x)
     fake = _FakeDevice()
     cs.register_backend(fake)
     try:
         q = cs.plan(X, W, B, padding=1, backend="fake_device")
         assert not q.accepts_out
         with pytest.raises(ValueError, match="`out` needs the operands on the fake_device backend's device"):
-            q.run_forward(X, W, B, out=np.empty((2, 6, 9, 9), np.float32))
+            q(X, W, B, out=np.empty((2, 6, 9, 9), np.float32))
     finally:
         cs.unregister_backend("fake_device")
     assert not cs.plan(X.shape, W.shape, padding=1, backend="numpy", direction="backward").accepts_out
+
+
+@pytest.mark.parametrize("backend", ["numpy", "cython", "numba"])
+def test_forward_plan_checks_operands_before_writing_out(backend):
+    """The kernels index operands by the plan's shapes: a smaller x (or the wrong number of channels)
+    must be refused before anything runs, `out=` or not, and `out` left as it was."""
+    p = cs.plan(X, W, B, padding=1, backend=backend)
+    out = np.full(p.user_y_shape, 7.0, np.float32)
+    for x in (X[:, :2], X[:1], X[..., :3, :3]):
+        with pytest.raises(ValueError, match=r"`x` must have shape \(2, 4, 9, 9\) for this plan"):
+            p(x, W, B, out=out)
+    assert (out == 7.0).all()
+
+
+def test_backward_plan_refuses_out():
+    p = cs.plan(X, W, padding=1, backend="numpy", direction="backward")
+    gy = np.ones(p.spec.y_shape, np.float32)
+    with pytest.raises(TypeError, match="`out` is for forward plans"):
+        p(gy, X, W, out=np.empty_like(X))
+
+
+def test_plans_have_no_public_unchecked_run():
+    """The unchecked runs are private: a user's call goes through the checks of ``plan(...)``."""
+    p = cs.plan(X, W, B, padding=1, backend="numpy")
+    public = [name for name in dir(p) if not name.startswith("_")]
+    assert not [name for name in public if name.startswith("run")], public
+
+
+@pytest.mark.parametrize(
+    "x, dtype, error, fragment",
+    [
+        ((1, 2, 5, 5), "bogus", TypeError, "`dtype` must be 'float32' or 'float64'; got 'bogus'"),
+        ((1, 2, 5, 5), None, TypeError, "`dtype` must be 'float32' or 'float64'; got None"),
+        ((1, 2, -5, 5), "float32", ValueError, "`x`'s shape must have entries >= 0; got (1, 2, -5, 5)"),
+        ((1, 2, 2**40, 2**40), "float32", ValueError, "`x`'s shape (1, 2, 1099511627776, 1099511627776) holds more"),
+        ((2**62, 2, 5, 5), "float64", ValueError, "`x`'s shape (4611686018427387904, 2, 5, 5) holds more"),
+    ],
+)
+def test_plans_from_shapes_refuse_bad_shapes_and_dtypes(x, dtype, error, fragment):
+    with pytest.raises(error, match=re.escape(fragment)):
+        cs.plan(x, (3, 2, 3, 3), dtype=dtype)

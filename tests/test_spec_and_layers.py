@@ -116,6 +116,7 @@ class TestLayers:
             (dict(bias="yes"), TypeError, "`bias`"),
             (dict(backend="gpu9000"), ValueError, "`backend`"),
             (dict(seed="abc"), TypeError, "`seed`"),
+            (dict(in_channels=2**40, out_channels=2**40), ValueError, "in_channels=1099511627776"),
         ],
     )
     def test_bad_arguments(self, kwargs, error, fragment):
@@ -123,6 +124,15 @@ class TestLayers:
         args.update(kwargs)
         with pytest.raises(error, match=fragment):
             cs.Conv2D(**args)
+
+    def test_lists_are_read_as_arrays(self):
+        """As cs.conv2d reads them: the layer's plan takes NumPy arrays, a list is converted first."""
+        layer = cs.Conv2D(2, 3, 3, seed=0)
+        x = np.random.default_rng(1).standard_normal((1, 2, 5, 5))
+        np.testing.assert_array_equal(layer(x.tolist()), layer(x))
+        gy = np.ones((1, 3, 3, 3))
+        for got, want in zip(layer.backward(gy.tolist(), x.tolist()), layer.backward(gy, x)):
+            np.testing.assert_array_equal(got, want)
 
     def test_wrong_input_channels(self):
         with pytest.raises(ValueError, match="channel mismatch"):

@@ -70,6 +70,37 @@ def test_switch_precedence(cache_dir, monkeypatch):
         cs.set_autotune("yes")
 
 
+@pytest.mark.parametrize("raw, on", [("yes", True), (" ON ", True), ("0", False), ("off", False), ("", False)])
+def test_environment_switch_values(cache_dir, monkeypatch, raw, on):
+    monkeypatch.setenv(_tuning.AUTOTUNE_ENV, raw)
+    cs.set_autotune(None)  # read the environment again
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a value it knows: no warning
+        assert _tuning.autotune_enabled() is on
+
+
+@pytest.mark.parametrize("raw", ["bogus", "2", "enable"])
+def test_an_unknown_environment_switch_warns_and_stays_off(cache_dir, monkeypatch, raw):
+    monkeypatch.setenv(_tuning.AUTOTUNE_ENV, raw)
+    cs.set_autotune(None)
+    with pytest.warns(UserWarning, match=f"CONVSUITE_AUTOTUNE must be one of .*; got '{raw}'; autotune stays off"):
+        assert _tuning.autotune_enabled() is False
+    cs.set_autotune(None)
+
+
+def test_tune_names_what_keeps_a_pinned_algorithm_from_running(cache_dir):
+    x, w = np.ones((1, 2, 5, 5), np.float32), np.ones((3, 2, 3, 3), np.float32)
+    with pytest.raises(cs.UnsupportedCaseError, match="numba/line1d: 'line1d' is a 1-D algorithm"):
+        cs.tune(x, w, backend="numba", algorithm="line1d", budget_s=0)
+
+
+@pytest.mark.parametrize("budget", [10**400, -(10**400)])
+def test_tune_refuses_a_budget_beyond_float(budget):
+    x, w = np.ones((1, 2, 5, 5), np.float32), np.ones((3, 2, 3, 3), np.float32)
+    with pytest.raises(ValueError, match="`budget_s` must be a finite number of seconds >= 0"):
+        cs.tune(x, w, budget_s=budget)
+
+
 def test_use_autotune_is_thread_local(cache_dir):
     seen = {}
     inside, release = threading.Event(), threading.Event()

@@ -5,7 +5,7 @@ prints, side by side in one run (blocks of back-to-back calls, interleaved,
 medians with the interquartile spread):
 
 - a tiny conv (x 1x4x8x8, w 4x4x3x3, padding 1) through ``cs.conv2d``, a
-  held plan, the plan's unchecked ``run_forward``, a bare ``cupy.empty`` of
+  held plan, the plan's unchecked ``_run_forward``, a bare ``cupy.empty`` of
   its output, and torch's ``F.conv2d`` (cuDNN, TF32 off);
 - MobileNetV2-1.0's 52 convolutions at batch 1 (``convsuite.bench.overhead``)
   through ``cs.conv2d``, and through torch;
@@ -160,8 +160,8 @@ def main() -> int:
         "cs.conv2d cupy, RawKernel call": (legacy, lambda: cs.conv2d(x, w, padding=1, backend="cupy")),
         "held plan, packed": (packed, lambda: held(x, w)),
         "held plan, RawKernel call": (legacy, lambda: held(x, w)),
-        "plan.run_forward, packed": (packed, lambda: held.run_forward(x, w, None)),
-        "plan.run_forward, RawKernel call": (legacy, lambda: held.run_forward(x, w, None)),
+        "plan._run_forward, packed": (packed, lambda: held._run_forward(x, w, None)),
+        "plan._run_forward, RawKernel call": (legacy, lambda: held._run_forward(x, w, None)),
         "cs.conv2d auto, packed": (packed, lambda: cs.conv2d(x, w, padding=1)),
     }
     if not args.net_only:

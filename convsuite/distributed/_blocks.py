@@ -258,7 +258,7 @@ def _forward_in_place(parts, geometry: BlockGeometry, operands: Operands):
         runs.append((plan, x, p))
     out = _buffers.empty((1, w.shape[0], *geometry.out_size), w.dtype, xp)
     for plan, x, p in runs:
-        plan.run_forward(x, w_on, bias, out=out[:, :, p.out_lo : p.out_hi])
+        plan._run_forward(x, w_on, bias, out=out[:, :, p.out_lo : p.out_hi])
     return out
 
 

@@ -8,7 +8,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .. import _api
-from .._validation import as_int_tuple, float_dtype, parse_padding, positive_int, weight_generator
+from .._registry import _check_name, check_algorithm_exists
+from .._validation import as_int_tuple, float_dtype, parse_padding, positive_int, weight_generator, weight_shape
 from ._xp import array_module
 from .module import Module, Parameter
 
@@ -55,6 +56,11 @@ class _Conv(Module):
             )
         if not isinstance(bias, (bool, np.bool_)):
             raise TypeError(f"`bias` must be True or False; got {bias!r}")
+        # Named settings checked now, as the layers of convsuite.Conv2D do (not at the first call).
+        if backend is not None:
+            _check_name(backend, "`backend`")
+        _api._check_algorithm_type(algorithm)
+        check_algorithm_exists(algorithm)
         self.backend = backend
         self.algorithm = algorithm
         dtype = float_dtype(dtype)
@@ -63,7 +69,7 @@ class _Conv(Module):
         # and the same bound for the bias.
         fan_in = (self.in_channels // self.groups) * math.prod(self.kernel_size)
         bound = 1.0 / math.sqrt(fan_in)
-        shape = (self.out_channels, self.in_channels // self.groups, *self.kernel_size)
+        shape = weight_shape(self.out_channels, self.in_channels, self.groups, self.kernel_size, dtype)
         self.weight = Parameter(rng.uniform(-bound, bound, size=shape).astype(dtype))
         self.bias = Parameter(rng.uniform(-bound, bound, size=self.out_channels).astype(dtype)) if bias else None
         self._x = None
