@@ -47,9 +47,11 @@
 // Rows of BM+8 (or 136) words: 8 mod 32 for BM = 32, 64, 128, 24 for BM = 16 (the weight gradient's
 // thin tiles); either way a fragment load (4 k-rows x 8 columns) hits 32 different banks.
 #define TX_PAD 8
-// The forward kernel's shared-memory stages (cp.async): four, three copies ahead of the MMAs, at
-// BM = 64; two at BM = 128 (four would exceed the 48 KiB of static shared memory).
-__host__ __device__ constexpr int tx_stages(int BM) { return BM >= 128 ? 2 : 4; }
+// The forward kernel's shared-memory stages (cp.async), S - 1 copies ahead of the MMAs: CS_TX_STAGES
+// at BM = 64 (the backend's "stages" tunable), two at BM = 128. The stages are dynamic shared memory
+// (tx_fwd_smem_bytes, which the launch passes): five or more at BM = 64 pass the 48 KiB a static
+// array may take.
+__host__ __device__ constexpr int tx_stages(int BM) { return BM >= 128 ? 2 : CS_TX_STAGES; }
 // Row stride of the forward kernel's split weights in shared memory, [m][k]: 8 k and 4 words of
 // padding, so a row is 16-byte aligned (one cp.async per row half) and a fragment load (8 rows x 4 k)
 // hits 32 different banks (12 * row + k mod 32).
@@ -188,9 +190,12 @@ __global__ void TX_FWD_BOUNDS(BM)
         constexpr int WARPS_M = BM / 64;             // warp tiles along the output channels
         // S stages: the split weights [m][k] (big, small) and the raw inputs [k][n],
         // filled by cp.async (no staging registers: the 64 accumulators and the
-        // fragments keep the 128-register budget to themselves).
-        __shared__ __align__(16) unsigned Ab[S][BM][TX_AROW], As[S][BM][TX_AROW];
-        __shared__ __align__(16) float Bs[S][TX_BK][TX_BN + TX_PAD];
+        // fragments keep the 128-register budget to themselves). Dynamic shared memory
+        // of S * (2 * BM * TX_AROW + TX_BK * (TX_BN + TX_PAD)) words (the launch's size).
+        extern __shared__ __align__(16) unsigned tx_stage_words[];
+        unsigned(*Ab)[BM][TX_AROW] = reinterpret_cast<unsigned(*)[BM][TX_AROW]>(tx_stage_words);
+        unsigned(*As)[BM][TX_AROW] = Ab + S;
+        float(*Bs)[TX_BK][TX_BN + TX_PAD] = reinterpret_cast<float(*)[TX_BK][TX_BN + TX_PAD]>(As + S);
         const int G = C / Cg, Mg = M / G, g = blockIdx.z;
         const int Kd = Cg * KH * KW;
         const i64 HoWo = (i64)Ho * Wo, N = (i64)B * HoWo;

@@ -118,7 +118,7 @@ def test_the_expected_records_are_tunable():
         "register_tiled": ["mt", "block_w", "px"],
         "fused_gemm": ["bk"],
         "igemm_big": ["bm", "gather"],
-        "tf32x3": ["bm", "blocks", "gather"],
+        "tf32x3": ["bm", "blocks", "stages", "gather"],
         "pointwise": ["mt"],
         "depthwise": ["px", "py"],
         "blocked": ["v", "persistent"],
@@ -502,6 +502,29 @@ def test_tf32x3_register_budget_reaches_every_kernel_it_selects(monkeypatch, act
         algs.plan_forward_activation(spec, "tf32x3", activation, {"blocks": 4})
         algs.plan_forward_activation(spec, "tf32x3", activation)
         assert requested == [4, DEFINES["CS_TX_BLOCKS"]]
+
+
+@pytest.mark.parametrize("stages", [None, 2, 5])
+def test_tf32x3_stages_reach_the_kernel_module_and_its_shared_memory(monkeypatch, stages):
+    """``stages`` selects the forward kernel's -D CS_TX_STAGES module and sizes the launch's dynamic shared
+    memory from the same count (past 48 KiB the kernel's ceiling is raised first); 128-row tiles keep two
+    stages (no GPU: the requests are recorded)."""
+    kernels, launches, raised = [], [], []
+    monkeypatch.setattr(algs.rt, "kernel", lambda file, name, dtype, overrides=(): kernels.append((name, overrides)))
+    monkeypatch.setattr(algs.rt, "bind", lambda fn, grid, block, args, smem=0: launches.append(smem))
+    monkeypatch.setattr(algs.rt, "resident_blocks", lambda fn, threads, smem: raised.append(smem) or 1)
+    monkeypatch.setattr(algs, "_filter_offsets", lambda *a: None)
+    monkeypatch.setattr(algs, "_with_bias", lambda s, launch: launch)
+    spec = _spec((2, 64, 20, 20), (64, 64, 3, 3), padding=1)
+    given = {} if stages is None else {"stages": stages}
+    algs.RECORDS["tf32x3"].build(spec, "forward", {**given, "bm": 64})
+    count = DEFINES["CS_TX_STAGES"] if stages is None else stages
+    (name, overrides), smem = kernels[-1], launches[-1]
+    assert name.startswith("conv2d_tf32x3_fwd@64,") and dict(overrides).get("CS_TX_STAGES", 4) == count
+    assert smem == count * (2 * 64 * 12 + 8 * 136) * 4 == algs.tf32x3_stage_bytes(64, overrides)
+    assert raised == ([smem] if smem > 48 * 1024 else [])
+    algs.RECORDS["tf32x3"].build(spec, "forward", {**given, "bm": 128})
+    assert launches[-1] == 2 * (2 * 128 * 12 + 8 * 136) * 4
 
 
 def test_register_tiled_takes_fewer_outputs_per_thread_on_a_grid_too_small_for_the_gpu(monkeypatch):

@@ -46,6 +46,7 @@
 #                                     (tiny conv, MobileNetV2's 52 convolutions), with a cProfile
 #   bash tools/device_run.sh abnet    MobileNetV2's 52 convolutions vs torch: this tree against abtmp/old
 #                                     (carried), alternating processes
+#   bash tools/device_run.sh stages   tf32x3's forward pipeline depth (tools/tf32x3_stages_probe.py)
 #   bash tools/device_run.sh abtx     tf32x3's forward vs cuDNN (tools/tf32x3_ab.py): this tree against
 #                                     abtmp/old (carried), alternating processes
 set -u
@@ -379,6 +380,11 @@ abnet)
   # MobileNetV2's 52 convolutions (against torch, in each process) with the working tree's convsuite and
   # with an older one in abtmp/old, in alternating processes, ABNET_ROUNDS rounds (default 3)
   alternate_trees abnet "${ABNET_ROUNDS:-3}" 120 tools/launch_probe.py --net-only --repeat 11
+  ;;
+stages)
+  # tf32x3's forward pipeline depth against cuDNN (tools/tf32x3_stages_probe.py)
+  run stages 300 python3 tools/tf32x3_stages_probe.py
+  grep -E "^\|" "$LOGS/stages.log" | tee -a "$SUMMARY"
   ;;
 abtx)
   # tf32x3's forward vs cuDNN (tools/tf32x3_ab.py), this tree against abtmp/old, ABTX_ROUNDS rounds (default 3)

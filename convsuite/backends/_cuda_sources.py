@@ -56,6 +56,8 @@ DEFINES = {
     # 4: 128 registers, the default module; the backend's rule takes the 3 module (168 registers)
     # from 768 products per output (_cupy_algorithms._default_blocks_tf32x3).
     "CS_TX_BLOCKS": 4,
+    # tf32x3 forward at BM = 64: shared-memory stages of its cp.async pipeline (the "stages" tunable)
+    "CS_TX_STAGES": 4,
 }
 
 #: The ``-D`` constants a tunable parameter may set per configuration: name ->
@@ -87,6 +89,9 @@ OVERRIDABLE = {
     # (ptxas: no spills at sm_90). 1 and 2 are not offered: a minimum of one block made ptxas
     # take 174 registers, two blocks per multiprocessor, slower than no minimum.
     "CS_TX_BLOCKS": (("implicit_gemm_tf32x3.cu",), (0, 3, 4)),
+    # conv2d_tf32x3_fwd at BM = 64: cp.async stages in dynamic shared memory (the launch sizes it from the
+    # same value); any S >= 2 keeps the pipeline's order (S - 1 stages in flight, one commit group each).
+    "CS_TX_STAGES": (("implicit_gemm_tf32x3.cu",), (2, 3, 4, 5, 6)),
 }
 
 #: Square kernel sizes the register steps of the dW ladder are compiled for.

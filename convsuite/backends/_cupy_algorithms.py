@@ -907,9 +907,18 @@ def tf32x3_wgrad_rows(out_per_group: int, bm: int) -> int:
 
 
 def _plan_tf32x3(spec: ConvSpec, direction: str, params: dict) -> Launch:
-    """tf32x3 with its block-tile rows ``params["bm"]`` and register budget ``params["blocks"]``."""
+    """tf32x3 with its block-tile rows ``params["bm"]``, register budget ``params["blocks"]`` and
+    pipeline depth ``params["stages"]``.
+    """
     return _plan_implicit_gemm(
-        spec, direction, True, bm=params["bm"], kind="tf32x3", tx_blocks=params["blocks"], gather=params["gather"]
+        spec,
+        direction,
+        True,
+        bm=params["bm"],
+        kind="tf32x3",
+        tx_blocks=params["blocks"],
+        tx_stages=params["stages"],
+        gather=params["gather"],
     )
 
 
@@ -948,6 +957,13 @@ TF32X3_TUNABLES = (
         "its __launch_bounds__; one module each; 0: no minimum): more blocks hide more latency, fewer "
         "registers may spill; the rule takes 3 from a reduction of 768 products per output, 4 below "
         "(H100: 4 is 1.01-1.02x faster at 288-576 products, 3 is 1.02-1.08x faster at 864-4608)",
+    ),
+    Tunable(
+        "stages",
+        OVERRIDABLE["CS_TX_STAGES"][1],
+        DEFINES["CS_TX_STAGES"],
+        "shared-memory stages of the forward kernel's cp.async pipeline at 64 rows (-D CS_TX_STAGES; "
+        "S - 1 in flight, 10.5 KiB each, dynamic shared memory; 128-row tiles keep two)",
     ),
     _gather_tunable(_default_gather_tf32x3),
 )
@@ -1057,6 +1073,7 @@ def _plan_implicit_gemm(
     act: int = 0,
     tx_blocks: int | None = None,
     gather: str | None = None,
+    tx_stages: int | None = None,
 ) -> Launch:
     """fused_gemm (64x64 tiles, both dtypes) or igemm_big (float32, BM x 128 tiles, pipelined).
 
@@ -1070,12 +1087,15 @@ def _plan_implicit_gemm(
     input gradient of a stride-1 convolution (itself a forward problem) on
     the tensor cores with error-compensated TF32 (it has no ``_masked``
     kernels: ``fuses_relu_mask`` says False for it); ``tx_blocks`` is its
-    register budget (``-D CS_TX_BLOCKS``, the module of its kernels; None: the default);
+    register budget (``-D CS_TX_BLOCKS``, the module of its kernels; None: the default), ``tx_stages``
+    its forward kernel's pipeline depth at 64 rows (``-D CS_TX_STAGES``; None: the default);
     ``gather`` the big forward kernels' im2col gather (:func:`_gather_tunable`; None: the algorithm's rule),
     backward that of the stride-1 input gradient when it runs through them.
     """
     slice_depth = (("CS_GEMM_BK", bk),)
-    tx_overrides = () if tx_blocks is None else (("CS_TX_BLOCKS", tx_blocks),)
+    tx_overrides = tuple(
+        (name, value) for name, value in (("CS_TX_BLOCKS", tx_blocks), ("CS_TX_STAGES", tx_stages)) if value is not None
+    )
     s = spec.as_2d()
     p = _params(s)
     G, Mg, Cg = s.groups, s.out_channels_per_group, s.channels_per_group
@@ -1104,7 +1124,14 @@ def _plan_implicit_gemm(
     if masked and kind == "tf32x3":
         raise ValueError("tf32x3 has no kernels that read grad_y through a ReLU mask")
     dgrad = _plan_input_gradient(
-        s, big, slice_depth, masked=masked, tensor_cores=kind == "tf32x3", tx_blocks=tx_blocks, gather=gather
+        s,
+        big,
+        slice_depth,
+        masked=masked,
+        tensor_cores=kind == "tf32x3",
+        tx_blocks=tx_blocks,
+        tx_stages=tx_stages,
+        gather=gather,
     )
     suffix = "_masked" if masked else ""
     if bm is not None:
@@ -1158,6 +1185,15 @@ def _plan_implicit_gemm(
     return backward
 
 
+def tf32x3_stage_bytes(bm: int, overrides=()) -> int:
+    """Dynamic shared memory of ``conv2d_tf32x3_fwd``: its cp.async stages (``tx_stages`` in the .cu:
+    ``CS_TX_STAGES`` at 64 rows, two at 128), each the split weights (big and small, BM rows of 12
+    words) and 8 x 136 input words.
+    """
+    stages = dict(overrides).get("CS_TX_STAGES", DEFINES["CS_TX_STAGES"]) if bm < 128 else 2
+    return stages * (2 * bm * 12 + GATHER_CHUNK * (BIG_BN + 8)) * 4
+
+
 def _tf32x3_forward(s: ConvSpec, grid, bm: int, act: int, chunked: int, koff, p, overrides) -> Callable:
     """tf32x3's forward launch: the weights split into big and small TF32 parts, stage by stage
     (``tf32x3_split_weights``, a grid-stride launch over G*steps*Mg*8 elements, into a buffer kept
@@ -1173,7 +1209,10 @@ def _tf32x3_forward(s: ConvSpec, grid, bm: int, act: int, chunked: int, koff, p,
     total = G * steps * Mg * GATHER_CHUNK
     split_fn = rt.kernel("implicit_gemm_tf32x3.cu", f"tf32x3_split_weights@{chunked}", s.dtype)
     fn = rt.kernel("implicit_gemm_tf32x3.cu", f"conv2d_tf32x3_fwd@{bm},{act},{chunked}", s.dtype, overrides=overrides)
-    conv = rt.bind(fn, grid, (2 * bm,), (ARG, ARG, ARG, ARG, ARG, koff, *p))
+    smem = tf32x3_stage_bytes(bm, overrides)
+    if smem > 48 * 1024:  # past what a launch may ask without raising the kernel's ceiling (done here)
+        rt.resident_blocks(fn, 2 * bm, smem)
+    conv = rt.bind(fn, grid, (2 * bm,), (ARG, ARG, ARG, ARG, ARG, koff, *p), smem)
     made = []  # (the split launch, its buffers per stream): made at the first call, which has the device
 
     def forward(x, w, bias, out):
@@ -1223,6 +1262,7 @@ def _plan_input_gradient(
     tensor_cores: bool = False,
     tx_blocks=None,
     gather: str | None = None,
+    tx_stages=None,
 ) -> Callable:
     """``dgrad(grad_y, w, grad_x)`` for an implicit-GEMM backward pass.
 
@@ -1281,6 +1321,8 @@ def _plan_input_gradient(
         given = {}
         if name == "tf32x3" and tx_blocks is not None:
             given["blocks"] = tx_blocks
+        if name == "tf32x3" and tx_stages is not None:
+            given["stages"] = tx_stages
         if gather is not None and name == ("tf32x3" if tensor_cores else "igemm_big"):
             given["gather"] = gather
         conv = RECORDS[name].build(t, "forward", given or None)
@@ -1398,6 +1440,7 @@ def plan_forward_activation(spec: ConvSpec, algorithm: str, activation: str, par
         kind="tf32x3" if algorithm == "tf32x3" else "simt",
         act=act,
         tx_blocks=resolved.get("blocks"),
+        tx_stages=resolved.get("stages"),
         gather=resolved.get("gather"),
     )
 
