@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call on the lent GPU machine, by section, logs under $OUT, a short summary last.
 #   bash tools/device_run.sh tests    GPU tests (every gpu-marked file, cupy rows of the cross-backend suites)
+#   bash tools/device_run.sh focus    the GPU tests PYTEST_FILES and PYTEST_K (-k) select
 #   bash tools/device_run.sh sanitize compute-sanitizer memcheck and racecheck over tools/gpu_smoke.py
 #                                     (SANITIZE=racecheck-rest in a call of its own: the other algorithms' racecheck)
 #   bash tools/device_run.sh bench    per-call overhead, MobileNetV2 (52 convs, whole network, CUDA
@@ -107,6 +108,12 @@ alternate_trees() {
 IFS=+ read -r -a SECTIONS <<< "${1:-tests}"
 for SECTION in "${SECTIONS[@]}"; do
 case "$SECTION" in
+focus)
+  # a part of the GPU tests: PYTEST_FILES (space-separated), PYTEST_K (a -k expression), GPU_TESTS_LIMIT seconds
+  run pytest-focus "${GPU_TESTS_LIMIT:-560}" python3 -m pytest -q -p no:cacheprovider -n 8 -m gpu \
+    ${PYTEST_K:+-k "$PYTEST_K"} ${PYTEST_FILES:-tests/}
+  grep -E "^(FAILED|ERROR)" "$LOGS/pytest-focus.log" | head -20 | tee -a "$SUMMARY"
+  ;;
 tests)
   run pytest-gpu "${GPU_TESTS_LIMIT:-560}" python3 -m pytest -q -p no:cacheprovider -n 8 -m gpu tests/
   grep -E "^(FAILED|ERROR)" "$LOGS/pytest-gpu.log" | head -20 | tee -a "$SUMMARY"
@@ -119,16 +126,19 @@ sanitize)
   # keeps the default pair inside one device call): memcheck (full smoke, 200 s) and racecheck-blocked
   # (blocked's cases, every v and both grids, 300 s) by default; racecheck-rest (every other
   # algorithm, 560 s: it ran past 300 s on two hosts on 2026-11-26 and within 300 s on others) alone;
-  # racecheck:ALGS (e.g. racecheck:tf32x3,igemm_big) over those algorithms' cases.
+  # memcheck:ALGS and racecheck:ALGS (e.g. racecheck:tf32x3,igemm_big) over those algorithms' cases.
   for part in ${SANITIZE:-memcheck racecheck-blocked}; do
     case $part in
       memcheck) run memcheck 200 compute-sanitizer --tool memcheck python3 tools/gpu_smoke.py ;;
       racecheck-blocked) run racecheck-blocked 300 compute-sanitizer --tool racecheck python3 tools/gpu_smoke.py blocked ;;
       racecheck-rest) run racecheck-rest 560 compute-sanitizer --tool racecheck python3 tools/gpu_smoke.py not:blocked ;;
+      memcheck:*)  # memcheck:ALGORITHMS (gpu_smoke.py's comma-separated selection), 200 s
+        selection=${part#memcheck:}; part=memcheck-${selection//,/-}
+        run "$part" 200 compute-sanitizer --tool memcheck python3 tools/gpu_smoke.py "$selection" ;;
       racecheck:*)  # racecheck:ALGORITHMS (gpu_smoke.py's comma-separated selection), 300 s
         selection=${part#racecheck:}; part=racecheck-${selection//,/-}
         run "$part" 300 compute-sanitizer --tool racecheck python3 tools/gpu_smoke.py "$selection" ;;
-      *) note "unknown SANITIZE part: $part (memcheck, racecheck-blocked, racecheck-rest, racecheck:ALGS)"; continue ;;
+      *) note "unknown SANITIZE part: $part (memcheck, racecheck-blocked, racecheck-rest, memcheck:ALGS, racecheck:ALGS)"; continue ;;
     esac
     grep -E "RACECHECK SUMMARY|ERROR SUMMARY|WRONG" "$LOGS/$part.log" | head -3 | tee -a "$SUMMARY"
   done
