@@ -704,8 +704,10 @@ def _operands_for(x_or_shape, w_or_shape, bias, dtype):
                 raise TypeError(f"`{name}` must be an array or a shape (tuple of ints); got {value!r}")
             if any(n < 0 for n in value):
                 raise ValueError(f"`{name}`'s shape must have entries >= 0; got {value!r}")
-            # NumPy's own bound on any array (a stand-in allocates nothing, but its size must be representable)
-            if math.prod(int(n) for n in value) * dtype.itemsize > np.iinfo(np.intp).max:
+            # NumPy's own bound on any array (a stand-in allocates nothing, but its size must be representable;
+            # each entry too, where another is 0)
+            limit = np.iinfo(np.intp).max
+            if any(n > limit for n in value) or math.prod(int(n) for n in value) * dtype.itemsize > limit:
                 raise ValueError(f"`{name}`'s shape {value!r} holds more bytes than any array can address")
             return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), tuple(value), (0,) * len(value))
         return value

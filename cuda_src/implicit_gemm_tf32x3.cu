@@ -49,7 +49,8 @@
 #define TX_PAD 8
 // The forward kernel's shared-memory stages (cp.async), S - 1 copies ahead of the MMAs: CS_TX_STAGES
 // at BM = 64 (the backend's "stages" tunable), two at BM = 128. The stages are dynamic shared memory
-// (tx_fwd_smem_bytes, which the launch passes): five or more at BM = 64 pass the 48 KiB a static
+// (the launch passes their size: _cupy_algorithms.tf32x3_stage_bytes, whose TF32X3_A_ROW and
+// TF32X3_B_PAD are TX_AROW and TX_PAD below): five or more at BM = 64 pass the 48 KiB a static
 // array may take.
 __host__ __device__ constexpr int tx_stages(int BM) { return BM >= 128 ? 2 : CS_TX_STAGES; }
 // Row stride of the forward kernel's split weights in shared memory, [m][k]: 8 k and 4 words of
@@ -186,6 +187,7 @@ __global__ void TX_FWD_BOUNDS(BM)
         __trap();   // float32 only: the backend's check refuses float64 before a launch
     } else {
         constexpr int NT = 2 * BM, S = tx_stages(BM);
+        static_assert(S >= 2, "the pipeline needs a stage to fill while one is multiplied");
         constexpr int B_PER = TX_BN * TX_BK / NT;    // 8 (BM = 64) or 4 (BM = 128)
         constexpr int WARPS_M = BM / 64;             // warp tiles along the output channels
         // S stages: the split weights [m][k] (big, small) and the raw inputs [k][n],
@@ -286,7 +288,8 @@ __global__ void TX_FWD_BOUNDS(BM)
                     const int4 e = t[bk + r];
                     const int ih = ih0 + e.y, iw = iw0 + e.z;
                     const bool ok = e.w && (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W;
-                    cp_async_element(&Bs[s][bk + r][bn], xb + (ih0 * W + iw0 + e.x), ok);
+                    // Unsigned: formed for padding taps too (not read there), where it may pass INT_MAX.
+                    cp_async_element(&Bs[s][bk + r][bn], xb + (unsigned)((unsigned)ih0 * W + iw0 + e.x), ok);
                 }
             }
         };

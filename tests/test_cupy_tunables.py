@@ -523,8 +523,39 @@ def test_tf32x3_stages_reach_the_kernel_module_and_its_shared_memory(monkeypatch
     assert name.startswith("conv2d_tf32x3_fwd@64,") and dict(overrides).get("CS_TX_STAGES", 4) == count
     assert smem == count * (2 * 64 * 12 + 8 * 136) * 4 == algs.tf32x3_stage_bytes(64, overrides)
     assert raised == ([smem] if smem > 48 * 1024 else [])
-    algs.RECORDS["tf32x3"].build(spec, "forward", {**given, "bm": 128})
+    algs.RECORDS["tf32x3"].build(spec, "forward", {"bm": 128})
     assert launches[-1] == 2 * (2 * 128 * 12 + 8 * 136) * 4
+    # The fused activation and the backward's input gradient (a forward problem on tf32x3) take it too.
+    algs.plan_forward_activation(spec, "tf32x3", "relu", {**given, "bm": 64})
+    assert dict(kernels[-1][1]).get("CS_TX_STAGES", 4) == count and launches[-1] == smem
+
+
+def test_tf32x3_stages_reach_the_input_gradient(monkeypatch):
+    """The backward plan hands its ``stages`` to the stride-1 input gradient it runs on tf32x3."""
+    given = []
+
+    class Recorder:
+        def build(self, spec, direction, params=None):
+            given.append((direction, dict(params or {})))
+
+    monkeypatch.setitem(algs.RECORDS, "tf32x3", Recorder())
+    monkeypatch.setattr(algs.rt, "cupy", lambda: None)
+    monkeypatch.setattr(algs.rt, "kernel", lambda *a, **kw: None)
+    monkeypatch.setattr(algs.rt, "bind", lambda *a, **kw: None)
+    monkeypatch.setattr(algs.rt, "grid_stride_blocks", lambda total: 1)
+    spec = _spec((2, 64, 20, 20), (64, 64, 3, 3), padding=1)
+    algs._plan_input_gradient(spec.as_2d(), True, tensor_cores=True, tx_blocks=4, tx_stages=5)
+    assert given == [("forward", {"blocks": 4, "stages": 5})]
+
+
+def test_tf32x3_refuses_a_stage_count_at_128_rows():
+    """128-row tiles keep two stages: another count would only compile a duplicate module."""
+    spec = _spec((2, 64, 20, 20), (256, 64, 3, 3), padding=1)
+    record = algs.RECORDS["tf32x3"]
+    assert record.can_run(spec, "forward", {"bm": 128, "stages": DEFINES["CS_TX_STAGES"]}) is True
+    verdict = record.can_run(spec, "forward", {"bm": 128, "stages": 5})
+    assert "stages=5: 128-row tiles keep two stages" in verdict
+    assert record.can_run(spec, "forward", {"bm": 64, "stages": 5}) is True
 
 
 def test_register_tiled_takes_fewer_outputs_per_thread_on_a_grid_too_small_for_the_gpu(monkeypatch):

@@ -413,6 +413,7 @@ def test_plans_have_no_public_unchecked_run():
         ((1, 2, -5, 5), "float32", ValueError, "`x`'s shape must have entries >= 0; got (1, 2, -5, 5)"),
         ((1, 2, 2**40, 2**40), "float32", ValueError, "`x`'s shape (1, 2, 1099511627776, 1099511627776) holds more"),
         ((2**62, 2, 5, 5), "float64", ValueError, "`x`'s shape (4611686018427387904, 2, 5, 5) holds more"),
+        ((0, 2**70, 5, 5), "float32", ValueError, "`x`'s shape (0, 1180591620717411303424, 5, 5) holds more"),
     ],
 )
 def test_plans_from_shapes_refuse_bad_shapes_and_dtypes(x, dtype, error, fragment):

@@ -842,6 +842,16 @@ def _constraint_big(spec: ConvSpec, direction: str, params) -> Verdict:
     return True if rows <= GRID_YZ_MAX else f"bm={params['bm']}: {rows} row blocks exceed the grid's y limit"
 
 
+def _constraint_tf32x3(spec: ConvSpec, direction: str, params) -> Verdict:
+    """igemm_big's grid limit, and a stage count only where it applies (64-row tiles): at 128 rows
+    another value would compile another module of the same kernel (a duplicate for the tuner).
+    """
+    verdict = _constraint_big(spec, direction, params)
+    if verdict is True and params["bm"] >= 128 and params["stages"] != DEFINES["CS_TX_STAGES"]:
+        return f"stages={params['stages']}: 128-row tiles keep two stages; the stage count is for bm=64"
+    return verdict
+
+
 IGEMM_BIG_TUNABLES = (
     Tunable(
         "bm",
@@ -963,7 +973,8 @@ TF32X3_TUNABLES = (
         OVERRIDABLE["CS_TX_STAGES"][1],
         DEFINES["CS_TX_STAGES"],
         "shared-memory stages of the forward kernel's cp.async pipeline at 64 rows (-D CS_TX_STAGES; "
-        "S - 1 in flight, 10.5 KiB each, dynamic shared memory; 128-row tiles keep two)",
+        "S - 1 in flight, 10.25 KiB each, dynamic shared memory; 128-row tiles keep two; H100: 5 was "
+        "1.01-1.02x on 3x3 C=32-64 layers, 0.98-0.99x on fatter ones, 6 leaves three blocks per SM)",
     ),
     _gather_tunable(_default_gather_tf32x3),
 )
@@ -1185,13 +1196,18 @@ def _plan_implicit_gemm(
     return backward
 
 
+#: Words of a split-weight row (TX_AROW) and of padding after a 128-column input row (TX_PAD) in the
+#: forward kernel's stages (implicit_gemm_tf32x3.cu).
+TF32X3_A_ROW, TF32X3_B_PAD = 12, 8
+
+
 def tf32x3_stage_bytes(bm: int, overrides=()) -> int:
     """Dynamic shared memory of ``conv2d_tf32x3_fwd``: its cp.async stages (``tx_stages`` in the .cu:
     ``CS_TX_STAGES`` at 64 rows, two at 128), each the split weights (big and small, BM rows of 12
     words) and 8 x 136 input words.
     """
     stages = dict(overrides).get("CS_TX_STAGES", DEFINES["CS_TX_STAGES"]) if bm < 128 else 2
-    return stages * (2 * bm * 12 + GATHER_CHUNK * (BIG_BN + 8)) * 4
+    return stages * (2 * bm * TF32X3_A_ROW + GATHER_CHUNK * (BIG_BN + TF32X3_B_PAD)) * 4
 
 
 def _tf32x3_forward(s: ConvSpec, grid, bm: int, act: int, chunked: int, koff, p, overrides) -> Callable:
@@ -1917,7 +1933,7 @@ RECORDS: dict[str, Algorithm] = {
             directions=_BOTH,
             check=_check_tf32x3,
             tunables=TF32X3_TUNABLES,
-            constraint=_constraint_big,
+            constraint=_constraint_tf32x3,
         ),
         Algorithm(
             "tf32x3_image",

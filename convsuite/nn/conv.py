@@ -60,7 +60,8 @@ class _Conv(Module):
         if backend is not None:
             _check_name(backend, "`backend`")
         _api._check_algorithm_type(algorithm)
-        check_algorithm_exists(algorithm)
+        if algorithm != "auto":  # the check imports every backend to list their algorithms
+            check_algorithm_exists(algorithm)
         self.backend = backend
         self.algorithm = algorithm
         dtype = float_dtype(dtype)
