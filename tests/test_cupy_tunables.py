@@ -291,6 +291,9 @@ def test_bad_parameters_raise_naming_what_is_accepted():
         algs.plan_forward_activation(SPECS[8], "igemm_big", "relu6", {"bm": 32})
     with pytest.raises(ValueError, match=r"'tf32x3' parameter 'blocks' accepts 0, 3, 4; got 1"):
         backend.plan(SPECS[8], "tf32x3", "forward", {"blocks": 1})
+    for bad in (1, 7, 4.0, "4", None):
+        with pytest.raises(ValueError, match=rf"'tf32x3' parameter 'stages' accepts 2, 3, 4, 5, 6; got {bad!r}"):
+            backend.plan(SPECS[8], "tf32x3", "forward", {"stages": bad})
     with pytest.raises(ValueError, match=r"'tf32x3' parameter 'gather' accepts 'chunked', 'table'; got 'taps'"):
         backend.plan(SPECS[8], "tf32x3", "backward", {"gather": "taps"})
     one_d = SPECS[2]  # (1, 1, 1000) * (1, 1, 7)

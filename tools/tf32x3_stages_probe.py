@@ -2,10 +2,11 @@
 
     python3 tools/tf32x3_stages_probe.py [--repeat 21] [--stages 3,4,5,6]
 
-Per layer: every stage count (64-row tiles, so the layers of 128 and 256 channels are pinned to
-``bm=64``) checked against the float64 reference on two images (worst error over the float32
-tolerance), then timed through the public plan with cuDNN (TF32 off, ``cudnn.benchmark``) in
-interleaved rounds, CUDA events around each call; medians (min-max) and the ratio to cuDNN.
+Per layer (those of ``tools/tf32x3_ab.py``, with its operands and checks): every stage count
+(64-row tiles, so the layers of 128 and 256 channels are pinned to ``bm=64``) checked against
+the float64 reference on two images (worst error over the float32 tolerance), then timed
+through the public plan with cuDNN (TF32 off, ``cudnn.benchmark``) in interleaved rounds, CUDA
+events around each call; medians (min-max) and the ratio to cuDNN.
 Run on the GPU machine (``bash tools/device_run.sh stages``).
 """
 
@@ -14,24 +15,11 @@ from __future__ import annotations
 import argparse
 
 import cupy as cp
-import numpy as np
 import torch
+from tf32x3_ab import LAYERS, layer_operands, reference, worst_error  # this folder's A/B script
 
 import convsuite as cs
 from convsuite.bench.backward_ladder import _interleaved
-from convsuite.testing import forward_tolerance, reference_forward
-
-torch.backends.cudnn.allow_tf32 = False
-torch.backends.cuda.matmul.allow_tf32 = False
-torch.backends.cudnn.benchmark = True
-
-LAYERS = [  # name, B, C, M, H, K, stride, pad
-    ("cnn c1", 64, 32, 64, 64, 3, 1, 1),
-    ("cnn c2", 64, 64, 64, 56, 3, 1, 1),
-    ("3x3 C128 28", 64, 128, 128, 28, 3, 1, 1),
-    ("3x3 C256 14", 64, 256, 256, 14, 3, 1, 1),
-    ("5x5 s2 C20->32 64", 64, 20, 32, 64, 5, 2, 2),
-]
 
 
 def main() -> None:
@@ -44,19 +32,15 @@ def main() -> None:
     print(f"device: {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}; convsuite from {cs.__file__}")
     print("| layer | stages | ms (min-max) | cudnn / tf32x3 | err/tol |")
     print("|---|---|---|---|---|")
-    for name, B, C, M, H, K, s, p in LAYERS:
-        x = rs.standard_normal((B, C, H, H), dtype=cp.float32)
-        w = rs.standard_normal((M, C, K, K), dtype=cp.float32)
-        b = rs.standard_normal(M, dtype=cp.float32)
-        kw = dict(stride=s, padding=p)
-        xs, ws, bs = x[:2].get(), w.get(), b.get()
-        spec = cs.explain(xs, ws, bs, **kw).spec
-        ref, tol = reference_forward(spec, xs, ws, bs), forward_tolerance(spec, xs, ws, bs)
+    for layer in LAYERS:
+        name, B = layer[:2]
+        x, w, b, kw = layer_operands(rs, layer)
+        ref, tol = reference(x, w, b, kw)
         calls, errors = {}, {}
         for count in counts:
             params = {"stages": count, "bm": 64}
             small = cs.plan(x[:2], w, b, backend="cupy", algorithm="tf32x3", params=params, **kw)
-            errors[count] = float(np.max(np.abs(small(x[:2], w, b).get() - ref) / tol))
+            errors[count] = worst_error(small(x[:2], w, b), ref, tol)
             full = cs.plan(x, w, b, backend="cupy", algorithm="tf32x3", params=params, **kw)
             calls[count] = lambda full=full, x=x, w=w, b=b: full(x, w, b)
         tx, tw, tb = (torch.from_dlpack(a) for a in (x, w, b))
