@@ -14,6 +14,7 @@ import convsuite as cs
 
 INFO = {b.name: b for b in cs.list_backends()}["numba"]
 needs_numba = pytest.mark.skipif(not INFO.available, reason=f"numba unavailable: {INFO.reason}")
+TABLE = cs.get_backend("numba").algorithm_table() if INFO.available else {}
 
 
 def test_thread_count_setting():
@@ -47,6 +48,51 @@ def test_results_do_not_depend_on_thread_count():
     # Every output is computed by one iteration in one fixed order: bit-identical.
     np.testing.assert_array_equal(runs[0], runs[1])
 
+
+
+@needs_numba
+@pytest.mark.parametrize("algorithm", ["direct", "gemm", "blocked", "depthwise", "line1d"])
+def test_dynamic_schedule_keeps_bits_and_the_callers_chunk_size(algorithm):
+    """Kernels take their chunks one at a time (numba's chunk size 1): the bits are those of
+    the static schedule, every algorithm, forward and backward; the caller's own chunk size
+    comes back after the call, and after a failing one."""
+    import numba
+
+    from convsuite.backends import _numba_kernels
+
+    rng = np.random.default_rng(3)
+    if algorithm == "line1d":
+        x, w, kw, conv, grad = rng.standard_normal((2, 3, 5001)), rng.standard_normal((3, 1, 31)), {}, cs.conv1d, None
+        kw = dict(groups=3, padding="same")
+    else:
+        groups = 4 if algorithm == "depthwise" else 1
+        x = rng.standard_normal((3, 4, 23, 29))
+        w = rng.standard_normal((8, 4 // groups, 3, 3))
+        kw, conv, grad = dict(groups=groups, padding=1, stride=(1, 2)), cs.conv2d, cs.conv2d_backward
+    runs = []
+    try:
+        numba.set_parallel_chunksize(5)
+        for chunk in (0, _numba_kernels.DYNAMIC_CHUNK):
+            _numba_kernels.DYNAMIC_CHUNK = chunk
+            y = conv(x, w, backend="numba", algorithm=algorithm, **kw)
+            assert numba.get_parallel_chunksize() == 5
+            if grad is not None and "backward" in TABLE[algorithm].directions:
+                gy = np.ones_like(y)
+                runs.append((y, *grad(gy, x, w, backend="numba", algorithm=algorithm, **kw)))
+            else:
+                runs.append((y,))
+
+        def failing(*args):
+            raise RuntimeError("from inside a kernel")
+
+        with pytest.raises(RuntimeError, match="inside a kernel"):
+            _numba_kernels.run_serialised(failing)
+        assert numba.get_parallel_chunksize() == 5
+    finally:
+        _numba_kernels.DYNAMIC_CHUNK = 1
+        numba.set_parallel_chunksize(0)
+    for static, dynamic in zip(*runs):
+        np.testing.assert_array_equal(static, dynamic)
 
 @needs_numba
 def test_concurrent_calls_from_python_threads():

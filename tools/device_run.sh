@@ -125,13 +125,13 @@ tests)
   ;;
 sanitize)
   # compute-sanitizer over tools/gpu_smoke.py, by part (SANITIZE, space-separated; each part's limit
-  # keeps the default pair inside one device call): memcheck (full smoke, 200 s) and racecheck-blocked
+  # keeps the default pair inside one device call): memcheck (full smoke, MEMCHECK_LIMIT or 200 s) and racecheck-blocked
   # (blocked's cases, every v and both grids, 300 s) by default; racecheck-rest (every other
   # algorithm, 560 s: it ran past 300 s on two hosts on 2026-11-26 and within 300 s on others) alone;
   # memcheck:ALGS and racecheck:ALGS (e.g. racecheck:tf32x3,igemm_big) over those algorithms' cases.
   for part in ${SANITIZE:-memcheck racecheck-blocked}; do
     case $part in
-      memcheck) run memcheck 200 compute-sanitizer --tool memcheck python3 tools/gpu_smoke.py ;;
+      memcheck) run memcheck "${MEMCHECK_LIMIT:-200}" compute-sanitizer --tool memcheck python3 tools/gpu_smoke.py ;;
       racecheck-blocked) run racecheck-blocked 300 compute-sanitizer --tool racecheck python3 tools/gpu_smoke.py blocked ;;
       racecheck-rest) run racecheck-rest 560 compute-sanitizer --tool racecheck python3 tools/gpu_smoke.py not:blocked ;;
       memcheck:*)  # memcheck:ALGORITHMS (gpu_smoke.py's comma-separated selection), 200 s
