@@ -49,7 +49,6 @@ def test_results_do_not_depend_on_thread_count():
     np.testing.assert_array_equal(runs[0], runs[1])
 
 
-
 @needs_numba
 @pytest.mark.parametrize("algorithm", ["direct", "gemm", "blocked", "depthwise", "line1d"])
 def test_dynamic_schedule_keeps_bits_and_the_callers_chunk_size(algorithm):
@@ -93,6 +92,7 @@ def test_dynamic_schedule_keeps_bits_and_the_callers_chunk_size(algorithm):
         numba.set_parallel_chunksize(0)
     for static, dynamic in zip(*runs):
         np.testing.assert_array_equal(static, dynamic)
+
 
 @needs_numba
 def test_concurrent_calls_from_python_threads():

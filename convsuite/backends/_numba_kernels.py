@@ -163,7 +163,7 @@ def run_serialised(kernel, *args) -> None:
     if _serial_only:
         _serial(kernel)(*args)
         return
-    previous = _set_chunksize(DYNAMIC_CHUNK)   # the calling thread's setting, restored after
+    previous = _set_chunksize(DYNAMIC_CHUNK)  # the calling thread's setting, restored after
     try:
         if _serialise:
             with _kernel_lock:
