@@ -261,9 +261,10 @@ __global__ void TX_FWD_BOUNDS(BM)
         // formed as for any element and not read (no select of a stand-in address: 16 of
         // the main loop's 225 instructions, sm_90; the weight pointer's stepping saved 10).
         // load(s, step) must be called for step = 0, 1, 2 ... in order (it advances wsa).
+        // The weights through L1 (cp_async_16_l1): every block of the multiprocessor copies the same rows.
         auto load = [&](int s, int step) {
-            cp_async_16(&Ab[s][arow][ahalf * 4], wsa, a_ok);
-            cp_async_16(&As[s][arow][ahalf * 4], wsa + a_part, a_ok);
+            cp_async_16_l1(&Ab[s][arow][ahalf * 4], wsa, a_ok);
+            cp_async_16_l1(&As[s][arow][ahalf * 4], wsa + a_part, a_ok);
             wsa += a_step;
             if constexpr (CHUNKED) {
                 const int ih = ih0 + lp * dh, iw = iw0 + lq * dw;

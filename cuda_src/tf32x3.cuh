@@ -46,3 +46,13 @@ __device__ __forceinline__ void tx_split_noting(float v, unsigned& big, unsigned
     unsplittable |= tx_unsplittable(v);
     tx_split(v, big, small);
 }
+
+// As cp_async_16 (common.cuh), cached in L1 on the way (.ca): for a tile every block of a
+// multiprocessor copies at about the same time (the split weights of the forward kernels), so L1
+// serves the blocks after the first instead of L2. Nsight Compute on an H100, 3x3 C=64 (2026-11-27):
+// both forward kernels were bound by L2's throughput (60-72% busy, L1 hit rate 37-45%), half of
+// their L2 requests the weights' .cg copies, re-read by every block at every k-step.
+__device__ __forceinline__ void cp_async_16_l1(void* dst, const void* src, bool ok) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 16 : 0));
+}
