@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from convsuite.backends._cuda_sources import (
+    ARCH_TARGETS,
     DEFINES,
     KERNELS,
     OVERRIDABLE,
@@ -78,9 +79,21 @@ def test_sources_compile_to_ptx(filename, overrides, tmp_path):
     (``_cuda_sources.OVERRIDABLE``), so every configuration a user can ask
     for compiles here before it reaches NVRTC on a GPU.
     """
-    text = _compile_ptx(filename, overrides, "sm_90", tmp_path)
+    text = _compile_ptx(filename, overrides, ARCH_TARGETS.get(filename, "sm_90"), tmp_path)
     for kernel in KERNELS[filename]:
         assert kernel.partition("|")[0].partition("@")[0] in text, f"{kernel} missing from the PTX"
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found: CUDA sources not compiled")
+@pytest.mark.parametrize("filename", sorted(ARCH_TARGETS))
+def test_architecture_specific_sources_assemble(filename, tmp_path):
+    """A source for one GPU generation (wgmma: sm_90a) assembles (ptxas, to a cubin, as NVRTC does on
+    the GPU): its inline PTX is checked, not only the C++ around it; and on the generic sm_90 target
+    it still compiles, to kernels that trap (the backend never launches them there)."""
+    text = _compile_ptx(filename, (), ARCH_TARGETS[filename], tmp_path, cubin=True)
+    assert "wgmma.mma_async" in text or ARCH_TARGETS[filename] != "sm_90a"
+    generic = _compile_ptx(filename, (), "sm_90", tmp_path)
+    assert "wgmma.mma_async" not in generic and "trap" in generic
 
 
 #: Sources that need Ampere (sm_80): the TF32 tensor-core MMAs. The backend's
@@ -97,8 +110,9 @@ def test_sources_compile_for_the_oldest_gpu_cuda_13_targets(filename, tmp_path):
     assert ".target sm_75" in text
 
 
-def _compile_ptx(filename: str, overrides: tuple, arch: str, tmp_path: Path) -> str:
-    """PTX of ``filename`` with every kernel the backend uses instantiated (float and double)."""
+def _compile_ptx(filename: str, overrides: tuple, arch: str, tmp_path: Path, cubin: bool = False) -> str:
+    """PTX of ``filename`` with every kernel the backend uses instantiated (float and double);
+    ``cubin``: also assembled by ptxas (the PTX is returned)."""
     lines = [f'#include "{source_dir() / filename}"', "void convsuite_instantiate_all() {"]
     lines += [f"    (void)&{name};" for name in name_expressions(filename)]
     lines.append("}")
@@ -121,6 +135,11 @@ def _compile_ptx(filename: str, overrides: tuple, arch: str, tmp_path: Path) -> 
         text=True,
     )
     assert result.returncode == 0, result.stderr
+    if cubin:
+        assembled = subprocess.run(
+            ["ptxas", f"-arch={arch}", str(ptx), "-o", str(tmp_path / "out.cubin")], capture_output=True, text=True
+        )
+        assert assembled.returncode == 0, assembled.stderr
     return ptx.read_text()
 
 
@@ -225,7 +244,7 @@ def test_compile_source_names_each_included_header_by_its_hash(tmp_path, monkeyp
     from convsuite.backends import _cuda_sources
 
     # Headers beyond common.cuh, written out here (not read from the sources' #include lines).
-    shared_headers = {"implicit_gemm_tf32x3.cu": ["tf32x3.cuh"], "tf32x3_image.cu": ["tf32x3.cuh"]}
+    shared_headers = {f: ["tf32x3.cuh"] for f in ("implicit_gemm_tf32x3.cu", "tf32x3_image.cu", "tf32x3_wgmma.cu")}
     for filename in KERNELS:
         text = _cuda_sources.compile_source(filename)
         source = _cuda_sources.source_text(filename)

@@ -118,7 +118,7 @@ def test_the_expected_records_are_tunable():
         "register_tiled": ["mt", "block_w", "px"],
         "fused_gemm": ["bk"],
         "igemm_big": ["bm", "gather"],
-        "tf32x3": ["bm", "blocks", "stages", "gather"],
+        "tf32x3": ["mma", "bm", "blocks", "stages", "gather"],
         "pointwise": ["mt"],
         "depthwise": ["px", "py"],
         "blocked": ["v", "persistent"],
@@ -323,10 +323,11 @@ def test_template_and_define_values_are_compiled():
     big = [k for k in KERNELS["implicit_gemm_big.cu"] if k.startswith("conv2d_igemm_fwd@")]
     assert set(algs.RECORDS["igemm_big"].tunables[0].values) == {int(k.split("@")[1].split(",")[0]) for k in big}
     tc = [k for k in KERNELS["implicit_gemm_tf32x3.cu"] if k.startswith("conv2d_tf32x3_fwd@")]
-    assert set(algs.RECORDS["tf32x3"].tunables[0].values) == {int(k.split("@")[1].split(",")[0]) for k in tc}
+    tx_rows = next(t for t in algs.RECORDS["tf32x3"].tunables if t.name == "bm").values
+    assert set(tx_rows) == {int(k.split("@")[1].split(",")[0]) for k in tc}
     wgrad = {int(k.split("@")[1]) for k in KERNELS["implicit_gemm_tf32x3.cu"] if k.startswith("conv2d_tf32x3_wgrad@")}
     assert wgrad == set(algs.TF32X3_WGRAD_BLOCKS_PER_SM)
-    for bm in algs.RECORDS["tf32x3"].tunables[0].values:
+    for bm in tx_rows:
         assert {algs.tf32x3_wgrad_rows(mg, bm) for mg in range(1, 300)} <= wgrad
     assert algs.RECORDS["register_tiled"].tunables[2].values == OVERRIDABLE["CS_RT_PX"][1]
     assert algs.RECORDS["blocked"].tunables[0].values == OVERRIDABLE["CS_BLOCKED_V"][1]
@@ -548,7 +549,46 @@ def test_tf32x3_stages_reach_the_input_gradient(monkeypatch):
     monkeypatch.setattr(algs.rt, "grid_stride_blocks", lambda total: 1)
     spec = _spec((2, 64, 20, 20), (64, 64, 3, 3), padding=1)
     algs._plan_input_gradient(spec.as_2d(), True, tensor_cores=True, tx_blocks=4, tx_stages=5)
-    assert given == [("forward", {"blocks": 4, "stages": 5})]
+    assert given == [("forward", {"mma": "sync", "blocks": 4, "stages": 5})]  # dX: mma.sync (wgmma: forward only)
+
+
+@pytest.mark.parametrize("capability", [None, 80, 90])
+def test_tf32x3_wgmma_is_hopper_forward_only_with_its_own_fixed_parameters(monkeypatch, capability):
+    """``mma``: wgmma is the rule's choice forward on compute capability 9.0 only; it is refused on other
+    GPUs, backward, and with any mma.sync parameter off its default (one kernel, no duplicates for the
+    tuner); its plan asks for the wgmma kernel (after the weight split, as mma.sync's), with the
+    fused activation too, 128-thread blocks over 128 pixels x 64 channels (no GPU: requests recorded)."""
+    monkeypatch.setattr(algs.rt, "compute_capability", lambda: capability)
+    record = algs.RECORDS["tf32x3"]
+    spec = _spec((2, 20, 9, 11), (100, 20, 3, 3), padding=1)
+    defaults = record.defaults(spec, "forward")
+    hopper = capability == 90
+    assert defaults["mma"] == ("wgmma" if hopper else "sync")
+    # The wgmma kernel gathers chunk by chunk: its default gather, even where 20 channels leave a partial chunk.
+    assert defaults["gather"] == ("chunked" if hopper else "table")
+    assert record.defaults(spec, "backward")["mma"] == "sync"
+    wgmma = {**defaults, "mma": "wgmma", "gather": "chunked"}
+    verdict = record.can_run(spec, "forward", wgmma)
+    assert verdict is True if capability in (None, 90) else "needs Hopper" in verdict
+    assert "forward product only" in record.can_run(spec, "backward", {"mma": "wgmma"})
+    if verdict is not True:
+        return
+    for name, value in (("bm", 128), ("stages", 5), ("gather", "table"), ("blocks", 0)):
+        assert f"{name}=" in record.can_run(spec, "forward", {**wgmma, name: value}), name
+    requested, launches = [], []
+    monkeypatch.setattr(algs.rt, "kernel", lambda file, name, dtype, **kw: requested.append((file, name)))
+    monkeypatch.setattr(algs.rt, "bind", lambda fn, grid, block, args, smem=0: launches.append((grid, block, smem)))
+    monkeypatch.setattr(algs, "_filter_offsets", lambda *a: None)
+    monkeypatch.setattr(algs, "_with_bias", lambda s, launch: launch)
+    record.build(spec, "forward", wgmma)
+    split, conv = ("implicit_gemm_tf32x3.cu", "tf32x3_split_weights@1"), ("tf32x3_wgmma.cu", "conv2d_tf32x3_wgmma@0")
+    assert requested == [split, conv]
+    assert launches == [((math.ceil(2 * 9 * 11 / 128), 2, 1), (128,), algs.TF32X3_WGMMA_SMEM)]
+    assert algs.TF32X3_WGMMA_SMEM == 5 * (2 * 64 * 8 + 8 * 136) * 4 <= 48 * 1024
+    algs.plan_forward_activation(spec, "tf32x3", "relu6", wgmma)
+    assert requested[-1] == ("tf32x3_wgmma.cu", "conv2d_tf32x3_wgmma@2")
+    record.build(spec, "forward", {**wgmma, "mma": "sync"})
+    assert requested[-1][1].startswith("conv2d_tf32x3_fwd@")
 
 
 def test_tf32x3_refuses_a_stage_count_at_128_rows():

@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 
 __all__ = [
+    "ARCH_TARGETS",
     "BLOCKED_WIDTHS",
     "DEFINES",
     "DEPTHWISE_FIXED",
@@ -161,6 +162,7 @@ KERNELS = {
         *[f"conv2d_igemm_wgrad@{bm}" for bm in (64, 128)],
     ],
     "tf32x3_image.cu": [f"conv2d_tf32x3_image@{nt},{act}" for nt in (1, 2, 3, 4) for act in EPILOGUES],
+    "tf32x3_wgmma.cu": [f"conv2d_tf32x3_wgmma@{act}" for act in EPILOGUES],
     "implicit_gemm_tf32x3.cu": [
         *[f"conv2d_tf32x3_fwd@{bm},{act},{chunked}" for bm in (64, 128) for act in EPILOGUES for chunked in (0, 1)],
         *[f"conv2d_tf32x3_wgrad@{bm}" for bm in (16, 32, 64, 128)],
@@ -198,6 +200,12 @@ KERNELS = {
         *[f"wgrad_ladder_{step}_masked@{k}" for step in ("registers", "padded") for k in LADDER_KERNELS],
     ],
 }
+
+#: Sources compiled for an architecture-specific target (``-arch``), where they use instructions of
+#: one GPU generation only: file -> target. Hopper's ``wgmma`` needs ``sm_90a``, which runs on
+#: compute capability 9.0 alone (the backend launches these kernels nowhere else); the sources
+#: compile on any other target too, to kernels that trap.
+ARCH_TARGETS = {"tf32x3_wgmma.cu": "sm_90a"}
 
 _CTYPES = {"float32": "float", "float64": "double"}
 

@@ -812,13 +812,16 @@ def _default_gather_simt(spec: ConvSpec, direction: str) -> str:
 
 
 def _default_gather_tf32x3(spec: ConvSpec, direction: str) -> str:
-    """tf32x3: ``chunked`` where the channels fill whole chunks of 8.
+    """tf32x3: ``chunked`` where the channels fill whole chunks of 8, and wherever the forward
+    product runs on wgmma (its only gather).
 
     H100, 2026-11-26 (tools/gather_probe.py): chunked 1.06-1.17x table forward and
     1.07-1.13x backward on 16-256 channels and the 1x1 96->24, but 0.97x at 12
     channels (fa19 conv2) and 1.01x at 20: the zeros of a partial chunk cost three
     MMAs each, as much as the table gather saves.
     """
+    if _default_mma_tf32x3(spec, direction) == "wgmma":
+        return "chunked"
     return "chunked" if _gather_channels(spec, direction) % GATHER_CHUNK == 0 else "table"
 
 
@@ -845,11 +848,32 @@ def _constraint_big(spec: ConvSpec, direction: str, params) -> Verdict:
 def _constraint_tf32x3(spec: ConvSpec, direction: str, params) -> Verdict:
     """igemm_big's grid limit, and a stage count only where it applies (64-row tiles): at 128 rows
     another value would compile another module of the same kernel (a duplicate for the tuner).
+    ``mma="wgmma"``: forward only, on compute capability 9.0, with the mma.sync kernel's own
+    parameters at their defaults (the wgmma kernel has one tile, budget and pipeline, and the
+    chunked gather only: any other value would run the same kernel under another name).
     """
+    if params["mma"] == "wgmma":
+        return _constraint_wgmma(spec, direction, params)
     verdict = _constraint_big(spec, direction, params)
     if verdict is True and params["bm"] >= 128 and params["stages"] != DEFINES["CS_TX_STAGES"]:
         return f"stages={params['stages']}: 128-row tiles keep two stages; the stage count is for bm=64"
     return verdict
+
+
+def _constraint_wgmma(spec: ConvSpec, direction: str, params) -> Verdict:
+    """Where tf32x3's wgmma forward kernel runs (see :func:`_constraint_tf32x3`)."""
+    if direction != "forward":
+        return "mma='wgmma' runs the forward product only; the backward kernels use mma.sync ('sync')"
+    capability = rt.compute_capability()
+    if capability is not None and capability != TF32X3_WGMMA_CAPABILITY:
+        return f"mma='wgmma' needs Hopper (compute capability 9.0, sm_90a); this GPU is sm_{capability}: use 'sync'"
+    for name, value in (("bm", 64), ("stages", DEFINES["CS_TX_STAGES"]), ("gather", "chunked")):
+        if params[name] != value:
+            return f"{name}={params[name]!r}: the wgmma kernel has {name}={value!r} only"
+    if params["blocks"] != _default_blocks_tf32x3(spec, direction):
+        return f"blocks={params['blocks']}: the wgmma kernel has one register budget (4 blocks); leave blocks unset"
+    rows = math.ceil(spec.as_2d().out_channels_per_group / TF32X3_WGMMA_BM)
+    return True if rows <= GRID_YZ_MAX else f"{rows} row blocks of {TF32X3_WGMMA_BM} exceed the grid's y limit"
 
 
 IGEMM_BIG_TUNABLES = (
@@ -918,7 +942,7 @@ def tf32x3_wgrad_rows(out_per_group: int, bm: int) -> int:
 
 def _plan_tf32x3(spec: ConvSpec, direction: str, params: dict) -> Launch:
     """tf32x3 with its block-tile rows ``params["bm"]``, register budget ``params["blocks"]`` and
-    pipeline depth ``params["stages"]``.
+    pipeline depth ``params["stages"]``, or its wgmma forward kernel (``params["mma"]``).
     """
     return _plan_implicit_gemm(
         spec,
@@ -929,6 +953,7 @@ def _plan_tf32x3(spec: ConvSpec, direction: str, params: dict) -> Launch:
         tx_blocks=params["blocks"],
         tx_stages=params["stages"],
         gather=params["gather"],
+        tx_wgmma=params["mma"] == "wgmma",
     )
 
 
@@ -950,7 +975,40 @@ def _default_blocks_tf32x3(spec: ConvSpec, direction: str) -> int:
     return 3 if _gather_channels(spec, direction) * math.prod(spec.kernel_size) >= TF32X3_THREE_BLOCKS_FROM else 4
 
 
+#: Compute capability of tf32x3's wgmma forward kernel (tf32x3_wgmma.cu: sm_90a, Hopper only).
+TF32X3_WGMMA_CAPABILITY = 90
+
+#: Output channels and pixels of the wgmma kernel's block tile (its wgmma N, and two row halves of 64).
+TF32X3_WGMMA_BM, TF32X3_WGMMA_BN = 64, 128
+
+#: Dynamic shared memory of the wgmma kernel: TW_STAGES (5) stages of the split weights (2 x 64 x 8
+#: words) and the inputs (8 x 136 words).
+TF32X3_WGMMA_SMEM = 5 * (2 * TF32X3_WGMMA_BM * GATHER_CHUNK + GATHER_CHUNK * (TF32X3_WGMMA_BN + 8)) * 4
+
+
+def _default_mma_tf32x3(spec: ConvSpec, direction: str) -> str:
+    """``wgmma`` for the forward product on compute capability 9.0, ``sync`` elsewhere.
+
+    H100, 2026-11-27, the kernels alone against cuDNN-FP32 (tools/tf32x3_wgmma_probe.py, one
+    process, interleaved): 3x3 C=32 64x64 B=64 2.31x cuDNN's time (mma.sync through the API:
+    1.34x), 3x3 C=64 56x56 1.99x (1.45x), 3x3 C=128 28x28 1.21x (0.82x), 3x3 C=256 14x14 1.34x
+    (0.90x), 1x1 96->24 1.40x (1.00x), 5x5 stride 2 C=20 1.30x (0.84x).
+    """
+    if direction != "forward":
+        return "sync"
+    return "wgmma" if rt.compute_capability() == TF32X3_WGMMA_CAPABILITY else "sync"
+
+
 TF32X3_TUNABLES = (
+    Tunable(
+        "mma",
+        ("sync", "wgmma"),
+        _default_mma_tf32x3,
+        "the forward product's tensor-core instruction: 'sync' (mma.sync m16n8k8, any GPU from sm_80; its "
+        "tile, budget, pipeline and gather the other parameters) or 'wgmma' (Hopper's asynchronous "
+        "warpgroup MMA, sm_90a: one kernel, 128 pixels x 64 channels a block, chunked gather; the rule's "
+        "choice on compute capability 9.0, 1.3-1.7x mma.sync there)",
+    ),
     Tunable(
         "bm",
         (64, 128),
@@ -1085,6 +1143,7 @@ def _plan_implicit_gemm(
     tx_blocks: int | None = None,
     gather: str | None = None,
     tx_stages: int | None = None,
+    tx_wgmma: bool = False,
 ) -> Launch:
     """fused_gemm (64x64 tiles, both dtypes) or igemm_big (float32, BM x 128 tiles, pipelined).
 
@@ -1101,7 +1160,9 @@ def _plan_implicit_gemm(
     register budget (``-D CS_TX_BLOCKS``, the module of its kernels; None: the default), ``tx_stages``
     its forward kernel's pipeline depth at 64 rows (``-D CS_TX_STAGES``; None: the default);
     ``gather`` the big forward kernels' im2col gather (:func:`_gather_tunable`; None: the algorithm's rule),
-    backward that of the stride-1 input gradient when it runs through them.
+    backward that of the stride-1 input gradient when it runs through them; ``tx_wgmma``: tf32x3's
+    forward product on its wgmma kernel (sm_90a; its own tile, so ``bm``, ``tx_blocks`` and
+    ``tx_stages`` do not apply).
     """
     slice_depth = (("CS_GEMM_BK", bk),)
     tx_overrides = tuple(
@@ -1123,6 +1184,8 @@ def _plan_implicit_gemm(
             koff = _filter_offsets(Cg, (H, W), (KH, KW), s.dilation)
             grid = (math.ceil(n / BIG_BN), math.ceil(Mg / bm), G)
             chunked = GATHERS[gather]
+            if kind == "tf32x3" and tx_wgmma:
+                return _with_bias(s, _tf32x3_wgmma_forward(s, act, koff, p))
             if kind == "tf32x3":
                 return _with_bias(s, _tf32x3_forward(s, grid, bm, act, chunked, koff, p, tx_overrides))
             fn = rt.kernel("implicit_gemm_big.cu", f"conv2d_igemm_fwd@{bm},{act},{chunked}", s.dtype)
@@ -1218,35 +1281,60 @@ def _tf32x3_forward(s: ConvSpec, grid, bm: int, act: int, chunked: int, koff, p,
     The split runs every call (the weights may change between calls) and is small:
     2*G*steps*Mg*8 words, steps = ceil(Cg/8)*KH*KW (chunked) or ceil(Cg*KH*KW/8) (table).
     """
+    after_split = _after_weight_split(s, chunked)
+    fn = rt.kernel("implicit_gemm_tf32x3.cu", f"conv2d_tf32x3_fwd@{bm},{act},{chunked}", s.dtype, overrides=overrides)
+    smem = tf32x3_stage_bytes(bm, overrides)
+    if smem > 48 * 1024:  # past what a launch may ask without raising the kernel's ceiling (done here)
+        rt.resident_blocks(fn, 2 * bm, smem)
+    return after_split(rt.bind(fn, grid, (2 * bm,), (ARG, ARG, ARG, ARG, ARG, koff, *p), smem))
+
+
+def _tf32x3_wgmma_forward(s: ConvSpec, act: int, koff, p) -> Callable:
+    """tf32x3's forward product on Hopper's wgmma (``conv2d_tf32x3_wgmma@{act}``, tf32x3_wgmma.cu):
+    the weights split in the chunked order as for the mma.sync kernel, then one launch of
+    128-thread blocks over tiles of 128 pixels x 64 output channels.
+    """
+    G, Mg = s.groups, s.out_channels_per_group
+    grid = (math.ceil(s.batch * math.prod(s.out_size) / TF32X3_WGMMA_BN), math.ceil(Mg / TF32X3_WGMMA_BM), G)
+    after_split = _after_weight_split(s, 1)
+    fn = rt.kernel("tf32x3_wgmma.cu", f"conv2d_tf32x3_wgmma@{act}", s.dtype)
+    args = (ARG, ARG, ARG, ARG, ARG, koff, *p)
+    return after_split(rt.bind(fn, grid, (128,), args, TF32X3_WGMMA_SMEM))
+
+
+def _after_weight_split(s: ConvSpec, chunked: int) -> Callable:
+    """``after_split(conv)`` -> ``forward(x, w, bias, out)``: the weights split
+    (``tf32x3_split_weights@{chunked}``) into a buffer kept per stream, then ``conv(x, w, split,
+    bias, out)``.
+    """
     G, Mg, Cg = s.groups, s.out_channels_per_group, s.channels_per_group
     taps = math.prod(s.kernel_size)
     steps = math.ceil(Cg / GATHER_CHUNK) * taps if chunked else math.ceil(Cg * taps / GATHER_CHUNK)
     shape = (2, G, steps, Mg, GATHER_CHUNK)
     total = G * steps * Mg * GATHER_CHUNK
     split_fn = rt.kernel("implicit_gemm_tf32x3.cu", f"tf32x3_split_weights@{chunked}", s.dtype)
-    fn = rt.kernel("implicit_gemm_tf32x3.cu", f"conv2d_tf32x3_fwd@{bm},{act},{chunked}", s.dtype, overrides=overrides)
-    smem = tf32x3_stage_bytes(bm, overrides)
-    if smem > 48 * 1024:  # past what a launch may ask without raising the kernel's ceiling (done here)
-        rt.resident_blocks(fn, 2 * bm, smem)
-    conv = rt.bind(fn, grid, (2 * bm,), (ARG, ARG, ARG, ARG, ARG, koff, *p), smem)
-    made = []  # (the split launch, its buffers per stream): made at the first call, which has the device
 
-    def forward(x, w, bias, out):
-        if not made:
-            cp = rt.cupy()
-            split = rt.bind(
-                split_fn, (rt.grid_stride_blocks(total),), (THREADS,), (ARG, ARG, *rt.i32(G, Mg, Cg, taps, steps))
-            )
-            made.append((split, rt.PerStream(lambda: cp.empty(shape, dtype=cp.uint32)), cp))
-        split, kept, cp = made[0]
-        # A graph capture takes a fresh buffer (rt.PerStream), as its replays may overlap this stream.
-        ws = None if capturing() else kept.get()
-        if ws is None:
-            ws = cp.empty(shape, dtype=cp.uint32)
-        split(w, ws)
-        conv(x, w, ws, bias, out)
+    def after_split(conv) -> Callable:
+        made = []  # (the split launch, its buffers per stream): made at the first call, which has the device
 
-    return forward
+        def forward(x, w, bias, out):
+            if not made:
+                cp = rt.cupy()
+                split = rt.bind(
+                    split_fn, (rt.grid_stride_blocks(total),), (THREADS,), (ARG, ARG, *rt.i32(G, Mg, Cg, taps, steps))
+                )
+                made.append((split, rt.PerStream(lambda: cp.empty(shape, dtype=cp.uint32)), cp))
+            split, kept, cp = made[0]
+            # A graph capture takes a fresh buffer (rt.PerStream), as its replays may overlap this stream.
+            ws = None if capturing() else kept.get()
+            if ws is None:
+                ws = cp.empty(shape, dtype=cp.uint32)
+            split(w, ws)
+            conv(x, w, ws, bias, out)
+
+        return forward
+
+    return after_split
 
 
 def _input_gradient_as_forward(s: ConvSpec) -> ConvSpec:
@@ -1335,6 +1423,9 @@ def _plan_input_gradient(
         # and the gather the backward plan was given, where the layer's own kernel runs it (tf32x3's
         # dX falling back to igemm_big, on a reduction too short for it, takes igemm_big's rule).
         given = {}
+        if name == "tf32x3":
+            # dX stays on the mma.sync kernel (the wgmma kernel serves forward layers only, so far).
+            given["mma"] = "sync"
         if name == "tf32x3" and tx_blocks is not None:
             given["blocks"] = tx_blocks
         if name == "tf32x3" and tx_stages is not None:
@@ -1458,6 +1549,7 @@ def plan_forward_activation(spec: ConvSpec, algorithm: str, activation: str, par
         tx_blocks=resolved.get("blocks"),
         tx_stages=resolved.get("stages"),
         gather=resolved.get("gather"),
+        tx_wgmma=resolved.get("mma") == "wgmma",
     )
 
 

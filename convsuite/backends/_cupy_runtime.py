@@ -43,6 +43,7 @@ import weakref
 import numpy as np
 
 from ._cuda_sources import (
+    ARCH_TARGETS,
     DEFINES,
     KERNELS,
     compile_options,
@@ -135,9 +136,13 @@ def module(filename: str, overrides=(), *, kernel: str):
         if compiled is None:
             expressions = name_expressions(filename, kernel)  # KeyError on a kernel the file lacks
             t0 = time.perf_counter()
+            # An architecture-specific target (sm_90a for wgmma) goes before CuPy's own -arch, which
+            # CuPy appends after the options: so given, NVRTC built wgmma kernels on an H100
+            # (tools/wgmma_probe.py, 2026-11-27), which it refuses for plain sm_90.
+            target = (f"-arch={ARCH_TARGETS[filename]}",) if filename in ARCH_TARGETS else ()
             compiled = cp.RawModule(
                 code=compile_source(filename),
-                options=("-std=c++17", f"-I{source_dir()}", *compile_options(overrides)),
+                options=(*target, "-std=c++17", f"-I{source_dir()}", *compile_options(overrides)),
                 name_expressions=expressions,
             )
             compiled.compile()
