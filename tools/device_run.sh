@@ -48,6 +48,10 @@
 #   bash tools/device_run.sh abnet    MobileNetV2's 52 convolutions vs torch: this tree against abtmp/old
 #                                     (carried), alternating processes
 #   bash tools/device_run.sh stages   tf32x3's forward pipeline depth (tools/tf32x3_stages_probe.py)
+#   bash tools/device_run.sh wgmma    tf32x3's forward on Hopper's wgmma (tools/tf32x3_wgmma_probe.py) vs
+#                                     tf32x3 and cuDNN, after the descriptor probe (tools/wgmma_probe.py)
+#   bash tools/device_run.sh wgmmacheck  tf32x3's GPU tests, cupy rows, memcheck and racecheck on its smoke cases,
+#                                     and the wgmma probe table
 #   bash tools/device_run.sh abtx     tf32x3's forward vs cuDNN (tools/tf32x3_ab.py): this tree against
 #                                     abtmp/old (carried), alternating processes
 set -u
@@ -397,6 +401,30 @@ stages)
   # tf32x3's forward pipeline depth against cuDNN (tools/tf32x3_stages_probe.py)
   run stages 300 python3 tools/tf32x3_stages_probe.py
   grep -E "^\|" "$LOGS/stages.log" | tee -a "$SUMMARY"
+  ;;
+wgmma)
+  # Hopper's warpgroup MMA: the descriptor layout probe, then tf32x3's forward on wgmma against the
+  # mma.sync tf32x3 (public API) and cuDNN (tools/tf32x3_wgmma_probe.py; WGMMA_ARGS passed on)
+  run wgmma-layout 120 python3 tools/wgmma_probe.py
+  tail -1 "$LOGS/wgmma-layout.log" | tee -a "$SUMMARY"
+  run wgmma 400 python3 tools/tf32x3_wgmma_probe.py ${WGMMA_ARGS:-}
+  cat "$LOGS/wgmma.log" | tee -a "$SUMMARY"
+  ;;
+wgmmacheck)
+  # tf32x3 with its wgmma kernel: its GPU tests and the cross-backend cupy rows, memcheck and racecheck
+  # on its smoke cases, then the wgmma/mma.sync/cuDNN table through the API (tools/tf32x3_wgmma_probe.py)
+  run pytest-tf32x3 "${GPU_TESTS_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider -n 8 -m gpu tests/test_gpu.py \
+    tests/test_nets_gpu.py tests/test_packed_launch_gpu.py -k "tf32x3 or tunable or nonfinite or relu or stream or capture"
+  grep -E "^(FAILED|ERROR)" "$LOGS/pytest-tf32x3.log" | head -20 | tee -a "$SUMMARY"
+  run pytest-cupy-rows 150 python3 -m pytest -q -p no:cacheprovider -n 8 -k cupy \
+    tests/test_agreement.py tests/test_reliability_nonfinite.py tests/test_epilogue.py tests/test_plans.py
+  grep -E "^(FAILED|ERROR)" "$LOGS/pytest-cupy-rows.log" | head -20 | tee -a "$SUMMARY"
+  run memcheck-tf32x3 200 compute-sanitizer --tool memcheck python3 tools/gpu_smoke.py tf32x3
+  grep -E "ERROR SUMMARY|WRONG|wrong" "$LOGS/memcheck-tf32x3.log" | head -3 | tee -a "$SUMMARY"
+  run wgmma 150 python3 tools/tf32x3_wgmma_probe.py --repeat 15
+  cat "$LOGS/wgmma.log" | tee -a "$SUMMARY"
+  run racecheck-tf32x3 150 compute-sanitizer --tool racecheck python3 tools/gpu_smoke.py tf32x3
+  grep -E "RACECHECK SUMMARY|WRONG|wrong" "$LOGS/racecheck-tf32x3.log" | head -3 | tee -a "$SUMMARY"
   ;;
 abtx)
   # tf32x3's forward vs cuDNN (tools/tf32x3_ab.py), this tree against abtmp/old, ABTX_ROUNDS rounds (default 3)

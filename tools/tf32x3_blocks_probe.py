@@ -39,7 +39,7 @@ def main() -> None:
         x = rs.standard_normal((B, C, H, H), dtype=cp.float32)
         w = rs.standard_normal((M, C, K, K), dtype=cp.float32)
         plans = {
-            b: cs.plan(x, w, None, padding=pad, backend="cupy", algorithm="tf32x3", params={"blocks": b})
+            b: cs.plan(x, w, None, padding=pad, backend="cupy", algorithm="tf32x3", params={"mma": "sync", "blocks": b})
             for b in (3, 4)
         }
         res = {3: [], 4: []}

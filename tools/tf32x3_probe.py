@@ -46,10 +46,10 @@ def contenders(x, w, b, kw):
         plain = conv(alg)
         calls[f"{alg} then relu"] = lambda plain=plain: cp.maximum(plain(), 0)
     for blocks in BLOCKS:  # the register budget of the forward kernel (-D CS_TX_BLOCKS)
-        budget = cs.plan(x, w, b, backend="cupy", algorithm="tf32x3", params={"blocks": blocks}, **kw)
+        budget = cs.plan(x, w, b, backend="cupy", algorithm="tf32x3", params={"mma": "sync", "blocks": blocks}, **kw)
         calls[f"tf32x3 blocks={blocks}"] = lambda budget=budget: budget(x, w, b)
     if w.shape[0] > 64:  # the default block tile is 128 rows here: time 64 too
-        small = cs.plan(x, w, b, backend="cupy", algorithm="tf32x3", params={"bm": 64}, **kw)
+        small = cs.plan(x, w, b, backend="cupy", algorithm="tf32x3", params={"mma": "sync", "bm": 64}, **kw)
         calls["tf32x3 bm=64"] = lambda: small(x, w, b)
     xt, wt, bt = (torch.as_tensor(a, device="cuda") for a in (x, w, b))
     calls["cudnn"] = lambda: torch.nn.functional.conv2d(xt, wt, bt, **kw)

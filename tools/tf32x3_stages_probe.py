@@ -38,7 +38,7 @@ def main() -> None:
         ref, tol = reference(x, w, b, kw)
         calls, errors = {}, {}
         for count in counts:
-            params = {"stages": count, "bm": 64}
+            params = {"mma": "sync", "stages": count, "bm": 64}
             small = cs.plan(x[:2], w, b, backend="cupy", algorithm="tf32x3", params=params, **kw)
             errors[count] = worst_error(small(x[:2], w, b), ref, tol)
             full = cs.plan(x, w, b, backend="cupy", algorithm="tf32x3", params=params, **kw)
