@@ -55,7 +55,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["forward", "backward", "run_serialised", "threading_layer", "warm_up"]
+__all__ = ["forward", "backward", "run_serialised", "schedule_dynamically", "threading_layer", "warm_up"]
 
 MB = 4  # output channels per iteration: each input load feeds MB FMAs
 TILE_W = 256  # default output columns per work item (the ``tile_w`` argument)
@@ -71,18 +71,20 @@ _serialise = False
 _serial_only = False
 _serial_kernels: dict = {}
 #: Iterations of a ``prange`` loop a thread takes at a time (numba's chunk
-#: size; 0 would be its static schedule). Every kernel's parallel loop runs
-#: over a few coarse pieces of disjoint outputs (``chunks`` per thread, planes,
-#: weight rows), so taking them one at a time from a shared counter costs a
-#: few atomic operations a call, and a thread that loses its core for a time
-#: slice (2 shared vCPUs, a busy neighbour) no longer holds the whole call back
-#: by a fixed share: its partner takes the pieces it has not started. Which
-#: thread computes a piece changes no bit of any output (no reduction crosses
-#: pieces by thread). Measured on the 2-core EPYC VM, 2026-11-27, 1-D N=1e7
-#: K=31 on 2 threads: median 9.44 -> 9.47 ms with the cores quiet, slowest of
-#: 40 calls 33.4 -> 10.2 ms; with a neighbour busy half the time on one core,
-#: 90th percentile 41.2 -> 15.4 ms (median 15.1 -> 14.9).
+#: size; 0 is its static schedule) in the kernels marked by
+#: :func:`schedule_dynamically`: those whose parallel loop runs over a few
+#: coarse pieces of disjoint outputs (``chunks`` per thread), so taking them
+#: one at a time from a shared counter costs a few atomic operations a call,
+#: and a thread that loses its core for a time slice (2 shared vCPUs, a busy
+#: neighbour) no longer holds the whole call back by a fixed share: its
+#: partner takes the pieces it has not started. Which thread computes a piece
+#: changes no bit. Measured on the 2-core EPYC VM, 2026-11-27, 1-D N=1e7 K=31
+#: on 2 threads: median 9.44 -> 9.47 ms with the cores quiet, slowest of 40
+#: calls 33.4 -> 10.2 ms; with a neighbour busy half the time on one core, 90th
+#: percentile 41.2 -> 15.4 ms. Not for every kernel: the gemm backward (3x3
+#: C=32 B=4) ran 7.6 -> 23.8 ms under it, so it stays opt-in.
 DYNAMIC_CHUNK = 1
+_dynamic_kernels: set = set()
 _set_chunksize = numba.set_parallel_chunksize
 
 
@@ -156,22 +158,38 @@ def _serial(kernel):
 def run_serialised(kernel, *args) -> None:
     """Call ``kernel``, under the lock when the layer is not thread-safe.
 
-    Its parallel loop is scheduled dynamically (:data:`DYNAMIC_CHUNK`); the
-    caller's own numba chunk size is restored afterwards. In a child forked
-    after GNU OpenMP started, the serial build runs instead.
+    A kernel marked by :func:`schedule_dynamically` has its parallel loop
+    scheduled dynamically (:data:`DYNAMIC_CHUNK`); the caller's own numba chunk
+    size is restored afterwards. In a child forked after GNU OpenMP started,
+    the serial build runs instead.
     """
     if _serial_only:
         _serial(kernel)(*args)
         return
+    if kernel not in _dynamic_kernels:
+        _run_locked(kernel, args)
+        return
     previous = _set_chunksize(DYNAMIC_CHUNK)  # the calling thread's setting, restored after
     try:
-        if _serialise:
-            with _kernel_lock:
-                kernel(*args)
-        else:
-            kernel(*args)
+        _run_locked(kernel, args)
     finally:
         _set_chunksize(previous)
+
+
+def _run_locked(kernel, args) -> None:
+    if _serialise:
+        with _kernel_lock:
+            kernel(*args)
+    else:
+        kernel(*args)
+
+
+def schedule_dynamically(kernel):
+    """Mark ``kernel`` (a parallel njit dispatcher) for dynamic scheduling in :func:`run_serialised`
+    (see :data:`DYNAMIC_CHUNK`); returns it.
+    """
+    _dynamic_kernels.add(kernel)
+    return kernel
 
 
 # fastmath "contract" only: lets LLVM fuse a*b+c into one FMA (one rounding
