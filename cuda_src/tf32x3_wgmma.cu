@@ -1,14 +1,15 @@
 // tf32x3_wgmma: tf32x3's forward product (error-compensated TF32, see
 // implicit_gemm_tf32x3.cu) on Hopper's warpgroup MMA, wgmma.mma_async
-// (sm_90a; this file is compiled with -arch=sm_90a, _cuda_sources.ARCH_OPTIONS).
+// (sm_90a; this file is compiled with -arch=sm_90a, _cuda_sources.ARCH_TARGETS).
 //
-// Why another kernel: tf32x3's mma.sync loop is latency-bound on short
-// reductions (3x3 C=64: ~1.3x cuDNN's time at best, docs/measurements/
-// tf32x3-main-loop-2026-11-27-h100.md): a warp issues 48 dependent m16n8k8
-// MMAs, their fragment loads and the splits of every k-step itself. A wgmma
-// is one asynchronous instruction for a 64 x 64 x 8 product of a whole
-// warpgroup, reading its B operand from shared memory by itself; the warps
-// meanwhile load and split the next fragments.
+// Why another kernel: mma.sync's warps issue every m16n8k8 MMA (48 a k-step),
+// their fragment loads and the splits themselves. A wgmma is one asynchronous
+// instruction for a 64 x 64 x 8 product of a whole warpgroup, reading its B
+// operand from shared memory by itself; the warps meanwhile load and split the
+// next fragments. Once the weights come through L1 (both kernels were bound by
+// L2's throughput before, Nsight Compute), this kernel alone ran 1.4-1.7x the
+// mma.sync kernel through the API on six layers (H100,
+// docs/measurements/tf32x3-wgmma-2026-11-27-h100.md).
 //
 // The product is taken transposed: D (pixels x channels) = X^T W^T, so the
 // operand that must be split as it is read (the gathered input) is wgmma's A,

@@ -989,10 +989,11 @@ TF32X3_WGMMA_SMEM = 5 * (2 * TF32X3_WGMMA_BM * GATHER_CHUNK + GATHER_CHUNK * (TF
 def _default_mma_tf32x3(spec: ConvSpec, direction: str) -> str:
     """``wgmma`` for the forward product on compute capability 9.0, ``sync`` elsewhere.
 
-    H100, 2026-11-27, the kernels alone against cuDNN-FP32 (tools/tf32x3_wgmma_probe.py, one
-    process, interleaved): 3x3 C=32 64x64 B=64 2.31x cuDNN's time (mma.sync through the API:
-    1.34x), 3x3 C=64 56x56 1.99x (1.45x), 3x3 C=128 28x28 1.21x (0.82x), 3x3 C=256 14x14 1.34x
-    (0.90x), 1x1 96->24 1.40x (1.00x), 5x5 stride 2 C=20 1.30x (0.84x).
+    H100, 2026-11-27, cuDNN-FP32's time over the wgmma kernel's (launched alone; one process,
+    interleaved; docs/measurements/tf32x3-wgmma-2026-11-27-h100.md), in parentheses over
+    mma.sync's through the API: 3x3 C=32 64x64 B=64 2.31 (1.34), 3x3 C=64 56x56 1.99 (1.45),
+    3x3 C=128 28x28 1.21 (0.82), 3x3 C=256 14x14 1.34 (0.90), 1x1 96->24 1.40 (1.00), 5x5
+    stride 2 C=20 1.30 (0.84). A call through the API adds ~10 us of host time to either.
     """
     if direction != "forward":
         return "sync"
@@ -1007,7 +1008,7 @@ TF32X3_TUNABLES = (
         "the forward product's tensor-core instruction: 'sync' (mma.sync m16n8k8, any GPU from sm_80; its "
         "tile, budget, pipeline and gather the other parameters) or 'wgmma' (Hopper's asynchronous "
         "warpgroup MMA, sm_90a: one kernel, 128 pixels x 64 channels a block, chunked gather; the rule's "
-        "choice on compute capability 9.0, 1.3-1.7x mma.sync there)",
+        "choice on compute capability 9.0: H100, the kernel alone 1.4-1.7x mma.sync through the API)",
     ),
     Tunable(
         "bm",
