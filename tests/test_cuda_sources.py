@@ -135,9 +135,21 @@ def _compile_ptx(filename: str, overrides: tuple, arch: str, tmp_path: Path, cub
         text=True,
     )
     assert result.returncode == 0, result.stderr
-    if cubin:
+    if cubin:  # nvcc runs its own ptxas on the same instantiations
         assembled = subprocess.run(
-            ["ptxas", f"-arch={arch}", str(ptx), "-o", str(tmp_path / "out.cubin")], capture_output=True, text=True
+            [
+                "nvcc",
+                "-std=c++17",
+                f"-arch={arch}",
+                "-cubin",
+                *compile_options(overrides),
+                f"-I{source_dir()}",
+                str(wrapper),
+                "-o",
+                str(tmp_path / "out.cubin"),
+            ],
+            capture_output=True,
+            text=True,
         )
         assert assembled.returncode == 0, assembled.stderr
     return ptx.read_text()
