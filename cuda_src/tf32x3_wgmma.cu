@@ -36,6 +36,12 @@
 #include "common.cuh"
 #include "tf32x3.cuh"
 
+// At run time the backend asks for sm_90a and this check (_cuda_sources.arch_options): a compiler
+// that took another target fails here, rather than building kernels that trap when launched.
+#if defined(CS_REQUIRE_ARCH_FEATURES) && defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "tf32x3_wgmma.cu was compiled for a target without sm_90a's features (wgmma): -arch=sm_90a was not taken"
+#endif
+
 #define TW_BN 128   // output pixels of a block tile
 #define TW_BM 64    // output channels of a block tile (wgmma N)
 #define TW_BK 8     // one chunk of 8 channels at one tap per k-step

@@ -17,6 +17,7 @@ from convsuite.backends._cuda_sources import (
     DEFINES,
     KERNELS,
     OVERRIDABLE,
+    arch_options,
     compile_options,
     name_expressions,
     normalize_overrides,
@@ -94,6 +95,28 @@ def test_architecture_specific_sources_assemble(filename, tmp_path):
     assert "wgmma.mma_async" in text or ARCH_TARGETS[filename] != "sm_90a"
     generic = _compile_ptx(filename, (), "sm_90", tmp_path)
     assert "wgmma.mma_async" not in generic and "trap" in generic
+    # With the run-time options (arch_options), a compiler that took another target stops with an error.
+    wrapper = tmp_path / "required.cu"
+    wrapper.write_text(f'#include "{source_dir() / filename}"\n')
+    refused = subprocess.run(
+        [
+            "nvcc",
+            "-std=c++17",
+            "-arch=sm_90",
+            "-ptx",
+            "-DCS_REQUIRE_ARCH_FEATURES=1",
+            *compile_options(()),
+            f"-I{source_dir()}",
+            str(wrapper),
+            "-o",
+            str(tmp_path / "x.ptx"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode != 0 and "was not taken" in refused.stderr
+    assert arch_options(filename) == (f"-arch={ARCH_TARGETS[filename]}", "-DCS_REQUIRE_ARCH_FEATURES=1")
+    assert arch_options("conv2d.cu") == ()
 
 
 #: Sources that need Ampere (sm_80): the TF32 tensor-core MMAs. The backend's

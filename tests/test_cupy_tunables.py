@@ -575,6 +575,11 @@ def test_tf32x3_wgmma_is_hopper_forward_only_with_its_own_fixed_parameters(monke
         return
     for name, value in (("bm", 128), ("stages", 5), ("gather", "table"), ("blocks", 0)):
         assert f"{name}=" in record.can_run(spec, "forward", {**wgmma, name: value}), name
+        # Pinned without mma, a value only mma.sync has selects mma.sync: parameter sets of the
+        # mma.sync kernel keep running on Hopper.
+        if hopper:
+            assert record.resolve(spec, "forward", {name: value})["mma"] == "sync", name
+            assert record.can_run(spec, "forward", {name: value}) is True, name
     requested, launches = [], []
     monkeypatch.setattr(algs.rt, "kernel", lambda file, name, dtype, **kw: requested.append((file, name)))
     monkeypatch.setattr(algs.rt, "bind", lambda fn, grid, block, args, smem=0: launches.append((grid, block, smem)))

@@ -51,20 +51,26 @@ def test_results_do_not_depend_on_thread_count():
 
 @needs_numba
 @pytest.mark.parametrize("algorithm", ["direct", "gemm", "blocked", "depthwise", "line1d"])
-def test_dynamic_schedule_keeps_bits_and_the_callers_chunk_size(algorithm):
-    """line1d takes its chunks one at a time (numba's chunk size 1; opt-in: the gemm backward ran
-    3x slower so): the bits are those of the static schedule; every algorithm, forward and
-    backward, leaves the caller's own chunk size as it was, after a call and after a failing one."""
+def test_dynamic_schedule_keeps_bits_and_the_callers_chunk_size(monkeypatch, algorithm):
+    """line1d takes its chunks one at a time (numba's chunk size 1 while it runs; opt-in: the gemm
+    backward ran 3x slower so), with the bits of the static schedule; no other kernel's schedule
+    is touched; the caller's own chunk size comes back after every call, and after a failing one."""
     import numba
 
     from convsuite.backends import _numba_gemm, _numba_kernels, _numba_line
 
     assert _numba_line.forward in _numba_kernels._dynamic_kernels
     assert _numba_gemm.backward not in _numba_kernels._dynamic_kernels
+    setter, seen = _numba_kernels._set_chunksize, []
 
+    def recording(n):
+        seen.append(n)
+        return setter(n)
+
+    monkeypatch.setattr(_numba_kernels, "_set_chunksize", recording)
     rng = np.random.default_rng(3)
     if algorithm == "line1d":
-        x, w, kw, conv, grad = rng.standard_normal((2, 3, 5001)), rng.standard_normal((3, 1, 31)), {}, cs.conv1d, None
+        x, w, conv, grad = rng.standard_normal((2, 3, 5001)), rng.standard_normal((3, 1, 31)), cs.conv1d, None
         kw = dict(groups=3, padding="same")
     else:
         groups = 4 if algorithm == "depthwise" else 1
@@ -75,8 +81,11 @@ def test_dynamic_schedule_keeps_bits_and_the_callers_chunk_size(algorithm):
     try:
         numba.set_parallel_chunksize(5)
         for chunk in (0, _numba_kernels.DYNAMIC_CHUNK):
-            _numba_kernels.DYNAMIC_CHUNK = chunk
+            monkeypatch.setattr(_numba_kernels, "DYNAMIC_CHUNK", chunk)
+            seen.clear()
             y = conv(x, w, backend="numba", algorithm=algorithm, **kw)
+            # line1d: set to the chunk size, then back to the caller's 5; any other kernel: untouched.
+            assert seen == ([chunk, 5] if algorithm == "line1d" else []), seen
             assert numba.get_parallel_chunksize() == 5
             if grad is not None and "backward" in TABLE[algorithm].directions:
                 gy = np.ones_like(y)
@@ -87,11 +96,11 @@ def test_dynamic_schedule_keeps_bits_and_the_callers_chunk_size(algorithm):
         def failing(*args):
             raise RuntimeError("from inside a kernel")
 
+        monkeypatch.setattr(_numba_kernels, "_dynamic_kernels", {failing})
         with pytest.raises(RuntimeError, match="inside a kernel"):
             _numba_kernels.run_serialised(failing)
         assert numba.get_parallel_chunksize() == 5
     finally:
-        _numba_kernels.DYNAMIC_CHUNK = 1
         numba.set_parallel_chunksize(0)
     for static, dynamic in zip(*runs):
         np.testing.assert_array_equal(static, dynamic)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 __all__ = [
     "ARCH_TARGETS",
+    "arch_options",
     "BLOCKED_WIDTHS",
     "DEFINES",
     "DEPTHWISE_FIXED",
@@ -206,6 +207,18 @@ KERNELS = {
 #: compute capability 9.0 alone (the backend launches these kernels nowhere else); the sources
 #: compile on any other target too, to kernels that trap.
 ARCH_TARGETS = {"tf32x3_wgmma.cu": "sm_90a"}
+
+
+def arch_options(filename: str) -> tuple[str, ...]:
+    """The options that compile ``filename`` for its :data:`ARCH_TARGETS` target at run time (none
+    for other files): ``-arch``, and ``-DCS_REQUIRE_ARCH_FEATURES=1``, which makes the source
+    refuse to compile (``#error``) if the compiler did not take that target, instead of
+    building kernels that trap when launched.
+    """
+    if filename not in ARCH_TARGETS:
+        return ()
+    return (f"-arch={ARCH_TARGETS[filename]}", "-DCS_REQUIRE_ARCH_FEATURES=1")
+
 
 _CTYPES = {"float32": "float", "float64": "double"}
 

@@ -812,15 +812,17 @@ def _default_gather_simt(spec: ConvSpec, direction: str) -> str:
 
 
 def _default_gather_tf32x3(spec: ConvSpec, direction: str) -> str:
-    """tf32x3: ``chunked`` where the channels fill whole chunks of 8, and wherever the forward
-    product runs on wgmma (its only gather).
+    """tf32x3: ``chunked`` where the channels fill whole chunks of 8, and for the forward product
+    on compute capability 9.0 (the wgmma kernel's only gather).
 
     H100, 2026-11-26 (tools/gather_probe.py): chunked 1.06-1.17x table forward and
     1.07-1.13x backward on 16-256 channels and the 1x1 96->24, but 0.97x at 12
     channels (fa19 conv2) and 1.01x at 20: the zeros of a partial chunk cost three
     MMAs each, as much as the table gather saves.
     """
-    if _default_mma_tf32x3(spec, direction) == "wgmma":
+    if _wgmma_device(direction):
+        # The wgmma kernel's only gather, on the device where it is the rule's kernel. (With mma
+        # pinned to "sync" there, a partial last chunk keeps chunked: 0.97-1.01x the table, above.)
         return "chunked"
     return "chunked" if _gather_channels(spec, direction) % GATHER_CHUNK == 0 else "table"
 
@@ -869,9 +871,9 @@ def _constraint_wgmma(spec: ConvSpec, direction: str, params) -> Verdict:
         return f"mma='wgmma' needs Hopper (compute capability 9.0, sm_90a); this GPU is sm_{capability}: use 'sync'"
     for name, value in (("bm", 64), ("stages", DEFINES["CS_TX_STAGES"]), ("gather", "chunked")):
         if params[name] != value:
-            return f"{name}={params[name]!r}: the wgmma kernel has {name}={value!r} only"
+            return f"{name}={params[name]!r}: the wgmma kernel has {name}={value!r} only (mma='sync' takes it)"
     if params["blocks"] != _default_blocks_tf32x3(spec, direction):
-        return f"blocks={params['blocks']}: the wgmma kernel has one register budget (4 blocks); leave blocks unset"
+        return f"blocks={params['blocks']}: the wgmma kernel has one register budget (mma='sync' takes it)"
     rows = math.ceil(spec.as_2d().out_channels_per_group / TF32X3_WGMMA_BM)
     return True if rows <= GRID_YZ_MAX else f"{rows} row blocks of {TF32X3_WGMMA_BM} exceed the grid's y limit"
 
@@ -986,8 +988,16 @@ TF32X3_WGMMA_BM, TF32X3_WGMMA_BN = 64, 128
 TF32X3_WGMMA_SMEM = 5 * (2 * TF32X3_WGMMA_BM * GATHER_CHUNK + GATHER_CHUNK * (TF32X3_WGMMA_BN + 8)) * 4
 
 
-def _default_mma_tf32x3(spec: ConvSpec, direction: str) -> str:
-    """``wgmma`` for the forward product on compute capability 9.0, ``sync`` elsewhere.
+def _wgmma_device(direction: str) -> bool:
+    """Whether tf32x3's wgmma kernel is the rule's choice for ``direction`` on the current device."""
+    return direction == "forward" and rt.compute_capability() == TF32X3_WGMMA_CAPABILITY
+
+
+def _default_mma_tf32x3(spec: ConvSpec, direction: str, chosen: dict) -> str:
+    """``wgmma`` for the forward product on compute capability 9.0, ``sync`` elsewhere, and
+    ``sync`` wherever ``chosen`` (the other parameters, given or their rules') holds a value only
+    the mma.sync kernel has: pinning ``bm=128``, a stage count, a register budget or the table
+    gather keeps selecting the kernel they describe.
 
     H100, 2026-11-27, cuDNN-FP32's time over the wgmma kernel's (launched alone; one process,
     interleaved; docs/measurements/tf32x3-wgmma-2026-11-27-h100.md), in parentheses over
@@ -995,9 +1005,12 @@ def _default_mma_tf32x3(spec: ConvSpec, direction: str) -> str:
     3x3 C=128 28x28 1.21 (0.82), 3x3 C=256 14x14 1.34 (0.90), 1x1 96->24 1.40 (1.00), 5x5
     stride 2 C=20 1.30 (0.84). A call through the API adds ~10 us of host time to either.
     """
-    if direction != "forward":
+    if not _wgmma_device(direction):
         return "sync"
-    return "wgmma" if rt.compute_capability() == TF32X3_WGMMA_CAPABILITY else "sync"
+    own = {"bm": 64, "stages": DEFINES["CS_TX_STAGES"], "gather": "chunked"}
+    if any(chosen[name] != value for name, value in own.items()):
+        return "sync"
+    return "wgmma" if chosen["blocks"] == _default_blocks_tf32x3(spec, direction) else "sync"
 
 
 TF32X3_TUNABLES = (
@@ -1008,7 +1021,9 @@ TF32X3_TUNABLES = (
         "the forward product's tensor-core instruction: 'sync' (mma.sync m16n8k8, any GPU from sm_80; its "
         "tile, budget, pipeline and gather the other parameters) or 'wgmma' (Hopper's asynchronous "
         "warpgroup MMA, sm_90a: one kernel, 128 pixels x 64 channels a block, chunked gather; the rule's "
-        "choice on compute capability 9.0: H100, the kernel alone 1.4-1.7x mma.sync through the API)",
+        "choice on compute capability 9.0 unless another parameter is pinned to a value only mma.sync has; "
+        "H100, the kernel alone 1.4-1.7x mma.sync through the API)",
+        follows=("bm", "blocks", "stages", "gather"),
     ),
     Tunable(
         "bm",

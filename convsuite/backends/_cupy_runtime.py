@@ -43,9 +43,9 @@ import weakref
 import numpy as np
 
 from ._cuda_sources import (
-    ARCH_TARGETS,
     DEFINES,
     KERNELS,
+    arch_options,
     compile_options,
     compile_source,
     name_expression,
@@ -139,7 +139,7 @@ def module(filename: str, overrides=(), *, kernel: str):
             # An architecture-specific target (sm_90a for wgmma) goes before CuPy's own -arch, which
             # CuPy appends after the options: so given, NVRTC built wgmma kernels on an H100
             # (tools/wgmma_probe.py, 2026-11-27), which it refuses for plain sm_90.
-            target = (f"-arch={ARCH_TARGETS[filename]}",) if filename in ARCH_TARGETS else ()
+            target = arch_options(filename)
             compiled = cp.RawModule(
                 code=compile_source(filename),
                 options=(*target, "-std=c++17", f"-I{source_dir()}", *compile_options(overrides)),
