@@ -355,23 +355,7 @@ __global__ void TX_FWD_BOUNDS(BM)
                     for (int e = 0; e < 4; ++e) {
                         const int m = m0 + wm0 + i * 16 + gq + (e >> 1) * 8;
                         const i64 n = n0 + wn0 + j * 8 + 2 * tq + (e & 1);
-                        float sum = 0.0f;
-                        if (m < Mg && n < N) {
-                            const i64 b = n / HoWo;
-                            const int r = (int)(n % HoWo);
-                            const int oh0 = (r / Wo) * sh - ph, ow0 = (r % Wo) * sw - pw;
-                            const float* xs = x + (b * C + (i64)g * Cg) * H * W;
-                            const float* wr = w + ((i64)g * Mg + m) * Kd;
-                            for (int k = 0; k < Kd; ++k) {
-                                const int4 o = koff[k];
-                                const int ih = oh0 + o.y, iw = ow0 + o.z;
-                                const float v = ((unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W)
-                                                    ? xs[(i64)oh0 * W + ow0 + o.x]
-                                                    : 0.0f;
-                                sum = fmaf(wr[k], v, sum);
-                            }
-                        }
-                        acc[i][j][e] = sum;
+                        acc[i][j][e] = tx_fma_output(x, w, koff, g, m, n, CONV_ARGS);
                     }
         }
 

@@ -56,3 +56,27 @@ __device__ __forceinline__ void cp_async_16_l1(void* dst, const void* src, bool 
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 16 : 0));
 }
+
+// One output (output channel m of group g, output pixel n) of a tf32x3 forward tile, recomputed
+// with float32 FMAs in the weights' order: the path of blocks whose sums met inf, NaN or a huge
+// operand (cold), so IEEE specials come out as in every other algorithm; 0 outside the output.
+// koff[k] = (c*H*W + p*dh*W + q*dw, p*dh, q*dw, -) for k = (c, p, q). Needs common.cuh first.
+__device__ __forceinline__ float tx_fma_output(const float* __restrict__ x, const float* __restrict__ w,
+                                            const int4* __restrict__ koff, int g, int m, i64 n, CONV_PARAMS) {
+    const int Mg = M / (C / Cg), Kd = Cg * KH * KW;
+    const i64 HoWo = (i64)Ho * Wo;
+    if (m >= Mg || n >= (i64)B * HoWo) return 0.0f;
+    const i64 b = n / HoWo;
+    const int r = (int)(n % HoWo);
+    const int oh0 = (r / Wo) * sh - ph, ow0 = (r % Wo) * sw - pw;
+    const float* xs = x + (b * C + (i64)g * Cg) * H * W;
+    const float* wr = w + ((i64)g * Mg + m) * Kd;
+    float sum = 0.0f;
+    for (int k = 0; k < Kd; ++k) {
+        const int4 o = koff[k];
+        const int ih = oh0 + o.y, iw = ow0 + o.z;
+        const float v = ((unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W) ? xs[(i64)oh0 * W + ow0 + o.x] : 0.0f;
+        sum = fmaf(wr[k], v, sum);
+    }
+    return sum;
+}

@@ -110,7 +110,6 @@ __global__ void __launch_bounds__(TW_THREADS, TW_MIN_BLOCKS)
         static_assert(S >= 3, "a stage in flight, one being read, one a wgmma may still read");
         extern __shared__ __align__(128) unsigned tw_stage_words[];
         const int G = C / Cg, Mg = M / G, g = blockIdx.z;
-        const int Kd = Cg * KH * KW;
         const i64 HoWo = (i64)Ho * Wo, N = (i64)B * HoWo;
         const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
         const int gq = lane >> 2, tq = lane & 3;
@@ -234,23 +233,7 @@ __global__ void __launch_bounds__(TW_THREADS, TW_MIN_BLOCKS)
                 for (int e = 0; e < 32; ++e) {
                     const int m = m0 + 8 * (e >> 2) + 2 * tq + (e & 1);
                     const i64 n = n0 + h * 64 + warp * 16 + gq + ((e >> 1) & 1) * 8;
-                    float sum = 0.0f;
-                    if (m < Mg && n < N) {
-                        const i64 b = n / HoWo;
-                        const int r = (int)(n % HoWo);
-                        const int oh0 = (r / Wo) * sh - ph, ow0 = (r % Wo) * sw - pw;
-                        const float* xs = x + (b * C + (i64)g * Cg) * H * W;
-                        const float* wr = w + ((i64)g * Mg + m) * Kd;
-                        for (int k = 0; k < Kd; ++k) {
-                            const int4 o = koff[k];
-                            const int ih = oh0 + o.y, iw = ow0 + o.z;
-                            const float v = ((unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W)
-                                                ? xs[(i64)oh0 * W + ow0 + o.x]
-                                                : 0.0f;
-                            sum = fmaf(wr[k], v, sum);
-                        }
-                    }
-                    acc[h][e] = sum;
+                    acc[h][e] = tx_fma_output(x, w, koff, g, m, n, CONV_ARGS);
                 }
         }
 

@@ -98,22 +98,7 @@ def test_architecture_specific_sources_assemble(filename, tmp_path):
     # With the run-time options (arch_options), a compiler that took another target stops with an error.
     wrapper = tmp_path / "required.cu"
     wrapper.write_text(f'#include "{source_dir() / filename}"\n')
-    refused = subprocess.run(
-        [
-            "nvcc",
-            "-std=c++17",
-            "-arch=sm_90",
-            "-ptx",
-            "-DCS_REQUIRE_ARCH_FEATURES=1",
-            *compile_options(()),
-            f"-I{source_dir()}",
-            str(wrapper),
-            "-o",
-            str(tmp_path / "x.ptx"),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    refused = _nvcc(wrapper, "sm_90", tmp_path / "x.ptx", "-DCS_REQUIRE_ARCH_FEATURES=1", *compile_options(()))
     assert refused.returncode != 0 and "was not taken" in refused.stderr
     assert arch_options(filename) == (f"-arch={ARCH_TARGETS[filename]}", "-DCS_REQUIRE_ARCH_FEATURES=1")
     assert arch_options("conv2d.cu") == ()
@@ -133,6 +118,23 @@ def test_sources_compile_for_the_oldest_gpu_cuda_13_targets(filename, tmp_path):
     assert ".target sm_75" in text
 
 
+def _nvcc(source: Path, arch: str, output: Path, *options: str) -> subprocess.CompletedProcess:
+    """``nvcc`` on ``source`` for ``arch``: PTX, or a cubin (through ptxas) where ``output`` ends in .cubin."""
+    mode = "-cubin" if output.suffix == ".cubin" else "-ptx"
+    command = [
+        "nvcc",
+        "-std=c++17",
+        f"-arch={arch}",
+        mode,
+        *options,
+        f"-I{source_dir()}",
+        str(source),
+        "-o",
+        str(output),
+    ]
+    return subprocess.run(command, capture_output=True, text=True)
+
+
 def _compile_ptx(filename: str, overrides: tuple, arch: str, tmp_path: Path, cubin: bool = False) -> str:
     """PTX of ``filename`` with every kernel the backend uses instantiated (float and double);
     ``cubin``: also assembled by ptxas (the PTX is returned)."""
@@ -142,38 +144,10 @@ def _compile_ptx(filename: str, overrides: tuple, arch: str, tmp_path: Path, cub
     wrapper = tmp_path / f"instantiate_{filename}"
     wrapper.write_text("\n".join(lines) + "\n")
     ptx = tmp_path / "out.ptx"
-    result = subprocess.run(
-        [
-            "nvcc",
-            "-std=c++17",
-            f"-arch={arch}",
-            "-ptx",
-            *compile_options(overrides),
-            f"-I{source_dir()}",
-            str(wrapper),
-            "-o",
-            str(ptx),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    result = _nvcc(wrapper, arch, ptx, *compile_options(overrides))
     assert result.returncode == 0, result.stderr
     if cubin:  # nvcc runs its own ptxas on the same instantiations
-        assembled = subprocess.run(
-            [
-                "nvcc",
-                "-std=c++17",
-                f"-arch={arch}",
-                "-cubin",
-                *compile_options(overrides),
-                f"-I{source_dir()}",
-                str(wrapper),
-                "-o",
-                str(tmp_path / "out.cubin"),
-            ],
-            capture_output=True,
-            text=True,
-        )
+        assembled = _nvcc(wrapper, arch, tmp_path / "out.cubin", *compile_options(overrides))
         assert assembled.returncode == 0, assembled.stderr
     return ptx.read_text()
 
@@ -183,11 +157,7 @@ def test_sources_refuse_to_compile_without_the_shared_constants(tmp_path):
     """The constants come from DEFINES only: a source compiled without them stops with an error."""
     wrapper = tmp_path / "no_defines.cu"
     wrapper.write_text(f'#include "{source_dir() / "conv2d.cu"}"\n')
-    result = subprocess.run(
-        ["nvcc", "-std=c++17", "-arch=sm_90", "-ptx", f"-I{source_dir()}", str(wrapper), "-o", str(tmp_path / "x.ptx")],
-        capture_output=True,
-        text=True,
-    )
+    result = _nvcc(wrapper, "sm_90", tmp_path / "x.ptx")
     assert result.returncode != 0 and "compile_options" in result.stderr
 
 
