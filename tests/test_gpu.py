@@ -1161,17 +1161,29 @@ print(json.dumps(sorted([k[1], k[3]] for k in rt._modules)))
 
 def test_a_first_call_compiles_the_modules_of_its_kernels_only(tmp_path):
     """A tf32x3 forward call in a fresh process (empty disk cache) builds the modules of its forward
-    kernel and its weight split, not the file's weight-gradient kernels nor its other tiles and epilogues."""
+    kernel and its weight split, not the file's weight-gradient kernels nor its other tiles and epilogues.
+
+    The forward kernel is the rule's: the wgmma kernel (its own file) on compute capability 9.0,
+    the mma.sync kernel elsewhere."""
     import json
     import subprocess
     import sys
+
+    from convsuite.backends import _cupy_runtime as rt
+    from convsuite.backends._cupy_algorithms import TF32X3_WGMMA_CAPABILITY
 
     env = {**__import__("os").environ, "CUPY_CACHE_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", _ONE_KERNEL_CHILD], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
     built = json.loads(out.stdout.strip().splitlines()[-1])
-    tf32x3 = [kernel for filename, kernel in built if filename == "implicit_gemm_tf32x3.cu"]
-    assert tf32x3 == ["conv2d_tf32x3_fwd@64,0,1", "tf32x3_split_weights@1"], built
+    if rt.compute_capability() == TF32X3_WGMMA_CAPABILITY:
+        expected = [["implicit_gemm_tf32x3.cu", "tf32x3_split_weights@1"], ["tf32x3_wgmma.cu", "conv2d_tf32x3_wgmma@0"]]
+    else:
+        expected = [
+            ["implicit_gemm_tf32x3.cu", "conv2d_tf32x3_fwd@64,0,1"],
+            ["implicit_gemm_tf32x3.cu", "tf32x3_split_weights@1"],
+        ]
+    assert [pair for pair in built if pair[0] in ("implicit_gemm_tf32x3.cu", "tf32x3_wgmma.cu")] == expected, built
 
 
 def test_device_name_tells_the_model_for_the_tuning_cache_and_the_records():

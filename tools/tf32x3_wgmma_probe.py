@@ -3,8 +3,10 @@ through the public API, in one process.
 
     python3 tools/tf32x3_wgmma_probe.py [--repeat 21] [--layers "cnn c2,..."]
 
-Per layer of tools/tf32x3_ab.py: ``cs.conv2d(..., algorithm="tf32x3")`` with ``params={"mma":
-"wgmma"}`` and ``{"mma": "sync"}``, each plain and with the fused ReLU, and cuDNN (TF32 off,
+Per layer of tools/tf32x3_ab.py: a plan of ``algorithm="tf32x3"`` with ``params={"mma":
+"wgmma"}`` and ``{"mma": "sync"}`` (``cs.plan``), each plain and with the fused ReLU (the plan
+``cs.conv2d(..., activation="relu")`` builds, through its private builder: ``cs.plan`` takes no
+activation), and cuDNN (TF32 off,
 ``cudnn.benchmark``) plain and followed by a ReLU; CUDA events around each call, interleaved rounds
 after a warm-up; medians (min-max). The last column checks both kernels' first two images against
 the float64 reference (worst error over the float32 tolerance: < 1 passes).
@@ -24,6 +26,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from tf32x3_ab import LAYERS, layer_operands, reference, worst_error  # noqa: E402
 
 import convsuite as cs  # noqa: E402
+from convsuite._api import _planned  # noqa: E402
 from convsuite.bench.backward_ladder import _interleaved  # noqa: E402
 
 torch.backends.cudnn.allow_tf32 = False
@@ -31,6 +34,12 @@ torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.benchmark = True
 
 MMAS = ("wgmma", "sync")
+
+
+def _fused_relu_plan(x, w, b, params, kw):
+    """The plan ``cs.conv2d(x, w, b, activation="relu", ...)`` runs, with ``params`` pinned."""
+    geometry = [kw.get(k, d) for k, d in (("stride", 1), ("padding", 0), ("dilation", 1), ("groups", 1))]
+    return _planned(2, "forward", x, w, b, *geometry, "cupy", "tf32x3", activation="relu", params=params)
 
 
 def layer_row(layer, rs, repeat: int) -> str:
@@ -42,12 +51,12 @@ def layer_row(layer, rs, repeat: int) -> str:
     calls, errors = {}, []
     for mma in MMAS:
         params = {"mma": mma}
-        head = cs.conv2d(x[:2], w, b, backend="cupy", algorithm="tf32x3", params=params, **kw)
+        head = cs.plan(x[:2], w, b, backend="cupy", algorithm="tf32x3", params=params, **kw)(x[:2], w, b)
         errors.append(worst_error(head, ref, tol))
-        calls[mma] = lambda p=params: cs.conv2d(x, w, b, backend="cupy", algorithm="tf32x3", params=p, **kw)
-        calls[f"{mma}+relu"] = lambda p=params: cs.conv2d(
-            x, w, b, backend="cupy", algorithm="tf32x3", params=p, activation="relu", **kw
-        )
+        plain = cs.plan(x, w, b, backend="cupy", algorithm="tf32x3", params=params, **kw)
+        fused = _fused_relu_plan(x, w, b, params, kw)
+        calls[mma] = lambda p=plain: p(x, w, b)
+        calls[f"{mma}+relu"] = lambda p=fused: p(x, w, b)
     calls["cudnn"] = lambda: torch.nn.functional.conv2d(tx, tw, tb, **kw)
     calls["cudnn+relu"] = lambda: torch.relu_(torch.nn.functional.conv2d(tx, tw, tb, **kw))
     t = _interleaved(calls, repeat)
