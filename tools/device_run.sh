@@ -52,6 +52,7 @@
 #                                     tf32x3 and cuDNN, after the descriptor probe (tools/wgmma_probe.py)
 #   bash tools/device_run.sh wgmmacheck  tf32x3's GPU tests, memcheck and racecheck on its smoke cases,
 #                                     and the wgmma probe table
+#   bash tools/device_run.sh ladder   issue 17's backward ablation and fused-epilogue tables (convsuite.bench.backward_ladder)
 #   bash tools/device_run.sh abtx     tf32x3's forward vs cuDNN (tools/tf32x3_ab.py): this tree against
 #                                     abtmp/old (carried), alternating processes
 set -u
@@ -325,6 +326,12 @@ bigcheck)
   grep -E "ERROR SUMMARY|WRONG" "$LOGS/memcheck-big.log" | head -3 | tee -a "$SUMMARY"
   run racecheck-big 200 compute-sanitizer --tool racecheck python3 tools/gpu_smoke.py igemm_big,tf32x3
   grep -E "RACECHECK SUMMARY|ERROR SUMMARY|WRONG" "$LOGS/racecheck-big.log" | head -3 | tee -a "$SUMMARY"
+  ;;
+ladder)
+  # issue 17's tables: every backward algorithm on cnn-train-3x3 and the ECE408 layers, the fused
+  # forward + ReLU and the ReLU-mask tables (python -m convsuite.bench.backward_ladder --time)
+  run ladder 400 python3 -m convsuite.bench.backward_ladder --time --repeat "${LADDER_REPEAT:-7}" --out "$LOGS"
+  grep -E "^\| cnn-train|^\| c[12] " "$LOGS/ladder.log" | head -70 | tee -a "$SUMMARY"
   ;;
 fused)
   # issue 17's fused forward + ReLU against the unfused pair through the public API (cnn-train-3x3 layers)
