@@ -6,10 +6,13 @@
 // 4 x 4 quarters BM/2 rows and 64 columns apart, so a warp's shared-memory
 // reads are 16-byte vectors, conflict-free or broadcast, and every slice
 // costs 4 vector loads per 64 FMAs (the multiply is bound by FMA issue, not
-// by shared memory); a reduction slice of BK = 8 per stage; two
+// by shared memory); a reduction slice of BK = 8 per stage. The forward's
+// chunked gather copies global -> shared with cp.async, BIG_STAGES stages in
+// flight (no registers held for the loads, one instruction per element); the
+// table gather, the ReLU-masked gather and the weight gradient keep two
 // shared-memory stages with the next slice's global loads issued into
-// registers before the current slice is multiplied (software pipelining: one
-// barrier per slice). The forward's im2col gather is a template switch,
+// registers before the current slice is multiplied. One barrier per slice
+// either way. The forward's im2col gather is a template switch,
 // CHUNKED: 0 reduces in the weights' order k = (c, p, q) through a per-plan
 // table of filter offsets, koff[k] = (c*H*W + p*dh*W + q*dw, p*dh, q*dw, 0)
 // (a tap costs a 16-byte table load, its dependent input load and two
@@ -33,6 +36,12 @@
 #define BIG_BN 128
 #define BIG_BK 8
 #define BIG_PAD 4   // row padding of the A tile: the w-grad loader stores columns
+// cp.async stages of the chunked float forward (BM = 64: 25 KB a block, 4 blocks an SM). Against
+// the register pipeline, H100, 2026-11-27, through the API, alternating processes
+// (docs/measurements/device-2026-11-27d/call5): 3x3 C=64 56x56 B=64 0.447-0.455 -> 0.406-0.408 ms,
+// 3x3 C=32->64 1.07-1.10x -> 1.19-1.20x cuDNN, C=128 and 256 1.03-1.09x faster, 1x1 C=96->24
+// 1.02-1.14x; the loads hold no registers (spills 40 -> 8 bytes at 128 registers, sm_90).
+#define BIG_STAGES 4
 
 // The 8 x 8 outer products of one shared-memory stage (thread (ty, tx), ty < BM/8, tx < 16).
 template <typename T, int BM>
@@ -67,8 +76,12 @@ __device__ __forceinline__ void igemm_fwd_body(const T* __restrict__ x, const T*
                                                const T* __restrict__ w, const T* __restrict__ bias,
                                                T* __restrict__ y, const int4* __restrict__ koff, CONV_PARAMS) {
     constexpr int NT = 2 * BM, A_PER = BM * BIG_BK / NT, B_PER = BIG_BN * BIG_BK / NT;   // 4 and 4 or 8
-    __shared__ __align__(16) T As[2][BIG_BK][BM + BIG_PAD];   // weights, As[k][m]
-    __shared__ __align__(16) T Bs[2][BIG_BK][BIG_BN];         // unrolled input, Bs[k][n]
+    // The chunked gather of x itself goes through cp.async; with a mask each element is
+    // two loads and a select, which a copy cannot do.
+    constexpr bool ASYNC = CHUNKED && !MASK;
+    constexpr int NS = ASYNC && sizeof(T) == 4 ? BIG_STAGES : 2;   // (double: instantiated for the PTX check only)
+    __shared__ __align__(16) T As[NS][BIG_BK][BM + BIG_PAD];   // weights, As[k][m]
+    __shared__ __align__(16) T Bs[NS][BIG_BK][BIG_BN];         // unrolled input, Bs[k][n]
     const int G = C / Cg, Mg = M / G, g = blockIdx.z;
     const int Kd = Cg * KH * KW;
     const i64 HoWo = (i64)Ho * Wo, N = (i64)B * HoWo;
@@ -163,6 +176,25 @@ __device__ __forceinline__ void igemm_fwd_body(const T* __restrict__ x, const T*
             }
         }
     };
+    // ASYNC: stage s's copies, in load()'s order and mapping (zeros where load() has them).
+    auto load_async = [&](int s) {
+        const int ca = lc + akq;
+        const T* wp = opaque_pointer(wq + (ca * taps + lp * KW + lq));
+#pragma unroll
+        for (int r = 0; r < A_PER; ++r, wp += (NT / BIG_BK) * Kd)
+            cp_async_element(&As[s][akq][arow + r * (NT / BIG_BK)], wp, (a_rows >> r & 1) && ca < Cg);
+        const int ih = ih0 + lp * dh, iw = iw0 + lq * dw;
+        const bool inside = n_ok && (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W;
+        const int live = inside ? Cg - (lc + bk) : 0;
+        const int first = (int)((unsigned)(lc + bk) * (unsigned)HW + (unsigned)(ih * W + iw));
+        const T* xp = opaque_pointer(xb + first);
+#pragma unroll
+        for (int r = 0; r < B_PER; ++r, xp += HW) cp_async_element(&Bs[s][bk + r][bn], xp, r < live);
+        if (++lq == KW) {
+            lq = 0;
+            if (++lp == KH) lp = 0, lc += BIG_BK;
+        }
+    };
     auto store = [&](int s) {
 #pragma unroll
         for (int r = 0; r < A_PER; ++r) {
@@ -181,17 +213,41 @@ __device__ __forceinline__ void igemm_fwd_body(const T* __restrict__ x, const T*
 #pragma unroll
         for (int j = 0; j < 8; ++j) acc[i][j] = T(0);
 
-    load(0);
-    store(0);
-    __syncthreads();
-    int s = 0;
-    for (int step = 0; step < steps; ++step) {
-        const bool more = step + 1 < steps;
-        if (more) load(step + 1);   // in flight while this slice is multiplied
-        big_tile_multiply<T, BM>(As[s], Bs[s], acc, ty, tx);
-        if (more) store(s ^ 1);         // stage s^1 was last read before the previous barrier
+    if constexpr (ASYNC) {
+        // Stages 0 .. NS - 2 in flight before the first multiply; each iteration waits for
+        // its own stage, then (after the barrier that ends every warp's reads of the
+        // previous stage) issues the copies of stage step + NS - 1 into that stage's
+        // buffer. One commit group per stage, empty past the end, so the count
+        // cp_async_wait keeps is the same every iteration.
+#pragma unroll
+        for (int p = 0; p < NS - 1; ++p) {
+            if (p < steps) load_async(p);
+            cp_async_commit();
+        }
+        int s = 0, next_s = NS - 1;
+        for (int step = 0; step < steps; ++step) {
+            cp_async_wait<NS - 2>();
+            __syncthreads();
+            if (step + NS - 1 < steps) load_async(next_s);
+            cp_async_commit();
+            big_tile_multiply<T, BM>(As[s], Bs[s], acc, ty, tx);
+            s = s == NS - 1 ? 0 : s + 1;
+            next_s = next_s == NS - 1 ? 0 : next_s + 1;
+        }
+        cp_async_wait<0>();   // the empty trailing groups, so no copy outlives the block
+    } else {
+        load(0);
+        store(0);
         __syncthreads();
-        s ^= 1;
+        int s = 0;
+        for (int step = 0; step < steps; ++step) {
+            const bool more = step + 1 < steps;
+            if (more) load(step + 1);   // in flight while this slice is multiplied
+            big_tile_multiply<T, BM>(As[s], Bs[s], acc, ty, tx);
+            if (more) store(s ^ 1);         // stage s^1 was last read before the previous barrier
+            __syncthreads();
+            s ^= 1;
+        }
     }
 #pragma unroll
     for (int j = 0; j < 8; ++j) {

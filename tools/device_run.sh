@@ -436,7 +436,7 @@ wgmmacheck)
   ;;
 abtx)
   # tf32x3's forward vs cuDNN (tools/tf32x3_ab.py), this tree against abtmp/old, ABTX_ROUNDS rounds (default 3)
-  alternate_trees abtx "${ABTX_ROUNDS:-3}" 150 tools/tf32x3_ab.py
+  alternate_trees abtx "${ABTX_ROUNDS:-3}" 150 tools/tf32x3_ab.py ${ABTX_ARGS:-}
   ;;
 *) note "unknown section: $SECTION" ;;
 esac

@@ -1,6 +1,7 @@
-"""tf32x3's forward through the public API against cuDNN-FP32, in one process: one side of an A/B.
+"""tf32x3's (or another cupy algorithm's) forward through the public API against cuDNN-FP32, in one
+process: one side of an A/B.
 
-    python3 tools/tf32x3_ab.py [--repeat 21]
+    python3 tools/tf32x3_ab.py [--repeat 21] [--algorithm igemm_big]
 
 Run once per tree in alternating processes (``bash tools/device_run.sh abtx``, the working tree
 against ``abtmp/old``): each process prints, per layer, the medians (and min-max) of tf32x3
@@ -58,12 +59,13 @@ def worst_error(y, ref, tol) -> float:
     return float(np.max(np.abs(y.get() - ref) / tol))
 
 
-def _contenders(x, w, b, kw) -> dict:
-    """name -> zero-argument call: tf32x3 plain, fused with a ReLU and followed by one; cuDNN plain and + ReLU."""
+def _contenders(x, w, b, kw, algorithm: str = "tf32x3") -> dict:
+    """name -> zero-argument call: ``algorithm`` plain, fused with a ReLU and followed by one (under the
+    names tf32x3, tf32x3+relu, tf32x3 then relu whatever the algorithm); cuDNN plain and + ReLU."""
     tx, tw, tb = (torch.from_dlpack(a) for a in (x, w, b))
 
     def conv(**extra):
-        return cs.conv2d(x, w, b, backend="cupy", algorithm="tf32x3", **kw, **extra)
+        return cs.conv2d(x, w, b, backend="cupy", algorithm=algorithm, **kw, **extra)
 
     def then_relu():
         y = conv()
@@ -81,20 +83,22 @@ def _contenders(x, w, b, kw) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=21)
+    parser.add_argument("--algorithm", default="tf32x3", help="the cupy algorithm pinned (default tf32x3)")
     args = parser.parse_args()
     rs = cp.random.RandomState(11)
+    alg = args.algorithm
     print(f"device: {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}; convsuite from {cs.__file__}")
     print(
-        "| layer | tf32x3 ms | +relu ms | cudnn ms | cudnn / tf32x3 | cudnn+relu / tf32x3+relu "
+        f"| layer | {alg} ms | +relu ms | cudnn ms | cudnn / {alg} | cudnn+relu / {alg}+relu "
         "| fused vs unfused | err/tol |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for layer in LAYERS:
         name, B = layer[:2]
         x, w, b, kw = layer_operands(rs, layer)
-        calls = _contenders(x, w, b, kw)
+        calls = _contenders(x, w, b, kw, alg)
         t = _interleaved(calls, args.repeat)
-        err = worst_error(cs.conv2d(x[:2], w, b, backend="cupy", algorithm="tf32x3", **kw), *reference(x, w, b, kw))
+        err = worst_error(cs.conv2d(x[:2], w, b, backend="cupy", algorithm=alg, **kw), *reference(x, w, b, kw))
         med = {k: v[0] * 1e3 for k, v in t.items()}
         spread = {k: f"{v[1] * 1e3:.3f}-{v[2] * 1e3:.3f}" for k, v in t.items()}
         print(
