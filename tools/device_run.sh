@@ -281,7 +281,7 @@ gather)
   ;;
 targets)
   # The issue-11 table on the targets named by TARGETS (label fragments; all when empty).
-  run gpu-targets 400 python3 -m convsuite.bench.gpu_targets --out "$LOGS/targets" --repeat 9 ${TARGETS:+--only "$TARGETS"}
+  run gpu-targets "${TARGETS_LIMIT:-400}" python3 -m convsuite.bench.gpu_targets --out "$LOGS/targets" --repeat 9 ${TARGETS:+--only "$TARGETS"}
   grep -E "^\|" "$LOGS/gpu-targets.log" | head -24 | tee -a "$SUMMARY"
   ;;
 rtsweep)
