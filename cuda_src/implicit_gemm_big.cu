@@ -7,8 +7,8 @@
 // reads are 16-byte vectors, conflict-free or broadcast, and every slice
 // costs 4 vector loads per 64 FMAs (the multiply is bound by FMA issue, not
 // by shared memory); a reduction slice of BK = 8 per stage. The forward's
-// chunked gather copies global -> shared with cp.async, BIG_STAGES stages in
-// flight (no registers held for the loads, one instruction per element); the
+// chunked gather copies global -> shared with cp.async from sm_80, BIG_STAGES
+// stages in flight (no registers held for the loads, one instruction per element); the
 // table gather, the ReLU-masked gather and the weight gradient keep two
 // shared-memory stages with the next slice's global loads issued into
 // registers before the current slice is multiplied. One barrier per slice
@@ -36,12 +36,21 @@
 #define BIG_BN 128
 #define BIG_BK 8
 #define BIG_PAD 4   // row padding of the A tile: the w-grad loader stores columns
-// cp.async stages of the chunked float forward (BM = 64: 25 KB a block, 4 blocks an SM). Against
-// the register pipeline, H100, 2026-11-27, through the API, alternating processes
-// (docs/measurements/device-2026-11-27d/call5): 3x3 C=64 56x56 B=64 0.447-0.455 -> 0.406-0.408 ms,
-// 3x3 C=32->64 1.07-1.10x -> 1.19-1.20x cuDNN, C=128 and 256 1.03-1.09x faster, 1x1 C=96->24
-// 1.02-1.14x; the loads hold no registers (spills 40 -> 8 bytes at 128 registers, sm_90).
+// cp.async stages of the chunked float forward. Against the register pipeline, H100, 2026-11-27,
+// through the API, alternating processes (docs/measurements/device-2026-11-27d/call5): 3x3 C=64
+// 56x56 B=64 0.447-0.455 -> 0.406-0.408 ms, 3x3 C=32->64 1.07-1.10x -> 1.19-1.20x cuDNN, C=128
+// and 256 1.03-1.09x faster, 1x1 C=96->24 1.02-1.14x; the loads hold no registers (spills 40 -> 8
+// bytes at 128 registers, sm_90). Four stages (BM = 64: 25 KB a block) where an SM's shared memory
+// holds four such blocks (sm_80, sm_90: 164-228 KB; measured on sm_90 only); three elsewhere (100
+// KB on sm_86/89); none below sm_80, where cp.async is an ordinary load and store (common.cuh) and
+// the register pipeline overlaps better.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define BIG_STAGES 0
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ != 800 && __CUDA_ARCH__ != 900
+#define BIG_STAGES 3
+#else
 #define BIG_STAGES 4
+#endif
 
 // The 8 x 8 outer products of one shared-memory stage (thread (ty, tx), ty < BM/8, tx < 16).
 template <typename T, int BM>
@@ -78,7 +87,7 @@ __device__ __forceinline__ void igemm_fwd_body(const T* __restrict__ x, const T*
     constexpr int NT = 2 * BM, A_PER = BM * BIG_BK / NT, B_PER = BIG_BN * BIG_BK / NT;   // 4 and 4 or 8
     // The chunked gather of x itself goes through cp.async; with a mask each element is
     // two loads and a select, which a copy cannot do.
-    constexpr bool ASYNC = CHUNKED && !MASK;
+    constexpr bool ASYNC = CHUNKED && !MASK && BIG_STAGES > 0;
     constexpr int NS = ASYNC && sizeof(T) == 4 ? BIG_STAGES : 2;   // (double: instantiated for the PTX check only)
     __shared__ __align__(16) T As[NS][BIG_BK][BM + BIG_PAD];   // weights, As[k][m]
     __shared__ __align__(16) T Bs[NS][BIG_BK][BIG_BN];         // unrolled input, Bs[k][n]
