@@ -88,12 +88,12 @@ __device__ __forceinline__ void tw_wait() {
 __device__ __forceinline__ void tw_fence_proxy() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 #endif
 
-// Stages of the cp.async pipeline (S - 2 copied ahead) and the blocks per multiprocessor the
-// registers must allow (128 registers). H100, 2026-11-27, against S = 4 and 3 blocks, stages of
+// Stages of the cp.async pipeline (S - 2 copied ahead): CS_TW_STAGES, one value with the launch,
+// which sizes the dynamic shared memory from it (_cuda_sources.DEFINES); and the blocks per
+// multiprocessor the registers must allow (128 registers). H100, 2026-11-27, against S = 4 and 3 blocks, stages of
 // two k-steps, and the weights copied through L2 only (docs/measurements/tf32x3-wgmma-2026-11-27-h100.md):
 // the weights through L1 made the kernel 1.4-1.8x faster on every layer measured, S = 5 and 4 blocks
 // 1.00-1.02x on the 3x3 layers and 1.05-1.40x on the 1x1 and the strided 5x5.
-#define TW_STAGES 5
 #define TW_MIN_BLOCKS 4
 
 template <typename T, int ACT>
@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(TW_THREADS, TW_MIN_BLOCKS)
     if constexpr (sizeof(T) != 4) {
         __trap();   // float32 only
     } else {
-        constexpr int S = TW_STAGES, P = S - 2;   // P stages copied ahead
+        constexpr int S = CS_TW_STAGES, P = S - 2;   // P stages copied ahead
         static_assert(S >= 3, "a stage in flight, one being read, one a wgmma may still read");
         extern __shared__ __align__(128) unsigned tw_stage_words[];
         const int G = C / Cg, Mg = M / G, g = blockIdx.z;

@@ -60,6 +60,9 @@ DEFINES = {
     "CS_TX_BLOCKS": 4,
     # tf32x3 forward at BM = 64: shared-memory stages of its cp.async pipeline (the "stages" tunable)
     "CS_TX_STAGES": 4,
+    # tf32x3's wgmma forward (tf32x3_wgmma.cu): cp.async stages in dynamic shared memory, sized from
+    # the same value (_cupy_algorithms.TF32X3_WGMMA_SMEM)
+    "CS_TW_STAGES": 5,
 }
 
 #: The ``-D`` constants a tunable parameter may set per configuration: name ->

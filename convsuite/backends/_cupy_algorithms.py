@@ -983,9 +983,11 @@ TF32X3_WGMMA_CAPABILITY = 90
 #: Output channels and pixels of the wgmma kernel's block tile (its wgmma N, and two row halves of 64).
 TF32X3_WGMMA_BM, TF32X3_WGMMA_BN = 64, 128
 
-#: Dynamic shared memory of the wgmma kernel: TW_STAGES (5) stages of the split weights (2 x 64 x 8
+#: Dynamic shared memory of the wgmma kernel: CS_TW_STAGES stages of the split weights (2 x 64 x 8
 #: words) and the inputs (8 x 136 words).
-TF32X3_WGMMA_SMEM = 5 * (2 * TF32X3_WGMMA_BM * GATHER_CHUNK + GATHER_CHUNK * (TF32X3_WGMMA_BN + 8)) * 4
+TF32X3_WGMMA_SMEM = (
+    DEFINES["CS_TW_STAGES"] * (2 * TF32X3_WGMMA_BM * GATHER_CHUNK + GATHER_CHUNK * (TF32X3_WGMMA_BN + 8)) * 4
+)
 
 
 def _wgmma_device(direction: str) -> bool:
