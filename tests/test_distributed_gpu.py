@@ -143,3 +143,58 @@ def test_replicated_weights_give_the_same_result():
         assert sorted(w_on) == sorted(unique) and all(a.device.id == d for d, a in w_on.items())
         y = multigpu.gather(multigpu.conv_shards(shards, w_on, b_on, padding=1))
         assert_within(y, expected, tol, f"replicated weights on {devices}")
+
+
+def test_captured_shards_replay_the_conv_and_see_new_data_written_in_place():
+    """One CUDA graph per shard: the reference result, fixed outputs, new inputs seen on the next call."""
+    import cupy
+
+    from convsuite.distributed import multigpu
+
+    x, w, b = _arrays(seed=3, batch=9)
+    x2 = np.random.default_rng(4).standard_normal(x.shape).astype(np.float32)
+    keywords = dict(stride=(1, 2))  # no padding: every algorithm the rule picks here captures
+    spec = cs.explain(x, w, b, **keywords).spec
+    for devices in _devices_to_try():
+        unique = list(dict.fromkeys(devices))
+        shards = multigpu.scatter(x, devices)
+        run = multigpu.CapturedShards(shards, multigpu.replicate(w, unique), b, **keywords)
+        assert run.captured == len(shards) and run.fallback_reason is None, run.fallback_reason
+        outputs = run()
+        assert [o.device for o in outputs] == [s.device for s in shards]
+        assert all(o.array.device.id == o.device for o in outputs)
+        want = reference_forward(spec, x, w, b)
+        assert_within(multigpu.gather(outputs), want, forward_tolerance(spec, x, w, b), f"captured on {devices}")
+        for s in shards:  # new data into the same device arrays
+            with cupy.cuda.Device(s.device):
+                s.array[...] = cupy.asarray(x2[s.start : s.stop])
+        again = run()
+        assert all(a.array is o.array for a, o in zip(again, outputs)), "the outputs are the fixed arrays"
+        want2 = reference_forward(spec, x2, w, b)
+        assert_within(multigpu.gather(again), want2, forward_tolerance(spec, x2, w, b), f"replay on {devices}")
+        assert run.replays == 2
+
+
+def test_captured_shards_run_eagerly_where_capture_is_refused_and_say_why():
+    """A plan that reads a flag back to the host each call (the non-finite fix-up after a kernel
+    that skips halo taps) cannot be captured: each shard runs eagerly into its fixed output,
+    with the IEEE result, and the reason is kept."""
+    from convsuite.distributed import multigpu
+
+    x, w, b = _arrays(seed=5, batch=4)
+    w[0, 0, 0, 0] = np.inf  # a corner tap: it meets the padding at the border (inf * 0 = NaN there)
+    keywords = dict(padding=1, backend="cupy", algorithm="direct")
+    spec = cs.explain(x, w, b, **keywords).spec
+    shards = multigpu.scatter(x)
+    run = multigpu.CapturedShards(shards, w, b, **keywords)
+    assert run.captured == 0 and "device" in run.fallback_reason, run.fallback_reason
+    for _ in range(2):
+        got = multigpu.gather(run())
+        want = reference_forward(spec, x, w, b)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        infinite = np.isinf(want)
+        np.testing.assert_array_equal(got[infinite], want[infinite])
+        finite = np.isfinite(want)
+        tol = np.where(finite, forward_tolerance(spec, x, w, b), 1.0)
+        assert_within(np.where(finite, got, 0), np.where(finite, want, 0), tol, "eager shards")
+    assert run.replays == 2

@@ -64,3 +64,23 @@ def test_dask_arrays_are_recognised_without_importing_dask():
     )
     subprocess.run([sys.executable, "-c", code], check=True)
     assert not is_dask_array([1, 2])
+
+
+def test_captured_shards_refuse_bad_arguments_before_touching_a_gpu():
+    """CapturedShards checks its shards and keywords first, with errors that name them (no CuPy needed)."""
+    import pytest
+
+    from convsuite.distributed.multigpu import CapturedShards, Shard
+
+    w = np.zeros((2, 1, 3, 3), np.float32)
+    host = Shard(0, 0, 2, np.zeros((2, 1, 8, 8), np.float32))
+    with pytest.raises(TypeError, match="`shards` must be a non-empty list of multigpu.Shard"):
+        CapturedShards([], w)
+    with pytest.raises(TypeError, match="`shards` must be a non-empty list of multigpu.Shard"):
+        CapturedShards([np.zeros((2, 1, 8, 8))], w)
+    with pytest.raises(TypeError, match=r"`shards\[0\].array` must be a CuPy array; got ndarray"):
+        CapturedShards([host], w)
+    with pytest.raises(TypeError, match="`out` is not taken"):
+        CapturedShards([host], w, out=host.array)
+    with pytest.raises(ValueError, match="forward pass only; got direction='backward'"):
+        CapturedShards([host], w, direction="backward")

@@ -23,6 +23,7 @@
 #   bash tools/device_run.sh ncu-layers  Nsight Compute on tf32x3 (3x3 C=64) and the depthwise forward (s2 C=144)
 #   bash tools/device_run.sh harness  tf32x3 vs cuDNN on 3x3 C=64 with gpu_targets' torch call and the probe's, one process
 #   bash tools/device_run.sh tc       tf32x3: its GPU tests, the probe against igemm_big and cuDNN, Nsight Compute on c1
+#   bash tools/device_run.sh multiprobe [REPEAT]  tools/multigpu_probe.py: where a 2-GPU call's time goes
 #   bash tools/device_run.sh dask [REPEAT]  issue 14's Dask rows on the host's CPU: all cores, then two (taskset)
 #   bash tools/device_run.sh taskstream  tools/dask_task_stream.py on the host's CPU: scheduler-placed, then spread chunks
 #   bash tools/device_run.sh gather [LAYERS]  tools/gather_probe.py: igemm_big's and tf32x3's table and chunked
@@ -256,6 +257,12 @@ multi)
   grep -E "^gpus" "$LOGS/scaling.log" | tail -8 | tee -a "$SUMMARY"
   run compare-scaling 90 python3 -m convsuite compare --scaling gpus --repeat 5
   tail -6 "$LOGS/compare-scaling.log" | tee -a "$SUMMARY"
+  ;;
+multiprobe)
+  # Where a 2-GPU call's time goes on the ECE408 layers (tools/multigpu_probe.py).
+  run multigpu-probe 300 python3 tools/multigpu_probe.py --repeat ${2:-31} ${MULTIPROBE_ARGS:-}
+  grep -E "^  (cs\.conv2d|plan)" "$LOGS/multigpu-probe.log" | tee -a "$SUMMARY"
+  sed -n '/=== summary ===/,$p' "$LOGS/multigpu-probe.log" | tee -a "$SUMMARY"
   ;;
 dask)
   # Issue 14's Dask rows on this host's CPU: once with every core (the scheduler, nannies and client

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 import convsuite as cs
+from convsuite.bench.scaling_view import ms
 from convsuite.bench.timing import Timing, time_side_by_side
 from convsuite.bench.workloads import layer
 from convsuite.testing import forward_tolerance, reference_forward
@@ -90,8 +91,8 @@ def _row(section, case, ours, theirs, timings: dict[str, Timing], goal_name, wor
     )
     verdict = "" if goal is None else f"(goal {goal:.2f}) {'met' if ratio >= goal else 'MISSED'}"
     print(
-        f"{section:7s} {case:34s} {ours:>22s} {a.median * 1e3:9.1f} ms [{a.low * 1e3:.1f}-{a.high * 1e3:.1f}]"
-        f"  vs {theirs:>22s} {b.median * 1e3:9.1f} ms [{b.low * 1e3:.1f}-{b.high * 1e3:.1f}]"
+        f"{section:7s} {case:34s} {ours:>22s} {ms(a.median):>9s} ms [{ms(a.low)}-{ms(a.high)}]"
+        f"  vs {theirs:>22s} {ms(b.median):>9s} ms [{ms(b.low)}-{ms(b.high)}]"
         f"  {ratio:5.2f}x {verdict}",
         flush=True,
     )
@@ -318,24 +319,27 @@ def gpu_rows(batch: int, repeat: int) -> list[dict]:
         w_on = multigpu.replicate(w, gpus[:2])
         _check(x, w, kw, multigpu.gather(multigpu.conv_shards(two, w_on, **kw)))
 
+        # The same shards replayed from one CUDA graph per GPU (multigpu.CapturedShards): the second
+        # GPU then starts a graph launch's host time after the first, not a whole call's.
+        graphs = {n: multigpu.CapturedShards(shards, w_on, **kw) for n, shards in (("1", one), ("2", two))}
+        _check(x, w, kw, multigpu.gather(graphs["2"]()))
+
         def run(shards, w=w_on, kw=kw):
             def call():
                 multigpu.conv_shards(shards, w, **kw)  # synchronises every device it used
 
             return call
 
-        t = time_side_by_side({"2 GPUs": run(two), "1 GPU": run(one)}, repeat=repeat)
+        t = time_side_by_side(
+            {"2 GPUs": run(two), "1 GPU": run(one), "2 GPUs (graphs)": graphs["2"], "1 GPU (graphs)": graphs["1"]},
+            repeat=repeat,
+        )
+        extra = dict(device=cupy.cuda.runtime.getDeviceProperties(0)["name"].decode())
+        case = f"{workload} {name} B={batch}"
+        rows.append(_row("gpus", case, "2 GPUs", "1 GPU", t, "2 GPUs vs 1", (2, 1), extra))
+        fallback = {"fallback": graphs["2"].fallback_reason} if graphs["2"].fallback_reason else {}
         rows.append(
-            _row(
-                "gpus",
-                f"{workload} {name} B={batch}",
-                "2 GPUs",
-                "1 GPU",
-                t,
-                "2 GPUs vs 1",
-                (2, 1),
-                dict(device=cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()),
-            )
+            _row("gpus", case, "2 GPUs (graphs)", "1 GPU (graphs)", t, "2 GPUs vs 1", (2, 1), {**extra, **fallback})
         )
     return rows
 
@@ -414,8 +418,11 @@ def _markdown(rows, meta) -> str:
     ]
     for r in rows:
         goal = "" if r["goal"] is None else f"{r['goal']:.2f} {'met' if r['met'] else 'missed'}"
-        ours = f"{r['ours_ms']:.1f} ({r['ours_spread_ms'][0]:.1f}-{r['ours_spread_ms'][1]:.1f})"
-        base = f"{r['baseline_ms']:.1f} ({r['baseline_spread_ms'][0]:.1f}-{r['baseline_spread_ms'][1]:.1f})"
+        ours = f"{ms(r['ours_ms'] / 1e3)} ({ms(r['ours_spread_ms'][0] / 1e3)}-{ms(r['ours_spread_ms'][1] / 1e3)})"
+        base = (
+            f"{ms(r['baseline_ms'] / 1e3)} "
+            f"({ms(r['baseline_spread_ms'][0] / 1e3)}-{ms(r['baseline_spread_ms'][1] / 1e3)})"
+        )
         cells = (r["section"], r["case"], r["ours"], ours, r["baseline"], base, f"{r['ratio']:.2f}x", goal)
         lines.append("| " + " | ".join(cells) + " |")
     for r in rows:

@@ -15,10 +15,16 @@ import json
 import os
 from pathlib import Path
 
-__all__ = ["scaling_points", "run_scaling", "table_cells", "write_scaling"]
+__all__ = ["ms", "run_scaling", "scaling_points", "table_cells", "write_scaling"]
 
 #: The columns of the table, the CSV and the Markdown report, in order.
 COLUMNS = ("section", "case", "contender", "workers", "ms", "spread (ms)", "speed-up vs 1", "goal", "against")
+
+
+def ms(seconds: float) -> str:
+    """Milliseconds to print: three decimals below 10 ms (the GPU rows' sub-millisecond calls), one above."""
+    value = seconds * 1e3
+    return f"{value:.3f}" if value < 10 else f"{value:.1f}"
 
 
 def _goal_text(row: dict) -> str:
@@ -82,8 +88,8 @@ def table_cells(point: dict) -> list[str]:
         point["case"],
         point["contender"],
         str(point["workers"]),
-        f"{point['ms']:.1f}",
-        f"{low:.1f}-{high:.1f}",
+        ms(point["ms"] / 1e3),
+        f"{ms(low / 1e3)}-{ms(high / 1e3)}",
         "" if point["speedup"] is None else f"{point['speedup']:.2f}x",
         _goal_text(point),
         "; ".join(point["against"]),

@@ -16,7 +16,9 @@ the weight and bias gradients of the slices are summed there.
 
 For repeated work on data that already lives on the GPUs, :func:`scatter`
 places the batch once and :func:`conv_shards` / :func:`gather` run and
-collect without moving inputs again (what the scaling benchmark times).
+collect without moving inputs again (what the scaling benchmark times);
+:class:`CapturedShards` replays each GPU's share from a CUDA graph, so the
+last GPU no longer starts a whole call's host time after the first.
 For a Dask array of CuPy chunks, use a Dask cluster with one worker per GPU
 (``dask_cuda.LocalCUDACluster``): every chunk then runs on its worker's GPU.
 """
@@ -32,8 +34,10 @@ import numpy as np
 from .._arrays import is_cupy_array
 from .._thread_pools import shared_pool
 from ._tiling import even_bounds
+from .captured_shards import CapturedShards
 
 __all__ = [
+    "CapturedShards",
     "Shard",
     "conv1d",
     "conv1d_backward",
