@@ -60,6 +60,13 @@ def _end_capture_quietly(stream) -> None:
         pass
 
 
+def _writing_plan(plan, device: int):
+    """``plan``, if it can write into a given output array (a fixed output needs that)."""
+    if not plan.accepts_out:
+        raise ValueError(f"the plan for the shard on device {device} cannot write into a fixed output ({plan})")
+    return plan
+
+
 class CapturedShards:
     """The forward convolution of fixed shards, one CUDA graph per shard, replayed per call.
 
@@ -143,30 +150,34 @@ class CapturedShards:
                 stream.wait_event(caller.record())  # the shard and the weights are ready
                 operands = (shard.array, _replicate(w, device), _replicate(bias, device))
                 with graph_capture():
-                    plan = self._plan(*operands)
+                    plan = _writing_plan(self._plan(*operands), device)
                     out = cupy.empty(plan.user_y_shape, dtype=plan.dtype)
-                    try:
-                        # Two warm-up calls: the first compiles, the second allocates what a
-                        # steady-state call does, so the pool holds what the capture asks for.
-                        for _ in range(2):
-                            plan(*operands, out=out)
-                        stream.synchronize()
-                        stream.begin_capture()
-                        try:
-                            plan(*operands, out=out)
-                        except BaseException:
-                            _end_capture_quietly(stream)  # leave capture mode; the call's error is the reason
-                            raise
-                        graph = stream.end_capture()
-                    except Exception as exc:  # capture refused (a call that synchronises, ...)
-                        self.fallback_reason = f"shard on device {device}: {type(exc).__name__}: {exc}"
-                        graph = None
-                if graph is None:  # eager, with the algorithm the settings choose outside capture
-                    plan = self._plan(*operands)
-                stream.synchronize()
-        if not plan.accepts_out:
-            raise ValueError(f"the plan for the shard on device {device} cannot write into a fixed output ({plan})")
+                    # Two warm-up calls (eager: an error here is the call's own, and is raised): the
+                    # first compiles, the second allocates what a steady-state call does, so the
+                    # pool holds every block the capture asks for.
+                    for _ in range(2):
+                        plan(*operands, out=out)
+                    stream.synchronize()
+                    graph = self._record(stream, plan, operands, out, device)
+            if graph is None:  # eager, with the algorithm the settings choose outside capture
+                plan = _writing_plan(self._plan(*operands), device)
+            stream.synchronize()
         return _ShardGraph(device, graph, plan, operands, out, pool, stream)
+
+    def _record(self, stream, plan, operands, out, device: int):
+        """One call captured on ``stream`` as a graph, or None (and the reason kept) if capture refuses it."""
+        stream.begin_capture()
+        try:
+            plan(*operands, out=out)
+        except Exception as exc:  # a call that synchronises with the host, ...
+            _end_capture_quietly(stream)
+            self.fallback_reason = f"shard on device {device}: {type(exc).__name__}: {exc}"
+            return None
+        try:
+            return stream.end_capture()
+        except Exception as exc:  # the capture was invalidated without the call noticing
+            self.fallback_reason = f"shard on device {device}: {type(exc).__name__}: {exc}"
+            return None
 
     def __call__(self) -> list:
         """Run every shard (each GPU's graph on its current stream), wait for all; return :attr:`outputs`."""
