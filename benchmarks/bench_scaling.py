@@ -3,6 +3,8 @@
 - ``JoblibRung``: the ECE408 layers on the joblib rung (1 and 2 threads),
   beside the single-core Cython rung and Numba's ``prange`` on the same
   thread counts, so a commit that moves any of them shows up side by side.
+- ``SeveralGPUs``: the ECE408 layers at batch 10,000 on 1 and 2 GPUs,
+  through ``conv_shards`` and ``CapturedShards`` (skipped without two GPUs).
 - ``DaskWorkers``: a 1-D signal (N=1e7, K=31, chunks of 1e6) on a
   LocalCluster of 1 and 2 single-threaded worker processes, started once
   per parameter set in ``setup`` (never timed), input already on the workers.
@@ -91,3 +93,35 @@ class DaskWorkers:
 
     def time_signal(self, workers):
         self._run()
+
+
+class SeveralGPUs:
+    """The ECE408 layers at batch 10,000 split across 1 and 2 GPUs, inputs resident on the devices:
+    one call per GPU queued from this thread (``conv_shards``) or each GPU's share replayed from a
+    CUDA graph (``CapturedShards``). Both wait for every GPU they used."""
+
+    params = (["conv_shards", "captured"], list(LAYERS), [1, 2])
+    param_names = ["path", "layer", "gpus"]
+    timeout = 300
+
+    def setup(self, path, layer, gpus):
+        _require_backend("cupy")
+        from convsuite.distributed import multigpu
+
+        visible = multigpu.visible_gpus()
+        if len(visible) < gpus:
+            raise NotImplementedError(f"needs {gpus} GPUs; {len(visible)} visible")
+        C, M, H, W, K = LAYERS[layer]
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((10000, C, H, W), dtype=np.float32)
+        w = rng.standard_normal((M, C, K, K), dtype=np.float32)
+        shards = multigpu.scatter(x, visible[:gpus])
+        w_on = multigpu.replicate(w, visible[:gpus])
+        if path == "captured":
+            self.call = multigpu.CapturedShards(shards, w_on)
+        else:
+            self.call = lambda: multigpu.conv_shards(shards, w_on)
+        self.call()  # compile, plan, warm up
+
+    def time_forward(self, path, layer, gpus):
+        self.call()
