@@ -24,6 +24,7 @@
 #   bash tools/device_run.sh harness  tf32x3 vs cuDNN on 3x3 C=64 with gpu_targets' torch call and the probe's, one process
 #   bash tools/device_run.sh tc       tf32x3: its GPU tests, the probe against igemm_big and cuDNN, Nsight Compute on c1
 #   bash tools/device_run.sh multiprobe [REPEAT]  tools/multigpu_probe.py: where a 2-GPU call's time goes
+#   bash tools/device_run.sh lonechunk [REPEAT]  tools/lone_chunk_probe.py on the host's CPU (all cores, then two)
 #   bash tools/device_run.sh dask [REPEAT]  issue 14's Dask rows on the host's CPU: all cores, then two (taskset)
 #   bash tools/device_run.sh taskstream  tools/dask_task_stream.py on the host's CPU: scheduler-placed, then spread chunks
 #   bash tools/device_run.sh gather [LAYERS]  tools/gather_probe.py: igemm_big's and tf32x3's table and chunked
@@ -263,6 +264,14 @@ multiprobe)
   run multigpu-probe 300 python3 tools/multigpu_probe.py --repeat ${2:-31} ${MULTIPROBE_ARGS:-}
   grep -E "^  (cs\.conv2d|plan)" "$LOGS/multigpu-probe.log" | tee -a "$SUMMARY"
   sed -n '/=== summary ===/,$p' "$LOGS/multigpu-probe.log" | tee -a "$SUMMARY"
+  ;;
+lonechunk)
+  # A lone 1e7 chunk vs one large call, per sample and thread, fresh or kept output (tools/lone_chunk_probe.py).
+  note "cores: $(nproc --all); $(lscpu | grep -E '^(Model name|Thread\(s\) per core|NUMA node\(s\))' | tr -s ' ' | tr '\n' ';')"
+  run lone-chunk 200 python3 tools/lone_chunk_probe.py --repeat ${2:-7}
+  grep -E "thr|numba" "$LOGS/lone-chunk.log" | tee -a "$SUMMARY"
+  run lone-chunk-two-cores 200 taskset -c 0,1 python3 tools/lone_chunk_probe.py --repeat ${2:-7}
+  grep -E "thr" "$LOGS/lone-chunk-two-cores.log" | tee -a "$SUMMARY"
   ;;
 dask)
   # Issue 14's Dask rows on this host's CPU: once with every core (the scheduler, nannies and client
