@@ -80,6 +80,10 @@ def test_captured_shards_refuse_bad_arguments_before_touching_a_gpu():
         CapturedShards([np.zeros((2, 1, 8, 8))], w)
     with pytest.raises(TypeError, match=r"`shards\[0\].array` must be a CuPy array; got ndarray"):
         CapturedShards([host], w)
+    with pytest.raises(ValueError, match=r"`w` holds per-GPU copies .* for devices \[1\], but shards live on \[0\]"):
+        CapturedShards([host], {1: w})
+    with pytest.raises(ValueError, match=r"`bias` holds per-GPU copies .* for devices \[\]"):
+        CapturedShards([host], w, {})
     with pytest.raises(TypeError, match="`out` is not taken"):
         CapturedShards([host], w, out=host.array)
     with pytest.raises(ValueError, match="forward pass only; got direction='backward'"):

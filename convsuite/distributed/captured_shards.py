@@ -16,7 +16,8 @@ The rules are those of a CUDA graph (as in PyTorch's ``torch.cuda.graphs``):
   call again; replacing the arrays themselves is not seen;
 - the outputs are fixed arrays, written again by every call
   (:attr:`CapturedShards.outputs`): copy what must outlive the next call;
-- a call waits for every GPU it used, as ``conv_shards`` does.
+- a call waits for every GPU it used, as ``conv_shards`` does; one call at
+  a time (two threads replaying the same graphs would write the same outputs).
 
 Each capture runs on a stream of its own, with its buffers from a memory
 pool private to the graph (two warm-up calls first, so that the capture
@@ -113,6 +114,13 @@ class CapturedShards:
         shards = list(shards) if isinstance(shards, (list, tuple)) else shards
         if not isinstance(shards, list) or not shards or not all(isinstance(s, Shard) for s in shards):
             raise TypeError(f"`shards` must be a non-empty list of multigpu.Shard; got {shards!r:.80}")
+        for name, value in (("w", w), ("bias", bias)):
+            missing = [s.device for s in shards if isinstance(value, dict) and s.device not in value]
+            if missing:
+                raise ValueError(
+                    f"`{name}` holds per-GPU copies (multigpu.replicate) for devices {sorted(value)}, "
+                    f"but shards live on {sorted(set(missing))} too: replicate it to every shard's device"
+                )
         for i, s in enumerate(shards):
             if not is_cupy_array(s.array):
                 raise TypeError(f"`shards[{i}].array` must be a CuPy array; got {type(s.array).__name__}")
