@@ -88,3 +88,14 @@ def test_captured_shards_refuse_bad_arguments_before_touching_a_gpu():
         CapturedShards([host], w, out=host.array)
     with pytest.raises(ValueError, match="forward pass only; got direction='backward'"):
         CapturedShards([host], w, direction="backward")
+
+
+def test_a_replicated_operand_without_a_copy_on_a_device_is_refused_by_name():
+    import pytest
+
+    from convsuite.distributed.multigpu import _replicate
+
+    w = np.zeros((2, 1, 3, 3), np.float32)
+    assert _replicate({0: w, 1: w}, 1) is w
+    with pytest.raises(ValueError, match=r"copies on devices \[0\], not on device 1"):
+        _replicate({0: w}, 1)

@@ -149,6 +149,11 @@ def _replicate(array, device: int):
     if array is None:
         return None
     if isinstance(array, dict):  # placed by replicate(): this device's copy
+        if device not in array:
+            raise ValueError(
+                f"an operand placed by replicate() has copies on devices {sorted(array)}, not on device {device}: "
+                "replicate it to every device the shards use"
+            )
         return array[device]
     cupy = _cupy()
     if not is_cupy_array(array):
