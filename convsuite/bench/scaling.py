@@ -338,8 +338,18 @@ def gpu_rows(batch: int, repeat: int) -> list[dict]:
         case = f"{workload} {name} B={batch}"
         rows.append(_row("gpus", case, "2 GPUs", "1 GPU", t, "2 GPUs vs 1", (2, 1), extra))
         fallback = {"fallback": graphs["2"].fallback_reason} if graphs["2"].fallback_reason else {}
+        # A case of its own, so that `compare --scaling` rates the graphs against one GPU's graph.
         rows.append(
-            _row("gpus", case, "2 GPUs (graphs)", "1 GPU (graphs)", t, "2 GPUs vs 1", (2, 1), {**extra, **fallback})
+            _row(
+                "gpus",
+                f"{case} graphs",
+                "2 GPUs (graphs)",
+                "1 GPU (graphs)",
+                t,
+                "2 GPUs vs 1",
+                (2, 1),
+                {**extra, **fallback},
+            )
         )
     return rows
 
