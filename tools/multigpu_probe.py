@@ -24,24 +24,15 @@ import numpy as np
 
 import convsuite as cs
 from convsuite.bench.scaling import ECE408_LAYERS
+from convsuite.bench.timing import cuda_events_median, time_side_by_side
 from convsuite.bench.workloads import layer
 from convsuite.distributed import multigpu
 
 
 def gpu_ms(fn, device: int, repeat: int) -> float:
-    """Median GPU time of ``fn()`` on ``device`` (CUDA events on its current stream)."""
+    """Median GPU time of ``fn()`` on ``device`` in ms (the measuring core's CUDA-event timing)."""
     with cupy.cuda.Device(device):
-        fn()
-        cupy.cuda.Device(device).synchronize()
-        times = []
-        for _ in range(repeat):
-            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-            start.record()
-            fn()
-            stop.record()
-            stop.synchronize()
-            times.append(cupy.cuda.get_elapsed_time(start, stop))
-    return statistics.median(times)
+        return cuda_events_median(fn, repeat) * 1e3
 
 
 def host_us(fn, device: int, repeat: int) -> float:
@@ -76,16 +67,9 @@ def timeline(shards, w_on, kw, repeat: int) -> dict[str, float]:
 
 
 def wall_ms(calls: dict, repeat: int) -> dict[str, tuple[float, float, float]]:
-    """Interleaved wall times: median, min, max per contender."""
-    times = {k: [] for k in calls}
-    for fn in calls.values():
-        fn()
-    for _ in range(repeat):
-        for k, fn in calls.items():
-            t = time.perf_counter()
-            fn()
-            times[k].append((time.perf_counter() - t) * 1e3)
-    return {k: (statistics.median(v), min(v), max(v)) for k, v in times.items()}
+    """Interleaved wall times (the measuring core's): median, min, max per contender, in ms."""
+    timings = time_side_by_side(calls, repeat=repeat)
+    return {k: (t.median * 1e3, t.low * 1e3, t.high * 1e3) for k, t in timings.items()}
 
 
 def probe_layer(label: str, x, w, kw: dict, gpus: list[int], repeat: int) -> str:

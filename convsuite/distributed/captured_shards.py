@@ -131,7 +131,6 @@ class CapturedShards:
         self.keywords = dict(keywords)
         self.fallback_reason: str | None = None
         self.replays = 0
-        self._shards = shards
         self._graphs = [self._capture(s, w, bias) for s in shards]
         self.captured = sum(g.graph is not None for g in self._graphs)
         self.outputs = [Shard(s.device, s.start, s.stop, g.out) for s, g in zip(shards, self._graphs)]
