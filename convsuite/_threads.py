@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from ._environ import environment_reader
 from ._validation import positive_int
 
-__all__ = ["get_num_threads", "max_threads", "set_num_threads", "task_threads", "user_set"]
+__all__ = ["get_num_threads", "max_threads", "set_num_threads", "task_threads", "usable_cpus", "user_set"]
 
 _requested: int | None = None
 
@@ -29,12 +29,28 @@ _local = _TaskThreads()
 _read_numba_threads = environment_reader("NUMBA_NUM_THREADS")
 
 
-#: The CPU count, read once: ``os.cpu_count()`` costs ~1.7 us and a numba launch asks for it.
-_CPU_COUNT = os.cpu_count() or 1
+def usable_cpus() -> int:
+    """How many CPUs this process may run on: its affinity mask where the OS keeps one.
+
+    ``taskset``, a container's CPU set or a batch scheduler's allocation give
+    a process fewer CPUs than ``os.cpu_count()`` reports. Numba sizes its
+    thread pool from the mask and refuses a larger count (``ValueError: The
+    number of threads must be between 1 and 2``), so the default count must
+    come from the mask too.
+    """
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no affinity outside Linux: every CPU
+        return os.cpu_count() or 1
+
+
+#: The usable CPU count, read once (as numba reads it, at import): ``os.cpu_count()``
+#: costs ~1.7 us and a numba launch asks for it.
+_CPU_COUNT = usable_cpus()
 
 
 def max_threads() -> int:
-    """Most threads a parallel backend may use: ``NUMBA_NUM_THREADS`` or the CPU count."""
+    """Most threads a parallel backend may use: ``NUMBA_NUM_THREADS`` or the CPUs this process may run on."""
     env = (_read_numba_threads() or "").strip()
     if env.isdigit() and int(env) > 0:
         return int(env)

@@ -140,6 +140,34 @@ def test_concurrent_calls_under_workqueue_are_serialised():
 
 
 @needs_numba
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this OS")
+def test_a_process_held_to_one_cpu_computes_on_one_thread(tmp_path):
+    """Under taskset or a container's CPU set numba's pool has fewer threads than the machine has
+    CPUs; asking it for os.cpu_count() threads raised ValueError from every numba call, auto's too."""
+    code = (
+        "import os\n"
+        "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+        "import numpy as np, convsuite as cs, numba\n"
+        "rng = np.random.default_rng(0)\n"
+        "x = rng.standard_normal((8, 16, 32, 32)); w = rng.standard_normal((32, 16, 3, 3))\n"
+        "assert cs.get_num_threads() == 1, cs.get_num_threads()\n"
+        "expected = cs.conv2d(x, w, padding=1, backend='numpy')\n"
+        "for backend in ('numba', 'joblib', 'auto'):\n"
+        "    got = cs.conv2d(x, w, padding=1, backend=backend)\n"
+        "    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)\n"
+        "with cs.use_autotune(True):\n"
+        "    np.testing.assert_allclose(cs.conv2d(x, w, padding=1), expected, rtol=1e-10, atol=1e-10)\n"
+        "assert numba.get_num_threads() == 1\n"
+        "print('one cpu ok')\n"
+    )
+    env = dict(os.environ, CONVSUITE_CACHE_DIR=str(tmp_path))  # the autotuned call's cache: not the user's
+    env.pop("NUMBA_NUM_THREADS", None)
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "one cpu ok" in run.stdout
+
+
+@needs_numba
 def test_warm_up_reports_compile_or_cache_load_time():
     seconds = cs._registry.get_backend("numba").warm_up("float64")
     assert seconds >= 0.0

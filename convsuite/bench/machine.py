@@ -82,11 +82,10 @@ def cpu_description() -> str:
     """
     info = _cpuinfo()
     model = info.get("model name") or platform.processor() or platform.machine()
+    from .._threads import usable_cpus
+
     total = os.cpu_count()
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not on Linux: no affinity to report
-        usable = total
+    usable = usable_cpus()
     limited = f" ({usable} usable by this process)" if total and usable < total else ""
     return f"{model}, {total} logical cores{limited}"
 
@@ -162,9 +161,13 @@ def library_versions() -> dict[str, str]:
 
 def _threads() -> dict[str, int | None]:
     """Thread counts that decide CPU timings."""
-    from .._threads import get_num_threads
+    from .._threads import get_num_threads, usable_cpus
 
-    threads: dict[str, int | None] = {"numba backend": get_num_threads(), "os.cpu_count": os.cpu_count()}
+    threads: dict[str, int | None] = {
+        "numba backend": get_num_threads(),
+        "os.cpu_count": os.cpu_count(),
+        "usable CPUs": usable_cpus(),
+    }
     if "torch" in sys.modules or _importable("torch"):
         try:
             import torch
