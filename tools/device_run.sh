@@ -41,6 +41,8 @@
 #   bash tools/device_run.sh mnet     the network GPU tests; MobileNetV2 batch 1: graph call vs replay vs host time,
 #                                     every conv layer vs cuDNN
 #   bash tools/device_run.sh relu6    the epilogue tests (relu, relu6), memcheck, MobileNetV2 on the GPU (ReLU6 fused or not)
+#   bash tools/device_run.sh cpu2     issue 12's table (CPU2=targets) and issue 10's CPU regret (CPU2=regret) on two
+#                                     physical cores of the host, held by taskset (tools/two_cores.py)
 #   bash tools/device_run.sh cpu      the compiled CPU rungs' tests on the device's Python (numba, Cython,
 #                                     the BLAS they call: scipy-openblas32 when carried in .whl, SciPy's otherwise)
 #   bash tools/device_run.sh image    tf32x3 and tf32x3_image GPU tests, the non-finite and big-tile cases, and
@@ -169,6 +171,25 @@ cpu)
     tests/test_numba_backend.py tests/test_cython_backend.py tests/test_cpu_tunables.py \
     tests/test_backward_options.py tests/test_agreement.py tests/test_blas_threads.py
   grep -E "^(FAILED|ERROR)" "$LOGS/pytest-cpu.log" | head -20 | tee -a "$SUMMARY"
+  ;;
+cpu2)
+  # Issues 10 and 12's CPU figures on two physical cores of this host held by taskset (not SMT siblings,
+  # not CPU 0 or 1, where the host's interrupts land): a quiet 2-core machine beside the shared CI VM.
+  # CPU2=targets (the issue-12 table: a --quick run that compiles numba's kernels, then CPU2_RUNS runs),
+  # CPU2=regret (the held-out regret of auto), or both (targets+regret, default targets).
+  CORES=$(python3 tools/two_cores.py)
+  note "cores: $CORES of $(nproc --all); $(lscpu | grep -E '^(Model name|Thread\(s\) per core)' | tr -s ' ' | tr '\n' ';')"
+  case "${CPU2:-targets}" in *targets*)
+    run cpu-targets-warm 150 taskset -c "$CORES" python3 -m convsuite.bench.cpu_targets --quick --out "$LOGS/cpu-targets-warm"
+    for i in $(seq "${CPU2_RUNS:-2}"); do
+      run "cpu-targets-$i" 170 taskset -c "$CORES" python3 -m convsuite.bench.cpu_targets --out "$LOGS/cpu-targets-$i"
+      grep -E "^\| " "$LOGS/cpu-targets-$i.log" | cut -d'|' -f2,3,7,10 | cut -c1-120 | tee -a "$SUMMARY"
+    done ;;
+  esac
+  case "${CPU2:-targets}" in *regret*)
+    run regret-cpu "${CPU2_REGRET_LIMIT:-480}" taskset -c "$CORES" python3 -m convsuite.bench.regret --device cpu --docs "$LOGS"
+    tail -8 "$LOGS/regret-cpu.log" | tee -a "$SUMMARY" ;;
+  esac
   ;;
 bench)
   run overhead 90 python3 -m convsuite.bench.overhead --device gpu --network
