@@ -485,7 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``convsuite`` command."""
     import convsuite
 
-    parser = argparse.ArgumentParser(prog="convsuite", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="convsuite", description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--version", action="version", version=f"convsuite {convsuite.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="machine, versions, backends and why any is unavailable").set_defaults(func=cmd_info)

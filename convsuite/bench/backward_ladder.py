@@ -528,7 +528,7 @@ def print_ablation(workload: str, repeat: int = 5, out=None) -> None:
 def main(argv=None) -> int:
     """Command line: print the SASS instruction mix and/or time the tables; returns the exit status."""
     parser = argparse.ArgumentParser(
-        prog="python -m convsuite.bench.backward_ladder", description=__doc__.split("\n")[0]
+        prog="python -m convsuite.bench.backward_ladder", description=(__doc__ or "").split("\n")[0]
     )
     parser.add_argument("--sass", action="store_true", help="instruction mix from the sm_90 SASS (nvcc, cuobjdump)")
     parser.add_argument("--time", action="store_true", help="the ablation and fused-epilogue tables (needs a GPU)")

@@ -131,7 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     """Build both targets, time them alternately, print and write the table."""
     from .machine import machine_metadata
 
-    parser = argparse.ArgumentParser(prog="python -m convsuite.bench.build_target", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m convsuite.bench.build_target", description=(__doc__ or "").split("\n")[0]
+    )
     parser.add_argument(
         "--out", default="docs/measurements", help="folder for the .md and .json (default docs/measurements)"
     )

@@ -119,7 +119,7 @@ def _predicted(case: str) -> str:
 
 def main(argv=None) -> int:
     """Command line: measure the CPU speed targets and write the .md and .json record; returns the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--out", default="docs/measurements", help="folder for the .md and .json record")
     parser.add_argument("--quick", action="store_true", help="smaller batches and fewer repeats (a smoke run)")
     parser.add_argument("--repeat", type=int, default=7)

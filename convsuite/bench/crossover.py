@@ -428,7 +428,9 @@ def _write(table: dict, data_path: Path, docs: Path) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Regenerate the crossover map and the rule's data for one device."""
-    parser = argparse.ArgumentParser(prog="python -m convsuite.bench.crossover", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m convsuite.bench.crossover", description=(__doc__ or "").split("\n")[0]
+    )
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--skip", default=",".join(DEFAULT_SKIP), help="backends to leave out (comma-separated)")
     parser.add_argument("--forward", type=int, default=52, help="dense forward 2-D problems in the grid")

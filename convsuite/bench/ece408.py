@@ -191,7 +191,9 @@ def _table(r: dict) -> str:
 
 def main(argv=None) -> int:
     """Command line: train, measure, print the table, write JSON with ``--out``."""
-    parser = argparse.ArgumentParser(prog="python -m convsuite.bench.ece408", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m convsuite.bench.ece408", description=(__doc__ or "").split("\n")[0]
+    )
     parser.add_argument("--device", choices=("cpu", "gpu"), default="gpu")
     parser.add_argument("--backend", default=None, help="inference backend (default cupy on the GPU, numba on the CPU)")
     parser.add_argument("--train-backend", default=None, help="training backend (default as --backend)")

@@ -466,7 +466,7 @@ def _render(path: Path) -> int:
 
 def main(argv=None) -> int:
     """Measure every target and the ablation; write the tables to ``--out``; print the targets."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--out", default="docs/measurements")
     parser.add_argument("--quick", action="store_true", help="batches of at most 64, N=1e7 (smoke run)")
     parser.add_argument("--repeat", type=int, default=15)

@@ -91,7 +91,7 @@ def measure(backends, repeats: int) -> list[tuple]:
 
 def main(argv=None) -> None:
     """Command line: print the median cost of each guard per case and backend, and its share of the call."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--backends", nargs="+", default=["numba", "numpy"])
     parser.add_argument("--repeats", type=int, default=15)
     args = parser.parse_args(argv)

@@ -337,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the network benchmarks and print the tables."""
     parser = argparse.ArgumentParser(
         prog="python -m convsuite.bench.networks",
-        description=__doc__,
+        description=__doc__ or "",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--backends", default=None, help="comma-separated CPU backends (default: all but python)")

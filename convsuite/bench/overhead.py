@@ -178,7 +178,9 @@ def _table(timings: dict[str, Timing], per: int, reference: str | None) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the per-call table (and, with --network, the MobileNetV2 table)."""
-    parser = argparse.ArgumentParser(prog="python -m convsuite.bench.overhead", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m convsuite.bench.overhead", description=(__doc__ or "").split("\n")[0]
+    )
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--calls", type=int, default=200, help="calls per timed block of the tiny conv")
     parser.add_argument("--repeat", type=int, default=15, help="timed blocks per contender")

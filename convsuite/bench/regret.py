@@ -176,7 +176,9 @@ def _markdown(device: str, rows: list[dict], machine: str, date: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print (and write to docs/measurements/) the regret table of one device."""
-    parser = argparse.ArgumentParser(prog="python -m convsuite.bench.regret", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m convsuite.bench.regret", description=(__doc__ or "").split("\n")[0]
+    )
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--skip", default=",".join(DEFAULT_SKIP), help="backends to leave out (comma-separated)")
     parser.add_argument("--batch", type=int, default=8, help="batch of the ECE408 problems")

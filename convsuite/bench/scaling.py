@@ -443,7 +443,7 @@ def _markdown(rows, meta) -> str:
 
 def main(argv=None) -> int:
     """Command line: run the joblib, Dask and multi-GPU scaling sections, write the record; returns the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--out", default="docs/measurements", help="folder for the .md and .json record")
     parser.add_argument("--quick", action="store_true", help="small problems, few repeats (a smoke run)")
     parser.add_argument("--repeat", type=int, default=None, help="timed calls per contender (default 7, quick 3)")

@@ -354,7 +354,9 @@ def summarise_folder(out: str | Path, note: str = "") -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m convsuite.bench.sweep_report``: build the report, print where it is."""
-    parser = argparse.ArgumentParser(prog="python -m convsuite.bench.sweep_report", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m convsuite.bench.sweep_report", description=(__doc__ or "").split("\n")[0]
+    )
     parser.add_argument("--device", choices=["cpu", "gpu"])
     parser.add_argument("--out", help="folder, e.g. docs/measurements/sweep-cpu-<date>/")
     parser.add_argument("--summarise", metavar="DIR", help="only rebuild DIR/README.md from DIR/*/sweep.json")

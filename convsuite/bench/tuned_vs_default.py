@@ -167,7 +167,7 @@ def _markdown(result: dict) -> str:
 def main(argv=None) -> int:
     """Command line: run, print the summary, write JSON and markdown with ``--out``."""
     parser = argparse.ArgumentParser(
-        prog="python -m convsuite.bench.tuned_vs_default", description=__doc__.split("\n")[0]
+        prog="python -m convsuite.bench.tuned_vs_default", description=(__doc__ or "").split("\n")[0]
     )
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--budget-s", type=float, default=3.0)
