@@ -168,6 +168,37 @@ def test_a_process_held_to_one_cpu_computes_on_one_thread(tmp_path):
 
 
 @needs_numba
+def test_kernels_compile_in_memory_where_no_cache_folder_is_writable(tmp_path):
+    """A read-only install with a read-only home: numba's njit(cache=True) raised RuntimeError ("no locator
+    available") at import, and every numba call, auto's too, failed. The patch makes every location numba
+    tries refuse, as those file systems do (running as root here, permissions alone cannot)."""
+    code = (
+        "import warnings\n"
+        "import numba.core.caching as caching\n"
+        "def read_only(self):\n"
+        "    raise OSError(30, 'Read-only file system')\n"
+        "caching._CacheLocator.ensure_cache_path = read_only\n"
+        "import numpy as np, convsuite as cs\n"
+        "rng = np.random.default_rng(0)\n"
+        "x = rng.standard_normal((4, 8, 20, 20)); w = rng.standard_normal((16, 8, 3, 3))\n"
+        "expected = cs.conv2d(x, w, padding=1, backend='numpy')\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    for backend in ('numba', 'auto'):\n"
+        "        got = cs.conv2d(x, w, padding=1, backend=backend)\n"
+        "        np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)\n"
+        "from convsuite.backends import _numba_cache\n"
+        "assert _numba_cache.CACHE is False\n"
+        "assert any('NUMBA_CACHE_DIR' in str(w.message) for w in caught), [str(w.message) for w in caught]\n"
+        "print('in memory ok')\n"
+    )
+    env = dict(os.environ, CONVSUITE_CACHE_DIR=str(tmp_path))
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "in memory ok" in run.stdout
+
+
+@needs_numba
 def test_warm_up_reports_compile_or_cache_load_time():
     seconds = cs._registry.get_backend("numba").warm_up("float64")
     assert seconds >= 0.0

@@ -40,6 +40,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from ._numba_cache import CACHE
+
 __all__ = ["forward"]
 
 MB = 4  # output channels per pass: each input load feeds MB FMAs
@@ -50,7 +52,7 @@ TILE_W = 512  # default output columns per item (``tile_w``): 4 accumulator rows
 # 2.7x slower on fa19 conv1). Only the first ``tile_w`` columns are touched.
 TILE_W_MAX = 2048
 
-_FLAGS = dict(parallel=True, cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+_FLAGS = dict(parallel=True, cache=CACHE, nogil=True, error_model="numpy", fastmath={"contract"})
 
 
 @njit(inline="always", error_model="numpy", fastmath={"contract"})

@@ -42,6 +42,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from ._numba_cache import CACHE
 from ._numba_epilogue import activate
 
 __all__ = ["forward", "ACC"]
@@ -51,7 +52,7 @@ ACC = 2048
 #: The AXPYs' length is rounded up to this (LLVM's vector loop: 4 x 8 floats).
 VEC = 32
 
-_FLAGS = dict(parallel=True, cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+_FLAGS = dict(parallel=True, cache=CACHE, nogil=True, error_model="numpy", fastmath={"contract"})
 
 
 @njit(inline="always")

@@ -55,6 +55,8 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from ._numba_cache import CACHE
+
 __all__ = ["forward", "backward", "run_serialised", "schedule_dynamically", "threading_layer", "warm_up"]
 
 MB = 4  # output channels per iteration: each input load feeds MB FMAs
@@ -107,7 +109,7 @@ def _choose_threading_layer() -> None:
     _set_chunksize = getattr(parallel, "_set_parallel_chunksize", numba.set_parallel_chunksize)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=CACHE)
 def _probe(a):
     """A trivial parallel kernel whose first call makes numba load its threading layer."""
     for i in prange(a.shape[0]):
@@ -194,7 +196,7 @@ def schedule_dynamically(kernel):
 
 # fastmath "contract" only: lets LLVM fuse a*b+c into one FMA (one rounding
 # instead of two, inside the tolerance bound); no reassociation.
-_FLAGS = dict(parallel=True, cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+_FLAGS = dict(parallel=True, cache=CACHE, nogil=True, error_model="numpy", fastmath={"contract"})
 
 
 @njit(**_FLAGS)

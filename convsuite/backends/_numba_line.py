@@ -39,13 +39,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from ._numba_cache import CACHE
 from ._numba_kernels import schedule_dynamically
 
 __all__ = ["forward", "TILE"]
 
 TILE = 4096  # default outputs per work item (``tile``): the accumulator (16 KiB in float32) stays in L1
 
-_FLAGS = dict(parallel=True, cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+_FLAGS = dict(parallel=True, cache=CACHE, nogil=True, error_model="numpy", fastmath={"contract"})
 
 
 @njit(inline="always", error_model="numpy", fastmath={"contract"})

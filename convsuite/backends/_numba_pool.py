@@ -28,11 +28,12 @@ import numpy as np
 from numba import njit, prange
 
 from .._threads import get_num_threads
+from ._numba_cache import CACHE
 from ._numba_kernels import run_serialised
 
 __all__ = ["max_pool2d_backward", "max_pool2d_forward"]
 
-_FLAGS = dict(parallel=True, cache=True, nogil=True, error_model="numpy")
+_FLAGS = dict(parallel=True, cache=CACHE, nogil=True, error_model="numpy")
 
 
 @njit(inline="always")
