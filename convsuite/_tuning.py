@@ -361,14 +361,18 @@ def clear_tuning_cache() -> None:
     """Forget every measured choice, in this process and on disk."""
     with _memory_lock:
         _memory.clear()
+    _plans.invalidate()
     directory = cache_dir()
-    if directory.exists():
+    if not directory.is_dir():  # nothing was ever written there (or CONVSUITE_CACHE_DIR names a file)
+        return
+    try:
         with _file_lock(directory):
             try:
                 os.unlink(directory / _FILE_NAME)
             except FileNotFoundError:
                 pass
-    _plans.invalidate()
+    except OSError as exc:  # a read-only cache folder: the choices on disk stay, and the caller must know
+        raise OSError(exc.errno, f"convsuite could not clear its tuning cache in {directory}: {exc}") from exc
 
 
 # --- measuring -------------------------------------------------------------

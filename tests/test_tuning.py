@@ -348,6 +348,18 @@ def test_unwritable_cache_dir_warns_but_works(tmp_path, monkeypatch):
     cs.clear_plan_cache()
 
 
+@pytest.mark.parametrize("where", ["file", "file/sub", "missing/sub"])
+def test_clear_tuning_cache_where_no_cache_folder_can_exist(tmp_path, monkeypatch, where):
+    """CONVSUITE_CACHE_DIR naming a file (or a folder under one): nothing on disk to forget, no error
+    (it raised NotADirectoryError from the lock file); the choices in memory are forgotten."""
+    (tmp_path / "file").write_text("not a directory")
+    monkeypatch.setenv(_tuning.CACHE_DIR_ENV, str(tmp_path / where))
+    _tuning._memory["a problem"] = {"made up": True}
+    cs.clear_tuning_cache()
+    assert not _tuning._memory
+    assert (tmp_path / "file").read_text() == "not a directory"
+
+
 # --- the fitted rule ------------------------------------------------------------------
 
 
