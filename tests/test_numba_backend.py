@@ -199,6 +199,32 @@ def test_kernels_compile_in_memory_where_no_cache_folder_is_writable(tmp_path):
 
 
 @needs_numba
+def test_a_numba_that_refuses_to_import_leaves_the_other_backends_working():
+    """NUMBA_NUM_THREADS=0 makes numba's own import raise ValueError; that escaped from every call,
+    auto's too, where only ImportError meant "unavailable"."""
+    code = (
+        "import numpy as np, convsuite as cs\n"
+        "rng = np.random.default_rng(0)\n"
+        "x = rng.standard_normal((4, 8, 20, 20)); w = rng.standard_normal((16, 8, 3, 3))\n"
+        "expected = cs.conv2d(x, w, padding=1, backend='numpy')\n"
+        "np.testing.assert_allclose(cs.conv2d(x, w, padding=1), expected, rtol=1e-10, atol=1e-10)\n"
+        "info = {b.name: b for b in cs.list_backends()}['numba']\n"
+        "assert not info.available and 'ValueError' in info.reason and 'NUMBER OF THREADS' in info.reason.upper()\n"
+        "try:\n"
+        "    cs.conv2d(x, w, padding=1, backend='numba')\n"
+        "except cs.BackendUnavailableError as exc:\n"
+        "    assert 'numba' in str(exc) and 'cannot be imported' in str(exc), exc\n"
+        "else:\n"
+        "    raise AssertionError('numba ran with a numba that cannot be imported')\n"
+        "print('others ok')\n"
+    )
+    env = dict(os.environ, NUMBA_NUM_THREADS="0")
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "others ok" in run.stdout
+
+
+@needs_numba
 def test_warm_up_reports_compile_or_cache_load_time():
     seconds = cs._registry.get_backend("numba").warm_up("float64")
     assert seconds >= 0.0

@@ -110,15 +110,24 @@ class KernelModuleBackend(Backend):
     kernel_module: str
     #: What to tell the user when that import fails (the error is appended).
     missing_hint: str
+    #: The third-party package the kernels are written in (None: none beyond NumPy).
+    requires: str | None = None
 
     def kernels(self, module: str | None = None):
         """A kernel module (default: the backend's main one); raises ImportError if unloadable."""
         return importlib.import_module(module or self.kernel_module)
 
     def available(self) -> Verdict:
+        if self.requires is not None:
+            try:
+                importlib.import_module(self.requires)
+            except ImportError as exc:
+                return f"{self.missing_hint} ({exc})"
+            except Exception as exc:  # installed but refusing to load, e.g. numba with NUMBA_NUM_THREADS=0
+                return f"{self.requires} is installed but cannot be imported ({type(exc).__name__}: {exc})"
         try:
             self.kernels()
-        except ImportError as exc:
+        except ImportError as exc:  # only ImportError: an error of convsuite's own kernel module is a bug to see
             return f"{self.missing_hint} ({exc})"
         return True
 

@@ -140,6 +140,8 @@ class CupyBackend(Backend):
             cp = rt.cupy()
         except ImportError as exc:
             return f"cupy is not installed ({exc}); install it with `pip install 'convsuite[cuda]'` (cupy-cuda13x)"
+        except Exception as exc:  # installed but refusing to load (a broken CUDA setup): other backends still run
+            return f"cupy is installed but cannot be imported ({type(exc).__name__}: {exc})"
         try:
             count = cp.cuda.runtime.getDeviceCount()
         except Exception as exc:  # no driver, or a driver/toolkit mismatch

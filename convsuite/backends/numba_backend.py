@@ -284,6 +284,7 @@ class NumbaBackend(KernelModuleBackend):
     description = "Numba prange over independent output tiles, all cores (direct, im2col+BLAS, 1-D line)"
     kernel_module = _DIRECT
     missing_hint = "numba is not installed; install it with `pip install 'convsuite[numba]'`"
+    requires = "numba"
 
     def _records(self):
         return (
