@@ -225,6 +225,30 @@ def test_a_numba_that_refuses_to_import_leaves_the_other_backends_working():
 
 
 @needs_numba
+def test_numba_with_its_compiler_off_is_unavailable_and_auto_uses_the_others(tmp_path):
+    """NUMBA_DISABLE_JIT=1 (a user debugging their own numba code): the kernels would run as Python and
+    numba.threading_layer() raised ValueError from every call, auto's too."""
+    code = (
+        "import numpy as np, convsuite as cs\n"
+        "rng = np.random.default_rng(0)\n"
+        "x = rng.standard_normal((4, 8, 20, 20)); w = rng.standard_normal((16, 8, 3, 3))\n"
+        "expected = cs.conv2d(x, w, padding=1, backend='numpy')\n"
+        "np.testing.assert_allclose(cs.conv2d(x, w, padding=1), expected, rtol=1e-10, atol=1e-10)\n"
+        "with cs.use_autotune(True):\n"
+        "    np.testing.assert_allclose(cs.conv2d(x, w, padding=1), expected, rtol=1e-10, atol=1e-10)\n"
+        "info = {b.name: b for b in cs.list_backends()}['numba']\n"
+        "assert not info.available and 'NUMBA_DISABLE_JIT' in info.reason, info.reason\n"
+        "pooled = cs.nn.MaxPool2D(2)(x)\n"  # max pooling's numba kernels too: NumPy's path instead
+        "np.testing.assert_array_equal(pooled, x.reshape(4, 8, 10, 2, 10, 2).max(axis=(3, 5)))\n"
+        "print('others ok')\n"
+    )
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1", CONVSUITE_CACHE_DIR=str(tmp_path))
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "others ok" in run.stdout
+
+
+@needs_numba
 def test_warm_up_reports_compile_or_cache_load_time():
     seconds = cs._registry.get_backend("numba").warm_up("float64")
     assert seconds >= 0.0

@@ -113,6 +113,10 @@ class KernelModuleBackend(Backend):
     #: The third-party package the kernels are written in (None: none beyond NumPy).
     requires: str | None = None
 
+    def refuses(self) -> str | None:
+        """Why the imported :attr:`requires` package cannot run the kernels as configured (None: it can)."""
+        return None
+
     def kernels(self, module: str | None = None):
         """A kernel module (default: the backend's main one); raises ImportError if unloadable."""
         return importlib.import_module(module or self.kernel_module)
@@ -125,6 +129,9 @@ class KernelModuleBackend(Backend):
                 return f"{self.missing_hint} ({exc})"
             except Exception as exc:  # installed but refusing to load, e.g. numba with NUMBA_NUM_THREADS=0
                 return f"{self.requires} is installed but cannot be imported ({type(exc).__name__}: {exc})"
+            refusal = self.refuses()
+            if refusal is not None:
+                return refusal
         try:
             self.kernels()
         except ImportError as exc:  # only ImportError: an error of convsuite's own kernel module is a bug to see

@@ -286,6 +286,16 @@ class NumbaBackend(KernelModuleBackend):
     missing_hint = "numba is not installed; install it with `pip install 'convsuite[numba]'`"
     requires = "numba"
 
+    def refuses(self) -> str | None:
+        """Why numba cannot run the kernels: its compiler switched off (None: it can)."""
+        import numba
+
+        # A user debugging their own numba code with the compiler off: the kernels would run as Python
+        # (hours for a layer), and no threading layer ever starts (numba.threading_layer() raises).
+        if numba.config.DISABLE_JIT:
+            return "numba's compiler is switched off (NUMBA_DISABLE_JIT=1): its kernels would run as interpreted Python"
+        return None
+
     def _records(self):
         return (
             self.record(

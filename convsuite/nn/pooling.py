@@ -25,9 +25,12 @@ def _host_kernels():
     """``convsuite.backends._numba_pool`` (max pooling for NumPy arrays), or None without numba."""
     global _host_module
     if _host_module is None:
-        try:
+        from .._registry import get_backend
+
+        # The numba backend's own verdict: numba installed, importable and compiling (not NUMBA_DISABLE_JIT).
+        if get_backend("numba").available() is True:
             from ..backends import _numba_pool as module
-        except ImportError:
+        else:
             module = False
         _host_module = module
     return _host_module or None
