@@ -98,6 +98,29 @@ def check_case(case, backends) -> None:
         assert not isinstance(grads, Exception), (backend, keywords, grads)
         for name, g, e in zip(("grad_x", "grad_w", "grad_b"), grads, expected_grads):
             np.testing.assert_array_equal(g, e, err_msg=f"{backend} {name} {keywords}")
+        if backend in CPU_BACKENDS:
+            check_named_algorithms(backend, forward, backward, x, w, grad_y, keywords, expected, expected_grads)
+
+
+def check_named_algorithms(backend, forward, backward, x, w, grad_y, keywords, expected, expected_grads) -> None:
+    """Each named algorithm of a CPU backend agrees or declines with its reason: autotune times them all.
+
+    A numba algorithm sized a buffer by ``(tile_w - 1) * stride`` in int64, which wrapped near a width
+    stride of 2**54 into a small buffer and an out-of-bounds write; ``auto`` never picked it, the tuner did.
+    """
+    for algorithm in cs.get_backend(backend).algorithms:
+        got = _outcome(forward, x, w, backend=backend, algorithm=algorithm, **keywords)
+        if isinstance(got, UnsupportedCaseError):
+            assert algorithm in str(got), got
+        else:
+            assert not isinstance(got, Exception), (backend, algorithm, keywords, got)
+            np.testing.assert_array_equal(got, expected, err_msg=f"{backend}/{algorithm} forward {keywords}")
+        grads = _outcome(backward, grad_y, x, w, backend=backend, algorithm=algorithm, **keywords)
+        if isinstance(grads, UnsupportedCaseError):
+            continue
+        assert not isinstance(grads, Exception), (backend, algorithm, keywords, grads)
+        for name, g, e in zip(("grad_x", "grad_w", "grad_b"), grads, expected_grads):
+            np.testing.assert_array_equal(g, e, err_msg=f"{backend}/{algorithm} {name} {keywords}")
 
 
 def main(backends, examples: int) -> None:

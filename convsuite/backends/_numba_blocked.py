@@ -110,7 +110,9 @@ def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, tile_w, 
         raise ValueError("tile_w must be between 1 and TILE_W_MAX")
     tiles = (Wo + tile_w - 1) // tile_w
     items = B * groups * blocks * Ho * tiles
-    span_max = (tile_w - 1) * sw + (KW - 1) * dw + 1
+    # Rows for the widest tile this call has (not tile_w past the output's width): with validation's
+    # bounds every term is below 2**62 here, and the backend's check keeps KH * span_max small.
+    span_max = (min(tile_w, Wo) - 1) * sw + (KW - 1) * dw + 1
     chunks = max(1, min(items, chunks))
     for chunk in prange(chunks):
         acc = np.empty((MB, TILE_W_MAX), dtype=out.dtype)

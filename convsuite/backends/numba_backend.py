@@ -134,6 +134,40 @@ def _direct_extra(s: ConvSpec, direction: str, params) -> tuple:
     return (params["tile_w"], _chunks(params)) if direction == "forward" else ()
 
 
+#: Bytes of the zero-padded input rows the ``blocked`` kernel copies per chunk of work: KH rows of
+#: span = (columns - 1) * stride + (KW - 1) * dilation + 1 elements, dense, skipped columns included.
+#: Past this (a huge stride or dilation) the copy is mostly columns no tap reads, and its size, once an
+#: int64 product in the kernel, wrapped near a width stride of 2**54 (an out-of-bounds write): such
+#: cases are the other algorithms'. Ordinary layers need a few KiB to ~200 KiB (tile_w 2048, KW 11).
+BLOCKED_ROWS_BYTES = 4 * 2**20
+
+
+def blocked_rows_bytes(s: ConvSpec, tile_w: int) -> int:
+    """Bytes of ``blocked``'s row buffer on ``s`` with ``tile_w`` columns per item (Python ints: exact)."""
+    s2 = s.as_2d()
+    columns = max(1, min(tile_w, s2.out_size[1]))
+    span = (columns - 1) * s2.stride[1] + (s2.kernel_size[1] - 1) * s2.dilation[1] + 1
+    return s2.kernel_size[0] * span * s.itemsize
+
+
+def _blocked_rows_verdict(s: ConvSpec, tile_w: int) -> bool | str:
+    need = blocked_rows_bytes(s, tile_w)
+    if need > BLOCKED_ROWS_BYTES:
+        return (
+            f"'blocked' copies {need} bytes of input rows per work item at this stride and dilation "
+            f"(tile_w {tile_w}; at most {BLOCKED_ROWS_BYTES}): mostly columns no tap reads"
+        )
+    return True
+
+
+def _blocked_check(s: ConvSpec, direction: str) -> bool | str:
+    return _blocked_rows_verdict(s, _BLOCKED_TILE.default)
+
+
+def _blocked_constraint(s: ConvSpec, direction: str, params) -> bool | str:
+    return _blocked_rows_verdict(s, params["tile_w"])
+
+
 def _depthwise_extra(s: ConvSpec, direction: str, params) -> tuple:
     return (*bands(s, params["band_kib"], get_num_threads()), _chunks(params))
 
@@ -327,7 +361,9 @@ class NumbaBackend(KernelModuleBackend):
                 "register-blocked direct: 4 output channels x a vector of columns in registers, "
                 "a whole kernel row (KW unrolled) per pass",
                 KernelSpec(_BLOCKED, backward=None, extra=_direct_extra),
+                check=_blocked_check,
                 tunables=(_BLOCKED_TILE, _CHUNKS),
+                constraint=_blocked_constraint,
             ),
             self.record(
                 "line1d",
