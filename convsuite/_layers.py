@@ -143,10 +143,13 @@ class _ConvLayer:
         the weights live.
         """
         (x,), back = self._on_weight_device(x)
-        plan = self._plan("forward", x, self.weight, self.bias)
-        if type(x) is not plan.in_type:  # a list or another array-like: read as conv2d reads it
-            (x,) = _api._as_plan_operands(plan, ("x",), (x,))
-        y = plan._run_forward(x, self.weight, self.bias)
+        weight, bias = self.weight, self.bias
+        plan = self._plan("forward", x, weight, bias)
+        kind = plan.in_type
+        if type(x) is not kind or type(weight) is not kind or (bias is not None and type(bias) is not kind):
+            # A list or another array-like (x, or weights the user assigned): read as conv2d reads it.
+            x, weight, bias = _api._as_plan_operands(plan, ("x", "weight", "bias"), (x, weight, bias))
+        y = plan._run_forward(x, weight, bias)
         return y if back is None else back(y)
 
     def backward(self, grad_y, x):
@@ -155,10 +158,12 @@ class _ConvLayer:
         ``grad_b`` is None when the layer has no bias.
         """
         (grad_y, x), back = self._on_weight_device(grad_y, x)
-        plan = self._plan("backward", grad_y, x, self.weight)
-        if type(grad_y) is not plan.in_type or type(x) is not plan.in_type:
-            grad_y, x = _api._as_plan_operands(plan, ("grad_y", "x"), (grad_y, x))
-        grads = plan._run_backward(grad_y, x, self.weight)
+        weight = self.weight
+        plan = self._plan("backward", grad_y, x, weight)
+        kind = plan.in_type
+        if type(grad_y) is not kind or type(x) is not kind or type(weight) is not kind:
+            grad_y, x, weight = _api._as_plan_operands(plan, ("grad_y", "x", "weight"), (grad_y, x, weight))
+        grads = plan._run_backward(grad_y, x, weight)
         grad_x, grad_w, grad_b = grads if back is None else (back(g) for g in grads)
         return grad_x, grad_w, (grad_b if self.bias is not None else None)
 

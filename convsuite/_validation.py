@@ -580,10 +580,16 @@ def weight_shape(
     bytes pass what any array can address (NumPy's own error names none of them).
     """
     shape = (out_channels, in_channels // groups, *kernel_size)
+    named = f"in_channels={in_channels}, out_channels={out_channels}, groups={groups} and kernel_size={kernel_size}"
     if math.prod(shape) * np.dtype(dtype).itemsize > np.iinfo(np.intp).max:
-        raise ValueError(
-            f"in_channels={in_channels}, out_channels={out_channels}, groups={groups} and "
-            f"kernel_size={kernel_size} make weights of shape {shape}: more bytes than any array can address"
+        raise ValueError(f"{named} make weights of shape {shape}: more bytes than any array can address")
+    # The initial values are drawn in float64 and then cast: both arrays exist for a moment.
+    need = math.prod(shape) * (8 + np.dtype(dtype).itemsize)
+    limit = total_host_memory()
+    if limit is not None and need > limit:
+        raise MemoryError(
+            f"{named} make weights of shape {shape}, whose initialisation needs {need / 2**30:.3g} GiB; "
+            f"this machine has {limit / 2**30:.3g} GiB"
         )
     return shape
 

@@ -183,6 +183,36 @@ def test_layer_arguments(layer, keywords, error, fragment):
     assert fragment in str(info.value)
 
 
+@pytest.mark.parametrize("layer, kernel", [(cs.Conv1D, 10**6), (cs.Conv2D, 100)])
+def test_layer_too_large_for_memory_names_its_arguments(layer, kernel):
+    """NumPy's own MemoryError ("Unable to allocate 71.1 PiB") named none of the layer's arguments."""
+    with pytest.raises(MemoryError) as info:
+        layer(10**6, 10**6, kernel)
+    message = str(info.value)
+    assert "in_channels=1000000" in message and "out_channels=1000000" in message and "kernel_size" in message
+
+
+@pytest.mark.parametrize("layer", [cs.Conv1D, cs.Conv2D])
+def test_layer_weights_assigned_as_lists_are_read_as_arrays(layer):
+    """A list assigned to ``weight`` or ``bias`` reached the plan's unchecked run (AttributeError: 'list'
+    object has no attribute 'dtype'); it is read as conv2d reads a list."""
+    conv = layer(4, 6, 3, padding=1, groups=2, seed=0)
+    x = np.random.default_rng(0).standard_normal((2, 4) + (9,) * conv._ndim).astype(np.float32)
+    y = conv(x)
+    grads = conv.backward(np.ones_like(y), x)
+    weight, bias = conv.weight, conv.bias
+    for assigned in (dict(weight=weight.tolist()), dict(bias=list(bias)), dict(weight=weight.tolist(), bias=bias)):
+        conv.weight, conv.bias = weight, bias
+        for name, value in assigned.items():
+            setattr(conv, name, value)
+        np.testing.assert_allclose(conv(x), y, rtol=1e-5, atol=1e-6)
+        for got, expected in zip(conv.backward(np.ones_like(y), x), grads):
+            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    conv.weight, conv.bias = weight, [1.0, 2.0]
+    with pytest.raises(ValueError, match="bias"):
+        conv(x)
+
+
 def test_layer_accepts_numpy_seed_and_dtype_objects():
     a = cs.Conv2D(2, 4, 3, seed=np.int64(3), dtype=np.float64)
     b = cs.Conv2D(2, 4, 3, seed=3, dtype="float64")
