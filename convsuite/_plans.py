@@ -334,7 +334,9 @@ class Plan:
                 "them there and back); pass none"
             )
         kind = self._xp_out.ndarray
-        if type(out) is not kind:
+        # Subclasses that are plain buffers (np.memmap) are written like any array; a masked array (whose mask
+        # the kernels would ignore) or np.matrix (2-D only) is not.
+        if type(out) is not kind and (not isinstance(out, kind) or isinstance(out, (np.ma.MaskedArray, np.matrix))):
             raise TypeError(f"`out` must be a {kind.__module__}.{kind.__name__}; got {type(out).__name__}")
         if tuple(out.shape) not in (self._user_y_shape, self.spec.y_shape):
             raise ValueError(f"`out` must have shape {self._user_y_shape} for this plan; got {tuple(out.shape)}")
@@ -450,7 +452,9 @@ class Plan:
                 f"`{name}` must have shape {tuple(expected)} for this plan; got {tuple(shape)} "
                 "(build another plan for other shapes)"
             )
-        if array.dtype.kind not in "iuf" or (self.dtype == np.float32 and array.dtype != np.float32):
+        dtype = array.dtype
+        # Byte order is not a dtype ('>f4' is float32, converted with the copy a layout change makes), as in conv2d.
+        if dtype.kind not in "iuf" or (self.dtype == np.float32 and not (dtype.kind == "f" and dtype.itemsize == 4)):
             raise TypeError(
                 f"`{name}` must have dtype {self.dtype} for this plan; got {array.dtype} "
                 "(build another plan for other dtypes)"

@@ -352,6 +352,7 @@ def _read_only_out():
         (lambda: np.empty((2, 6, 9, 9), np.float32).tolist(), TypeError, "`out` must be a numpy.ndarray; got list"),
         (lambda: np.empty((2, 6, 9, 18), np.float32)[..., ::2], ValueError, "`out` must be C-contiguous"),
         (_read_only_out, ValueError, "`out` must be writeable; got a read-only array"),
+        (lambda: np.ma.zeros((2, 6, 9, 9), np.float32), TypeError, "`out` must be a numpy.ndarray; got MaskedArray"),
     ],
 )
 @pytest.mark.parametrize("backend", ["numpy", "cython", "numba"])
@@ -359,6 +360,23 @@ def test_forward_plan_refuses_a_bad_out(make, error, fragment, backend):
     p = cs.plan(X, W, B, padding=1, backend=backend)
     with pytest.raises(error, match=re.escape(fragment)):
         p(X, W, B, out=make())
+
+
+@pytest.mark.parametrize("backend", ["numpy", "cython", "numba"])
+def test_plans_read_byte_order_as_conv2d_does_and_write_into_a_memmap(backend, tmp_path):
+    """'>f4' is float32 (conv2d took it, a plan refused it), and an np.memmap is a buffer like any array."""
+    p = cs.plan(X, W, B, padding=1, backend=backend)
+    expected = p(X, W, B)
+    swapped = [a.astype(a.dtype.newbyteorder(">")) for a in (X, W, B)]
+    np.testing.assert_array_equal(p(*swapped), expected)
+    np.testing.assert_array_equal(cs.conv2d(*swapped[:2], swapped[2], padding=1, backend=backend), expected)
+    mapped = np.memmap(tmp_path / "y.f32", dtype=np.float32, mode="w+", shape=p.user_y_shape)
+    assert p(X, W, B, out=mapped) is mapped
+    np.testing.assert_array_equal(np.asarray(mapped), expected)
+    backward = cs.plan(X, W, padding=1, backend=backend, direction="backward")
+    grads = backward(expected, X, W)
+    for got, want in zip(backward(*(a.astype(a.dtype.newbyteorder(">")) for a in (expected, X, W))), grads):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_forward_plan_refuses_an_out_that_is_an_operand_or_needs_a_transfer():
