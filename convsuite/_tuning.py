@@ -503,6 +503,14 @@ def measure_candidates(
         except Exception as exc:  # a candidate that cannot even start is reported, not fatal
             failed.append((backend.name, algorithm, None, None, f"failed to start: {exc!r}"))
             continue
+        try:
+            # One call before any timing: a candidate that raises on this case (a limit its can_run
+            # missed) is reported in the table, and the others are still measured and chosen from.
+            launch(*operands)
+            backend.synchronize()
+        except Exception as exc:
+            failed.append((backend.name, algorithm, None, None, f"failed to run: {exc!r}"))
+            continue
 
         def run(launch=launch, operands=operands, backend=backend):
             launch(*operands)

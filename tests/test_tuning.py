@@ -512,3 +512,28 @@ def test_a_non_deterministic_algorithm_is_never_chosen_unless_named(cache_dir):
         np.testing.assert_allclose(y, cs.conv2d(X, W, padding=1, backend="numpy"), rtol=1e-6)
     finally:
         unregister_backend("racy_for_test")
+
+
+def test_a_candidate_that_raises_is_reported_and_the_others_chosen(cache_dir, monkeypatch):
+    """A candidate that raises on the case (a limit its can_run missed) used to end tune() and every
+    autotuned call with its exception; it is a row of the table, and the choice is among the others."""
+    numpy_backend = cs.get_backend("numpy")
+    broken_algorithm = numpy_backend.algorithms[0]
+    original = numpy_backend.plan
+
+    def plan(spec, algorithm, direction, *rest):
+        launch = original(spec, algorithm, direction, *rest)
+        if algorithm != broken_algorithm:
+            return launch
+
+        def broken(*operands):
+            raise RuntimeError("a limit can_run missed")
+
+        return broken
+
+    monkeypatch.setattr(numpy_backend, "plan", plan)
+    result = cs.tune(X, W, padding=1)
+    rows = {f"{row[0]}/{row[1]}": row for row in result.table}
+    failed = rows[f"numpy/{broken_algorithm}"]
+    assert failed[2] is None and "failed to run" in failed[4] and "a limit can_run missed" in failed[4]
+    assert result.table[0][2] is not None and result.table[0][:2] != ("numpy", broken_algorithm)
