@@ -15,9 +15,12 @@ each window is visited tap by tap in raster order (row ``p``, then column
 the first maximum of a tie wins, a NaN takes over from any number (the last
 NaN of a window wins), and a window whose values are all ``-inf`` keeps its
 first tap inside the input. The arg-max is stored as the tap code
-``p * kw + q`` (``uint8`` up to 256 taps), the layer's format on every
-device. Offsets are flat and unsigned: numba wraps negative signed indices
-(a compare and select per element that also stops LLVM vectorising; see
+``p * kw + q`` in the layer's type on every device (``uint8`` up to 256
+taps, ``int32`` while the codes fit, ``int64`` beyond: int32 codes past
+``2**31`` wrapped negative and the backward pass wrote out of bounds).
+Only taps inside the input are visited, so a huge kernel costs nothing.
+Offsets are flat and unsigned: numba wraps negative signed indices (a
+compare and select per element that also stops LLVM vectorising; see
 ``_numba_gemm``).
 """
 
@@ -132,17 +135,21 @@ def _launch(kernel, *args) -> None:
     run_serialised(kernel, *args)
 
 
-def max_pool2d_forward(x: np.ndarray, kernel_size, stride, padding, out_shape) -> tuple[np.ndarray, np.ndarray]:
-    """Window maxima and arg-max tap codes of a ``(B, C, H, W)`` float array.
+def max_pool2d_forward(
+    x: np.ndarray, kernel_size, stride, padding, out_shape, code_dtype
+) -> tuple[np.ndarray, np.ndarray]:
+    """Window maxima and arg-max tap codes (of type ``code_dtype``) of a ``(B, C, H, W)`` float array.
 
-    ``x`` must be C-contiguous, float32 or float64; the geometry is the
-    caller's, already checked (floor mode, padding at most half the kernel).
+    ``x`` must be C-contiguous, float32 or float64, with ``H, W >= 1``; the
+    geometry is the caller's, already checked (floor mode, padding at most
+    half the kernel, so every window holds a tap inside the input), and
+    ``code_dtype`` must hold ``kh * kw - 1``.
     """
     (kh, kw), (sh, sw), (ph, pw) = kernel_size, stride, padding
     B, C, H, W = x.shape
     Ho, Wo = out_shape
     out = np.empty((B, C, Ho, Wo), dtype=x.dtype)
-    arg = np.empty((B, C, Ho, Wo), dtype=np.uint8 if kh * kw <= 256 else np.int32)
+    arg = np.empty((B, C, Ho, Wo), dtype=code_dtype)
     planes = B * C
     x3, out3, arg3 = x.reshape(planes, H, W), out.reshape(planes, Ho, Wo), arg.reshape(planes, Ho, Wo)
     if (kh, kw, ph, pw) == (2, 2, 0, 0):

@@ -1,8 +1,15 @@
-"""Element-wise and shape layers: array expressions on the input's array module."""
+"""Element-wise and shape layers: array expressions on the input's array module.
+
+Every ``backward`` needs a forward call first (a ``RuntimeError`` otherwise)
+and a ``grad_y`` of exactly the forward output's shape (a ``ValueError``
+otherwise): these layers' array expressions would broadcast a wrong one
+into a wrong gradient without a word.
+"""
 
 from __future__ import annotations
 
 import math
+import numbers
 from contextlib import nullcontext
 from typing import Any
 
@@ -10,17 +17,38 @@ import numpy as np
 
 from .._blas_spin import numpy_blas_spins_long
 from .._capture import capturing
-from .._validation import check_input_grad, float_dtype, weight_generator
+from .._validation import _show, check_input_grad, float_dtype, weight_generator
 from ._xp import array_module
 from .module import Module, Parameter
 
 __all__ = ["Add", "Dropout", "Flatten", "Identity", "Linear", "ReLU", "ReLU6"]
 
 
+def _check_grad_y(layer: str, grad_y, expected: tuple[int, ...]) -> None:
+    """Refuse a ``grad_y`` whose shape is not ``expected`` (the last forward output's).
+
+    Element-wise expressions would broadcast it, a reshape would refold it:
+    either way a wrong gradient, silently.
+    """
+    shape = getattr(grad_y, "shape", None)
+    if shape is None or tuple(shape) != tuple(expected):
+        got = _show(grad_y) if shape is None else tuple(shape)
+        raise ValueError(f"{layer}.backward expects `grad_y` of shape {tuple(expected)} (the last output's); got {got}")
+
+
+def _no_forward(layer: str) -> RuntimeError:
+    """The error of a backward call with no forward call before it."""
+    return RuntimeError(f"{layer}.backward needs a forward pass first")
+
+
 class Identity(Module):
     """Returns its input (what a folded batch norm leaves behind)."""
 
     category = "reshape"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._shape = None
 
     @property
     def fusion_transparent(self) -> bool:
@@ -32,10 +60,14 @@ class Identity(Module):
 
     def forward(self, x):
         """Return ``x`` unchanged."""
+        self._shape = x.shape  # for backward's check
         return x
 
     def backward(self, grad_y):
-        """Return ``grad_y`` unchanged."""
+        """Return ``grad_y`` unchanged (once checked to have the last output's shape)."""
+        if self._shape is None:
+            raise _no_forward(type(self).__name__)
+        _check_grad_y(type(self).__name__, grad_y, self._shape)
         return grad_y
 
 
@@ -66,6 +98,7 @@ class ReLU(Module):
         """``grad_y`` where the input lay inside the linear piece (or was NaN), zero elsewhere."""
         if self._mask is None:
             raise RuntimeError(f"{type(self).__name__}.backward needs a forward pass with gradients enabled first")
+        _check_grad_y(type(self).__name__, grad_y, self._mask.shape)
         xp = array_module(grad_y)
         return xp.where(self._mask, xp.zeros((), dtype=grad_y.dtype), grad_y)  # an inf gradient stays inf
 
@@ -83,7 +116,7 @@ class Dropout(Module):
     Parameters
     ----------
     p : float, default 0.5
-        Drop probability, in [0, 1).
+        Drop probability, in [0, 1): a Python or NumPy real number (not a bool).
     seed : int or numpy.random.Generator, optional
         Source of the masks (drawn on the host, so a seed gives the same
         masks on every backend and device).
@@ -93,14 +126,17 @@ class Dropout(Module):
 
     def __init__(self, p: float = 0.5, *, seed=None) -> None:
         super().__init__()
-        if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 <= p < 1:
-            raise ValueError(f"`p` must be a number in [0, 1); got {p!r}")
+        # numbers.Real takes NumPy scalars (np.float32(0.5)) as the rest of the project does.
+        if not isinstance(p, numbers.Real) or isinstance(p, (bool, np.bool_)) or not 0 <= p < 1:
+            raise ValueError(f"`p` must be a number in [0, 1); got {_show(p)}")
         self.p = float(p)
         self._rng = weight_generator(seed)
         self._mask = None
+        self._shape = None
 
     def forward(self, x):
         """Apply a fresh dropout mask in training mode; return ``x`` unchanged otherwise."""
+        self._shape = x.shape  # for backward's check
         if not self.training or self.p == 0:
             self._mask = None
             return x
@@ -112,6 +148,9 @@ class Dropout(Module):
 
     def backward(self, grad_y):
         """``grad_y`` times the last forward's mask (unchanged if none was applied)."""
+        if self._shape is None:
+            raise _no_forward("Dropout")
+        _check_grad_y("Dropout", grad_y, self._shape)
         return grad_y if self._mask is None else grad_y * self._mask
 
     def extra_repr(self) -> str:
@@ -120,7 +159,7 @@ class Dropout(Module):
 
 
 class Flatten(Module):
-    """``(B, d1, d2, ...) -> (B, d1*d2*...)``, like ``torch.nn.Flatten()``."""
+    """``(B, d1, d2, ...) -> (B, d1*d2*...)``, like ``torch.nn.Flatten()`` (an empty batch too)."""
 
     category = "reshape"
 
@@ -131,10 +170,14 @@ class Flatten(Module):
     def forward(self, x):
         """Reshape ``(B, ...)`` to ``(B, -1)``, remembering the input shape."""
         self._shape = x.shape
-        return x.reshape(x.shape[0], -1)
+        # The explicit product, not -1: NumPy cannot infer -1 for an empty batch (0, C, H, W).
+        return x.reshape(x.shape[0], math.prod(x.shape[1:]))
 
     def backward(self, grad_y):
         """``grad_y`` reshaped back to the last forward's input shape."""
+        if self._shape is None:
+            raise _no_forward("Flatten")
+        _check_grad_y("Flatten", grad_y, (self._shape[0], math.prod(self._shape[1:])))
         return grad_y.reshape(self._shape)
 
 
@@ -241,6 +284,7 @@ class Linear(Module):
         """
         if self._x is None:
             raise RuntimeError("Linear.backward needs a forward pass with gradients enabled first")
+        _check_grad_y("Linear", grad_y, (self._x.shape[0], self.out_features))
         input_grad = check_input_grad(input_grad)
         with _products(grad_y):
             self.weight.accumulate(grad_y.T @ self._x)
@@ -282,12 +326,20 @@ class Add(Module):
 
     category = "element-wise"
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._shape = None
+
     def forward(self, a, b):
         """``a + b`` for inputs of one shape."""
         if a.shape != b.shape:
             raise ValueError(f"Add needs inputs of one shape; got {tuple(a.shape)} and {tuple(b.shape)}")
+        self._shape = a.shape  # for backward's check
         return a + b
 
     def backward(self, grad_y):
         """The pair ``(grad_a, grad_b)``, both ``grad_y``."""
+        if self._shape is None:
+            raise _no_forward("Add")
+        _check_grad_y("Add", grad_y, self._shape)
         return grad_y, grad_y

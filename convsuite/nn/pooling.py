@@ -4,6 +4,18 @@ A window of ``KH x KW`` taps is visited one tap at a time: every tap is a
 strided slice of the (padded) input covering all outputs at once, so the
 work is ``KH*KW`` vectorised operations on NumPy or CuPy alike, with no
 Python loop over pixels, and the backward pass scatters the same way.
+
+Only the taps that land inside the input for some output position are
+visited, on a padded copy cropped to what they read: the others read
+padding for every window (``-inf`` never wins a maximum, since every window
+holds a tap inside the input when the padding is at most half the kernel;
+a zero adds nothing to a mean's sum). So the work and memory are bounded by
+the input and output sizes, not the kernel's: ``MaxPool1D(2**32,
+padding=2**31)`` on a short signal visits a few taps, not ``2**32``.
+
+Integer input is pooled in float64, as ``convsuite.conv2d`` reads it (a
+mean of integers is not an integer, and ``-inf`` padding has no integer);
+float inputs keep their dtype; bool, complex and object arrays are refused.
 """
 
 from __future__ import annotations
@@ -12,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import as_int_tuple
+from .._validation import INDEX_LIMIT, _show, as_int_tuple
 from ._xp import array_module
+from .layers import _check_grad_y
 from .module import Module
 
 __all__ = ["AdaptiveAvgPool2D", "AvgPool2D", "MaxPool1D", "MaxPool2D"]
@@ -46,6 +59,47 @@ def _out_size(n: int, k: int, s: int, p: int) -> int:
     return (n + 2 * p - k) // s + 1
 
 
+def _code_dtype(taps: int) -> np.dtype:
+    """The narrowest type for arg-max tap codes ``0 .. taps - 1``.
+
+    A narrower one wraps: int32 codes past ``2**31`` turned negative and the
+    backward pass wrote outside the gradient (heap corruption, an abort).
+    """
+    if taps <= 256:
+        return np.dtype(np.uint8)
+    return np.dtype(np.int32 if taps - 1 <= np.iinfo(np.int32).max else np.int64)
+
+
+def _pool_input(x, layer: str):
+    """``x`` as pooled: floats as they are, integers as float64 (as ``conv2d`` reads them), else TypeError."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is None or not hasattr(x, "ndim"):
+        raise TypeError(f"{layer} input `x` must be a NumPy or CuPy array; got {_show(x)}")
+    if dtype.kind == "f":
+        return x
+    if dtype.kind in "iu":
+        return x.astype(np.float64)  # NumPy or CuPy alike
+    raise TypeError(
+        f"{layer} input `x` must have a real numeric dtype (a float type, or an integer type, which is pooled "
+        f"in float64); got dtype {dtype}"
+    )
+
+
+def _span(n: int, o: int, k: int, s: int, p: int) -> tuple[int, int, int, int]:
+    """One dimension's taps and crop: ``(first, stop, offset, length)``.
+
+    Taps ``first .. stop - 1`` are those inside the input for some output
+    position (tap ``t`` of window ``i`` reads padded position ``i*s + t``;
+    the input lies at ``p .. p + n - 1``). The crop of the padded input
+    starts at padded position ``first`` and is ``length`` long: what those
+    taps read, and the whole input (at ``offset`` in it), so that the
+    gradient's input part is a plain slice. At most ``3n`` long whatever
+    ``k`` and ``p`` (``(o - 1) * s <= n + 2p - k <= n``).
+    """
+    first, last = max(0, p - (o - 1) * s), min(k - 1, p + n - 1)
+    return first, last + 1, p - first, max((o - 1) * s + last + 1, p + n) - first
+
+
 def _tap(padded, p: int, q: int, s: tuple[int, int], out: tuple[int, int]):
     """The strided slice of ``padded`` that tap ``(p, q)`` of every window reads."""
     (sh, sw), (ho, wo) = s, out
@@ -64,16 +118,40 @@ class _Pool2D(Module):
         self.padding = _padding(padding, 2)
         if any(2 * p > k for p, k in zip(self.padding, self.kernel_size)):
             raise ValueError(f"`padding` must be at most half of kernel_size={self.kernel_size}; got {self.padding}")
+        if self.kernel_size[0] * self.kernel_size[1] >= INDEX_LIMIT:  # arg-max tap codes are 64-bit integers
+            raise ValueError(
+                f"`kernel_size` must have fewer than 2**62 taps (kh*kw, the limit of derived extents); "
+                f"got {self.kernel_size}"
+            )
         self._cache: Any = None
 
-    def _geometry(self, x) -> tuple[tuple[int, int], Any]:
-        """Output size and the padded input (pad value chosen by the sub-class)."""
-        return self._out_shape(x), self._pad(x)
+    def _geometry(self, x) -> tuple[tuple[int, int], tuple, Any]:
+        """Output size, per-dimension :func:`_span` and the cropped padded input (pad value chosen by the
+        sub-class).
+        """
+        out = self._out_shape(x)
+        spans = self._spans(x.shape, out)
+        return out, spans, self._pad(x, spans)
+
+    def _spans(self, x_shape, out) -> tuple:
+        """:func:`_span` of each spatial dimension."""
+        return tuple(map(_span, x_shape[2:], out, self.kernel_size, self.stride, self.padding))
+
+    def _taps(self, padded, spans, out):
+        """``(p, q, view)`` for every tap that reads the input somewhere, in raster order."""
+        (p0, p1, _, _), (q0, q1, _, _) = spans
+        for p in range(p0, p1):
+            for q in range(q0, q1):
+                yield p, q, _tap(padded, p - p0, q - q0, self.stride, out)
 
     def _out_shape(self, x) -> tuple[int, int]:
         """Output size for input ``x``, checked to be 4-D and at least one window large."""
         if x.ndim != 4:
             raise ValueError(f"{type(self).__name__} expects input (B, C, H, W); got shape {tuple(x.shape)}")
+        if min(x.shape[2:]) < 1:  # torch refuses it too; a window of padding alone has no arg-max input
+            raise ValueError(
+                f"{type(self).__name__} needs an input of at least 1 row and 1 column; got shape {tuple(x.shape)}"
+            )
         out = tuple(
             _out_size(n, k, s, p) for n, k, s, p in zip(x.shape[2:], self.kernel_size, self.stride, self.padding)
         )
@@ -84,13 +162,14 @@ class _Pool2D(Module):
             )
         return out
 
-    def _pad(self, x):
-        ph, pw = self.padding
-        if not (ph or pw):
+    def _pad(self, x, spans):
+        """The crop of the padded input that the visited taps read (``x`` itself without padding)."""
+        (_, _, top, rows), (_, _, left, cols) = spans
+        if (top, left, rows, cols) == (0, 0, *x.shape[2:]):
             return x
         xp = array_module(x)
-        padded = xp.full((*x.shape[:2], x.shape[2] + 2 * ph, x.shape[3] + 2 * pw), self._pad_value, dtype=x.dtype)
-        padded[:, :, ph : ph + x.shape[2], pw : pw + x.shape[3]] = x
+        padded = xp.full((*x.shape[:2], rows, cols), self._pad_value, dtype=x.dtype)
+        padded[:, :, top : top + x.shape[2], left : left + x.shape[3]] = x
         return padded
 
     def _scatter(self, per_tap, x_shape, dtype, xp, out):
@@ -99,25 +178,23 @@ class _Pool2D(Module):
         ``per_tap(p, q, into)`` writes tap ``(p, q)``'s gradient into ``into``
         (a strided view of the result, sized like the output).
         """
-        ph, pw = self.padding
-        padded_shape = (*x_shape[:2], x_shape[2] + 2 * ph, x_shape[3] + 2 * pw)
-        # Windows that tile the padded input exactly write every element once: no
-        # zero fill and no read-modify-write (LeNet's 2x2 pools).
+        spans = self._spans(x_shape, out)
+        (_, _, top, rows), (_, _, left, cols) = spans
+        # Windows that tile the (cropped) padded input exactly, every tap visited, write
+        # every element once: no zero fill and no read-modify-write (LeNet's 2x2 pools).
         tiles = self.stride == self.kernel_size and all(
-            n == o * k for n, o, k in zip(padded_shape[2:], out, self.kernel_size)
+            (first, stop, length) == (0, k, o * k)
+            for (first, stop, _, length), o, k in zip(spans, out, self.kernel_size)
         )
-        grad = (xp.empty if tiles else xp.zeros)(padded_shape, dtype=dtype)
+        grad = (xp.empty if tiles else xp.zeros)((*x_shape[:2], rows, cols), dtype=dtype)
         scratch = None if tiles else xp.empty((*x_shape[:2], *out), dtype=dtype)
-        kh, kw = self.kernel_size
-        for p in range(kh):
-            for q in range(kw):
-                view = _tap(grad, p, q, self.stride, out)
-                if tiles:
-                    per_tap(p, q, view)
-                else:
-                    per_tap(p, q, scratch)
-                    view += scratch
-        return grad[:, :, ph : ph + x_shape[2], pw : pw + x_shape[3]]
+        for p, q, view in self._taps(grad, spans, out):  # the other taps would write padding only
+            if tiles:
+                per_tap(p, q, view)
+            else:
+                per_tap(p, q, scratch)
+                view += scratch
+        return grad[:, :, top : top + x_shape[2], left : left + x_shape[3]]
 
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
@@ -131,9 +208,14 @@ def _padding(padding, nd: int) -> tuple[int, ...]:
 class MaxPool2D(_Pool2D):
     """Maximum over ``kernel_size`` windows, like ``torch.nn.MaxPool2d`` (floor mode).
 
+    Float input keeps its dtype; integer input is pooled in float64 (as
+    ``convsuite.conv2d`` reads it); bool, complex and object input is a
+    ``TypeError``.
+
     Parameters
     ----------
     kernel_size : int or tuple of 2 int
+        Fewer than ``2**62`` taps in all.
     stride : int or tuple of 2 int, optional
         Default: ``kernel_size``.
     padding : int or tuple of 2 int, default 0
@@ -149,12 +231,13 @@ class MaxPool2D(_Pool2D):
         ties, a NaN wins over numbers (the last NaN of the window), and a
         window of ``-inf`` keeps its first element that is not padding.
         """
+        x = _pool_input(x, type(self).__name__)
         if _on_host_kernels(x):
             return self._forward_on_host(x)
         xp = array_module(x)
-        out, padded = self._geometry(x)
-        kh, kw = self.kernel_size
-        taps = [(p * kw + q, _tap(padded, p, q, self.stride, out)) for p in range(kh) for q in range(kw)]
+        out, spans, padded = self._geometry(x)
+        kw = self.kernel_size[1]
+        taps = [(p * kw + q, view) for p, q, view in self._taps(padded, spans, out)]
         arg = None
         if not self._need_cache():
             best = taps[0][1].copy()
@@ -175,7 +258,7 @@ class MaxPool2D(_Pool2D):
         """
         out = self._out_shape(x)
         best, arg = _host_kernels().max_pool2d_forward(
-            np.ascontiguousarray(x), self.kernel_size, self.stride, self.padding, out
+            np.ascontiguousarray(x), self.kernel_size, self.stride, self.padding, out, self._code_dtype()
         )
         self._cache = (x.shape, out, arg) if self._need_cache() else None
         return best
@@ -210,21 +293,19 @@ class MaxPool2D(_Pool2D):
             starts = xp.arange(n_out) * s  # window starts in padded coordinates
             firsts.append(xp.maximum(pad, starts) - starts)
         (first_p, first_q), kw = firsts, self.kernel_size[1]
-        code_dtype = xp.uint8 if self.kernel_size[0] * kw <= 256 else xp.int32
-        codes = (first_p[:, None] * kw + first_q[None, :]).astype(code_dtype)
+        codes = (first_p[:, None] * kw + first_q[None, :]).astype(self._code_dtype())
         return xp.broadcast_to(codes, (*batch_channels, *out)).copy()
+
+    def _code_dtype(self) -> np.dtype:
+        """The arg-max codes' type, on both paths (see :func:`_code_dtype`)."""
+        return _code_dtype(self.kernel_size[0] * self.kernel_size[1])
 
     def backward(self, grad_y):
         """``grad_y`` routed to each window's maximal input (see :meth:`forward`)."""
         if self._cache is None:
-            raise RuntimeError("MaxPool2D.backward needs a forward pass with gradients enabled first")
+            raise RuntimeError(f"{type(self).__name__}.backward needs a forward pass with gradients enabled first")
         x_shape, out, arg = self._cache
-        expected = (*x_shape[:2], *out)
-        if tuple(grad_y.shape) != expected:
-            raise ValueError(
-                f"MaxPool2D.backward expects `grad_y` of shape {expected} (the last output's); "
-                f"got {tuple(grad_y.shape)}"
-            )
+        _check_grad_y(type(self).__name__, grad_y, (*x_shape[:2], *out))
         if _on_host_kernels(grad_y):
             return _host_kernels().max_pool2d_backward(
                 np.ascontiguousarray(grad_y), arg, x_shape, self.kernel_size, self.stride, self.padding
@@ -241,9 +322,14 @@ class MaxPool2D(_Pool2D):
 class AvgPool2D(_Pool2D):
     """Mean over ``kernel_size`` windows, like ``torch.nn.AvgPool2d`` (zero padding counted).
 
+    Float input keeps its dtype; integer input is pooled in float64 (as
+    ``convsuite.conv2d`` reads it); bool, complex and object input is a
+    ``TypeError``.
+
     Parameters
     ----------
     kernel_size : int or tuple of 2 int
+        Fewer than ``2**62`` taps in all.
     stride : int or tuple of 2 int, optional
         Default: ``kernel_size``.
     padding : int or tuple of 2 int, default 0
@@ -253,21 +339,22 @@ class AvgPool2D(_Pool2D):
 
     def forward(self, x):
         """Window means of ``x (B, C, H, W)``, padding zeros counted."""
-        out, padded = self._geometry(x)
+        x = _pool_input(x, type(self).__name__)
+        out, spans, padded = self._geometry(x)
         kh, kw = self.kernel_size
-        total = _tap(padded, 0, 0, self.stride, out).copy()
-        for p in range(kh):
-            for q in range(kw):
-                if p or q:
-                    total += _tap(padded, p, q, self.stride, out)
+        taps = self._taps(padded, spans, out)
+        total = next(taps)[2].copy()
+        for _, _, view in taps:
+            total += view
         self._cache = (x.shape, out)
         return total * x.dtype.type(1.0 / (kh * kw))
 
     def backward(self, grad_y):
         """``grad_y`` spread evenly over each window's inputs."""
         if self._cache is None:
-            raise RuntimeError("AvgPool2D.backward needs a forward pass first")
+            raise RuntimeError(f"{type(self).__name__}.backward needs a forward pass first")
         x_shape, out = self._cache
+        _check_grad_y(type(self).__name__, grad_y, (*x_shape[:2], *out))
         share = grad_y * grad_y.dtype.type(1.0 / (self.kernel_size[0] * self.kernel_size[1]))
         xp = array_module(grad_y)
 
@@ -280,12 +367,17 @@ class AvgPool2D(_Pool2D):
 class MaxPool1D(Module):
     """Maximum over windows of a ``(B, C, W)`` input, like ``torch.nn.MaxPool1d``.
 
+    Float input keeps its dtype; integer input is pooled in float64 (as
+    ``convsuite.conv1d`` reads it); bool, complex and object input is a
+    ``TypeError``.
+
     Parameters
     ----------
     kernel_size : int
     stride : int, optional
         Default: ``kernel_size``.
     padding : int, default 0
+        Implicit ``-inf`` padding on both sides, at most half the kernel.
     """
 
     category = "pooling"
@@ -295,18 +387,33 @@ class MaxPool1D(Module):
         (k,) = as_int_tuple(kernel_size, 1, "kernel_size")
         (s,) = (k,) if stride is None else as_int_tuple(stride, 1, "stride")
         (p,) = _padding(padding, 1)
+        # Checked here so that the message speaks of this layer's values, not its 2-D helper's.
+        if 2 * p > k:
+            raise ValueError(f"`padding` must be at most half of kernel_size={k}; got {p}")
         self.kernel_size, self.stride, self.padding = k, s, p
         # A private helper, not a child: this layer is the leaf that timing and repr see.
         object.__setattr__(self, "_pool", MaxPool2D((1, k), (1, s), (0, p)))
 
     def forward(self, x):
         """Window maxima of ``x (B, C, W)``."""
+        x = _pool_input(x, "MaxPool1D")
         if x.ndim != 3:
             raise ValueError(f"MaxPool1D expects input (B, C, W); got shape {tuple(x.shape)}")
+        if x.shape[2] < 1:  # torch refuses it too; a window of padding alone has no arg-max input
+            raise ValueError(f"MaxPool1D needs an input of at least 1 element per row; got shape {tuple(x.shape)}")
+        if _out_size(x.shape[2], self.kernel_size, self.stride, self.padding) < 1:
+            raise ValueError(
+                f"MaxPool1D with kernel_size={self.kernel_size}, padding={self.padding} needs an input of at "
+                f"least that size; got length {x.shape[2]}"
+            )
         return self._pool.forward(x[:, :, None, :])[:, :, 0, :]
 
     def backward(self, grad_y):
         """``grad_y`` routed to each window's (first) maximal input."""
+        if self._pool._cache is None:
+            raise RuntimeError("MaxPool1D.backward needs a forward pass with gradients enabled first")
+        x_shape, out, _ = self._pool._cache
+        _check_grad_y("MaxPool1D", grad_y, (*x_shape[:2], out[1]))
         return self._pool.backward(grad_y[:, :, None, :])[:, :, 0, :]
 
     def extra_repr(self) -> str:
@@ -316,6 +423,11 @@ class MaxPool1D(Module):
 
 class AdaptiveAvgPool2D(Module):
     """Global average pooling to ``(B, C, 1, 1)``, like ``torch.nn.AdaptiveAvgPool2d(1)``.
+
+    Float input keeps its dtype; integer input is pooled in float64 (as
+    ``convsuite.conv2d`` reads it); bool, complex and object input is a
+    ``TypeError``. An input with no rows or no columns has no mean: a
+    ``ValueError`` (not NaN).
 
     Parameters
     ----------
@@ -327,19 +439,30 @@ class AdaptiveAvgPool2D(Module):
 
     def __init__(self, output_size=1) -> None:
         super().__init__()
-        if output_size not in (1, (1, 1), [1, 1]):
-            raise ValueError(f"`output_size` must be 1 or (1, 1) (global pooling); got {output_size!r}")
+        # The type first (bools, arrays and floats refused with their own message), then the value.
+        if as_int_tuple(output_size, 2, "output_size") != (1, 1):
+            raise ValueError(
+                f"`output_size` must be 1 or (1, 1) (only global pooling is implemented); got {_show(output_size)}"
+            )
         self._shape = None
 
     def forward(self, x):
         """Mean over ``H`` and ``W`` of ``x (B, C, H, W)``, shape ``(B, C, 1, 1)``."""
+        x = _pool_input(x, "AdaptiveAvgPool2D")
         if x.ndim != 4:
             raise ValueError(f"AdaptiveAvgPool2D expects input (B, C, H, W); got shape {tuple(x.shape)}")
+        if x.shape[2] == 0 or x.shape[3] == 0:
+            raise ValueError(
+                f"AdaptiveAvgPool2D needs an input of at least 1 row and 1 column; got shape {tuple(x.shape)}"
+            )
         self._shape = x.shape
         return x.mean(axis=(2, 3), keepdims=True, dtype=x.dtype)
 
     def backward(self, grad_y):
         """``grad_y`` spread evenly over the ``H * W`` inputs of each channel."""
+        if self._shape is None:
+            raise RuntimeError("AdaptiveAvgPool2D.backward needs a forward pass first")
+        _check_grad_y("AdaptiveAvgPool2D", grad_y, (*self._shape[:2], 1, 1))
         xp = array_module(grad_y)
         scale = grad_y.dtype.type(1.0 / (self._shape[2] * self._shape[3]))
         return xp.broadcast_to(grad_y * scale, self._shape).copy()
