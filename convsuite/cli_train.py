@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 from pathlib import Path
 
@@ -19,13 +21,17 @@ from convsuite.cli import _positive  # one definition of the CLI's integer argum
 __all__ = ["add_train_parser", "cmd_train"]
 
 
-def _non_negative(text: str) -> int:
+def _seed(text: str) -> int:
+    """``--seed``: checked here against scikit-learn's bound, not after it fails inside the split."""
+    from convsuite.nets.train import SEED_LIMIT
+
+    accepted = "must be an integer in [0, 2**32) (scikit-learn's random_state bound)"
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer; got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer; got {text!r}")
+        raise argparse.ArgumentTypeError(f"{accepted}; got {text!r}") from None
+    if not 0 <= value < SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"{accepted}; got {text!r}")
     return value
 
 
@@ -58,9 +64,11 @@ def add_train_parser(sub) -> None:
     )
     train.add_argument("--epochs", type=_positive, default=defaults.epochs, help=f"(default {defaults.epochs})")
     train.add_argument("--batch", type=_positive, default=defaults.batch, help=f"(default {defaults.batch})")
-    train.add_argument("--seed", type=_non_negative, default=defaults.seed, help=f"(default {defaults.seed})")
+    train.add_argument("--seed", type=_seed, default=defaults.seed, help=f"(default {defaults.seed})")
     train.add_argument("--lr", type=float, default=defaults.lr, help=f"SGD learning rate (default {defaults.lr})")
-    train.add_argument("--out", default="train-out", help="folder for train.json (default train-out)")
+    train.add_argument(
+        "--out", default="train-out", help="folder for train.json, made before training (default train-out)"
+    )
     train.set_defaults(func=cmd_train)
 
 
@@ -71,6 +79,34 @@ def _device_of(backend: str | None) -> str:
     from convsuite._registry import get_backend
 
     return get_backend(backend).device
+
+
+def _gpu_problem() -> str | None:
+    """Why ``--device gpu`` cannot run here (None when it can): the GPU backend's own verdict."""
+    from convsuite import get_backend
+
+    verdict = get_backend("cupy").available()
+    return None if verdict is True else str(verdict)
+
+
+def _out_problem(out: Path) -> str | None:
+    """Why the results cannot be written to folder ``out`` (None when they can), checked before
+    training so that a bad --out does not throw a finished run away.
+    """
+    if out.exists() and not out.is_dir():
+        return "is an existing file, not a folder"
+    try:
+        out.mkdir(parents=True, exist_ok=True)  # also fails where a parent is a file
+    except OSError as exc:
+        return f"cannot be used as the output folder ({exc.strerror or exc})"
+    if not os.access(out, os.W_OK | os.X_OK):
+        return "is a folder this process cannot write to"
+    return None
+
+
+def _usage_error(message: str) -> int:
+    print(f"convsuite train: error: {message}", file=sys.stderr)
+    return 2
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -93,18 +129,30 @@ def cmd_train(args: argparse.Namespace) -> int:
         if not info.available:
             print(f"convsuite train: error: backend {args.backend!r} is unavailable: {info.reason}", file=sys.stderr)
             return 2
-    if not args.lr > 0:
-        print(f"convsuite train: error: --lr must be positive; got {args.lr}", file=sys.stderr)
-        return 2
-    config = TrainConfig(
-        variant=args.variant,
-        backend=args.backend,
-        epochs=args.epochs,
-        batch=args.batch,
-        seed=args.seed,
-        lr=args.lr,
-        device=args.device or _device_of(args.backend),
-    )
+    # NaN fails every comparison and inf passes `> 0`; either would train to non-finite weights
+    # and write a train.json that is not strict JSON ("lr": Infinity).
+    if not (math.isfinite(args.lr) and args.lr > 0):
+        return _usage_error(f"--lr must be positive and finite; got {args.lr}")
+    try:
+        config = TrainConfig(
+            variant=args.variant,
+            backend=args.backend,
+            epochs=args.epochs,
+            batch=args.batch,
+            seed=args.seed,
+            lr=args.lr,
+            device=args.device or _device_of(args.backend),
+        )
+    except (TypeError, ValueError) as exc:  # the settings' own checks, as a usage error
+        return _usage_error(str(exc))
+    if config.device == "gpu":
+        problem = _gpu_problem()
+        if problem is not None:
+            return _usage_error(f"--device gpu cannot run here: {problem}")
+    out = Path(args.out)
+    problem = _out_problem(out)
+    if problem is not None:
+        return _usage_error(f"--out {str(out)!r} {problem}")
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(
@@ -125,8 +173,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         f"test accuracy {result.test_accuracy:.4f} on {result.sizes['test']} held-out digits "
         f"after {config.epochs} epochs ({result.seconds:.1f} s)"
     )
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     report = {
         "network": "lenet5",
         "variant": config.variant,

@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import nn
 from .._arrays import is_cupy_array
+from .._validation import _is_int, _show, positive_int
 from ..nn._timing import device_timer
 from ..nn._xp import array_module
 
@@ -120,6 +121,33 @@ def _synchronize(array) -> None:
         cupy.cuda.get_current_stream().synchronize()
 
 
+def _count(value, name: str) -> int:
+    """A non-negative int (bools refused), or an error naming ``name``."""
+    if not _is_int(value):
+        raise TypeError(f"`{name}` must be a non-negative int; got {_show(value)}")
+    if value < 0:
+        raise ValueError(f"`{name}` must be a non-negative int (>= 0); got {_show(value)}")
+    return int(value)
+
+
+def _check_batch(x, labels, batch, labels_name: str) -> int:
+    """``batch`` as an int, after checking that ``x`` is not empty, that ``batch`` is a positive
+    int and that ``labels`` (if given) has one entry per image.
+
+    ``range(0, n, batch)`` alone fails on 0 with a message naming nothing and
+    runs no pass at all for a negative ``batch`` (an accuracy of 0.0 with no
+    error); an empty ``x`` would divide by zero; a labels-length mismatch
+    would surface as a NumPy broadcast error.
+    """
+    n = len(x)
+    if n == 0:  # first: with batch=None, "all at once" is a batch of 0
+        raise ValueError(f"`x` must hold at least one image; got {_show(x)}")
+    batch = positive_int(batch, "batch")
+    if labels is not None and len(labels) != n:
+        raise ValueError(f"`{labels_name}` must have one entry per image of `x` ({n}); got {len(labels)}")
+    return batch
+
+
 def profile(network: nn.Module, x, repeat: int = 5, *, backward: bool = False, warmup: int = 1) -> NetworkProfile:
     """Time ``network`` on ``x``: per layer, per layer type, end to end and transfers.
 
@@ -132,19 +160,19 @@ def profile(network: nn.Module, x, repeat: int = 5, *, backward: bool = False, w
         is copied there first, and that copy (and the copy of the output
         back) is timed apart from the layers.
     repeat : int, default 5
-        Timed passes; medians are reported.
+        Timed passes, a positive int (not a bool); medians are reported.
     backward : bool, default False
         Also time the backward pass (output gradient: ones), as in a
         training step (no gradient with respect to the input).
     warmup : int, default 1
-        Untimed passes first (JIT compilation, kernel loading, plans).
+        Untimed passes first (JIT compilation, kernel loading, plans), >= 0.
 
     Returns
     -------
     NetworkProfile
     """
-    if not isinstance(repeat, int) or repeat < 1:
-        raise ValueError(f"`repeat` must be a positive integer; got {repeat!r}")
+    repeat = positive_int(repeat, "repeat")  # a bool is no count: repeat=True is refused
+    warmup = _count(warmup, "warmup")
     device = _network_device(network)
     transfers: dict[str, list[float]] = {"host_to_device": [], "device_to_host": []}
     upload = None
@@ -223,9 +251,15 @@ def ece408_times(network: nn.Module, x, labels=None, *, batch: int | None = None
     labels : array_like, optional
         Integer classes; when given, ``accuracy`` is reported.
     batch : int, optional
-        Images per forward pass (default: all at once).
+        Images per forward pass, a positive int (default: all at once).
     warmup : bool, default True
         Run the first batch once, untimed, first (JIT compilation, kernel loading).
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``batch`` is not a positive int, ``x`` is empty, or ``labels`` does
+        not have one entry per image.
 
     Returns
     -------
@@ -235,9 +269,9 @@ def ece408_times(network: nn.Module, x, labels=None, *, batch: int | None = None
     """
     from .._instrument import record_kernel_times
 
+    batch = _check_batch(x, labels, len(x) if batch is None else batch, "labels")
     network.eval()
     n = len(x)
-    batch = n if batch is None else batch
     convs = [name for name, m in network.named_modules() if m.category == "convolution"]
     op: dict[str, float] = dict.fromkeys(convs, 0.0)
     layer: dict[str, float] = dict.fromkeys(convs, 0.0)

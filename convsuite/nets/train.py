@@ -10,10 +10,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import nn
+from .._validation import _is_int, _show, positive_int
+from ..nn.module import _finite_real
 from .data import load_digits_split
 from .lenet import LENET5_VARIANTS, lenet5
+from .profile import _check_batch
 
 __all__ = ["TrainConfig", "evaluate", "train_lenet5"]
+
+#: scikit-learn's bound on ``random_state`` (the split of the digits): seeds are below it.
+SEED_LIMIT = 2**32
+DEVICES = ("cpu", "gpu")
 
 
 @dataclass(frozen=True)
@@ -26,12 +33,23 @@ class TrainConfig:
         ``"classic"`` (32x32) or ``"ece408-fa21"`` (86x86).
     backend : str or None
         Backend of the convolutions (None: the usual selection).
-    epochs, batch, seed : int
+    epochs, batch : int
+        Positive ints (not bools).
+    seed : int
+        In ``[0, 2**32)``, scikit-learn's bound on the split's ``random_state``.
     lr, momentum, weight_decay : float
-        SGD settings; the learning rate follows a cosine decay from ``lr``
-        over the epochs.
+        SGD settings (finite; ``lr > 0``, ``momentum`` in [0, 1),
+        ``weight_decay >= 0``); the learning rate follows a cosine decay
+        from ``lr`` over the epochs.
     device : str
         ``"cpu"`` or ``"gpu"`` (weights and batches on the GPU through CuPy).
+
+    Raises
+    ------
+    TypeError, ValueError
+        At construction, for a field outside what is listed here (each
+        message names the field): a bad setting fails before any training,
+        not silently (``device="foo"`` used to train on the CPU).
     """
 
     variant: str = "classic"
@@ -43,6 +61,31 @@ class TrainConfig:
     momentum: float = 0.9
     weight_decay: float = 1e-4
     device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.variant, str) or self.variant not in LENET5_VARIANTS:
+            raise ValueError(f"`variant` must be one of {', '.join(LENET5_VARIANTS)}; got {self.variant!r}")
+        if self.backend is not None and not isinstance(self.backend, str):
+            raise TypeError(f"`backend` must be a backend's name or None; got {_show(self.backend)}")
+        if not isinstance(self.device, str) or self.device not in DEVICES:
+            raise ValueError(f"`device` must be 'cpu' or 'gpu'; got {self.device!r}")
+        if not _is_int(self.seed):
+            raise TypeError(f"`seed` must be an int in [0, 2**32); got {_show(self.seed)}")
+        if not 0 <= self.seed < SEED_LIMIT:
+            raise ValueError(
+                f"`seed` must be an int in [0, 2**32) (scikit-learn's random_state bound); got {self.seed}"
+            )
+        # Stored as plain Python numbers: NumPy scalars would not go into train.json.
+        normal = {
+            "epochs": positive_int(self.epochs, "epochs"),
+            "batch": positive_int(self.batch, "batch"),
+            "seed": int(self.seed),
+            "lr": _finite_real(self.lr, "lr", "positive and finite", lambda v: v > 0),
+            "momentum": _finite_real(self.momentum, "momentum", "in [0, 1)", lambda v: 0 <= v < 1),
+            "weight_decay": _finite_real(self.weight_decay, "weight_decay", ">= 0 and finite", lambda v: v >= 0),
+        }
+        for name, value in normal.items():
+            object.__setattr__(self, name, value)  # frozen: the dataclass way to set a field here
 
 
 @dataclass
@@ -80,7 +123,34 @@ def _on_device(array, device: str):
 
 
 def evaluate(network: nn.Module, x: np.ndarray, y: np.ndarray, *, batch: int = 256, device: str = "cpu") -> float:
-    """Share of ``x`` that ``network`` (set to evaluation mode) classifies as ``y``."""
+    """Share of ``x`` that ``network`` (set to evaluation mode) classifies as ``y``.
+
+    Parameters
+    ----------
+    network : convsuite.nn.Module
+    x : ndarray
+        The images, at least one.
+    y : ndarray
+        Their integer classes, one per image.
+    batch : int, default 256
+        Images per forward pass, a positive int.
+    device : {'cpu', 'gpu'}, default 'cpu'
+        Where the batches go (the network's device).
+
+    Returns
+    -------
+    float
+        The accuracy, in [0, 1].
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``batch`` is not a positive int, ``x`` is empty, ``y`` does not have
+        one entry per image, or ``device`` is neither 'cpu' nor 'gpu'.
+    """
+    batch = _check_batch(x, y, batch, "y")
+    if device not in DEVICES:
+        raise ValueError(f"`device` must be 'cpu' or 'gpu'; got {device!r}")
     network.eval()
     correct = 0
     with nn.no_grad():
@@ -107,12 +177,8 @@ def train_lenet5(
     TrainResult
         The trained network, test accuracy, loss per epoch and per-layer times.
     """
-    if config.variant not in LENET5_VARIANTS:
-        raise ValueError(f"`variant` must be one of {', '.join(LENET5_VARIANTS)}; got {config.variant!r}")
-    for name in ("epochs", "batch"):
-        value = getattr(config, name)
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"`{name}` must be a positive integer; got {value!r}")
+    if not isinstance(config, TrainConfig):  # its fields were checked when it was made
+        raise TypeError(f"`config` must be a TrainConfig; got {type(config).__name__}")
     data = load_digits_split(LENET5_VARIANTS[config.variant], seed=config.seed)
     rng = np.random.default_rng(config.seed)
     network = lenet5(config.variant, backend=config.backend, seed=rng)

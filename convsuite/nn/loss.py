@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
+
+from .._validation import _show
 from ._xp import array_module
 from .module import Module
 
@@ -17,6 +20,12 @@ class CrossEntropyLoss(Module):
     Call it as ``loss = criterion(logits, targets)`` with ``logits (B, K)``
     and integer ``targets (B,)`` in ``[0, K)``; ``criterion.backward()``
     returns ``d loss / d logits``.
+
+    The batch must not be empty (a mean over no samples is undefined, and its
+    gradient would divide by zero) and there must be at least one class:
+    both are a ``ValueError``, as are targets of the wrong length or outside
+    ``[0, K)`` or that are not integers (floats, bools). Integer logits are
+    computed in float64; logits that are not real numbers are a ``TypeError``.
     """
 
     category = "loss"
@@ -27,17 +36,36 @@ class CrossEntropyLoss(Module):
 
     def forward(self, logits, targets):
         """Mean cross-entropy of ``logits (B, K)`` against integer ``targets (B,)``."""
+        self._cache = None  # a failed call must not leave an earlier batch for backward()
         xp = array_module(logits)
-        targets = xp.asarray(targets)
+        logits, targets = xp.asarray(logits), xp.asarray(targets)
+        if logits.dtype.kind in "iu":
+            logits = logits.astype(np.float64)  # as convsuite.conv2d reads integers
+        elif logits.dtype.kind != "f":
+            raise TypeError(f"`logits` must be real numbers (floating point or integer); got dtype {logits.dtype}")
         if logits.ndim != 2:
             raise ValueError(f"`logits` must have shape (B, K); got {tuple(logits.shape)}")
-        if targets.shape != (logits.shape[0],) or targets.dtype.kind not in "iu":
+        batch, classes = logits.shape
+        if batch == 0:
             raise ValueError(
-                f"`targets` must be integer class indices of shape ({logits.shape[0]},); "
-                f"got {targets.dtype} of shape {tuple(targets.shape)}"
+                f"`logits` must hold at least one sample: the mean loss of an empty batch is undefined; "
+                f"got shape {tuple(logits.shape)}"
             )
-        if targets.size and (int(targets.min()) < 0 or int(targets.max()) >= logits.shape[1]):
-            raise ValueError(f"`targets` must lie in [0, {logits.shape[1]}); got values outside")
+        if classes == 0:
+            raise ValueError(f"`logits` must have at least one class (K >= 1); got shape {tuple(logits.shape)}")
+        if targets.dtype.kind not in "iu":  # a ValueError, as it always was (callers catch that)
+            raise ValueError(
+                f"`targets` must be integer class indices in [0, {classes}); got {_show(targets)} "
+                "(float or bool targets are not class indices)"
+            )
+        if targets.shape != (batch,):
+            raise ValueError(
+                f"`targets` must have one class index per row of `logits`, shape ({batch},); "
+                f"got shape {tuple(targets.shape)}"
+            )
+        low, high = int(targets.min()), int(targets.max())
+        if low < 0 or high >= classes:
+            raise ValueError(f"`targets` must lie in [0, {classes}); got values from {low} to {high}")
         shifted = logits - logits.max(axis=1, keepdims=True)
         log_probs = shifted - xp.log(xp.exp(shifted).sum(axis=1, keepdims=True))
         rows = xp.arange(logits.shape[0])

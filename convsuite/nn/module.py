@@ -16,8 +16,10 @@ the others :meth:`Module.run_backward` computes it and drops it.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -25,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .._arrays import is_cupy_array
-from .._validation import check_input_grad
+from .._validation import _show, check_input_grad
 from . import _timing
 from ._xp import array_module, to_numpy
 
@@ -37,6 +39,23 @@ __all__ = ["Module", "Parameter", "Sequential", "grad_enabled", "no_grad", "stat
 # replay costs no walk over the network's state (measured on an H100: 522 us
 # of host time per MobileNetV2 call before, most of it that walk).
 _generation = [0]
+
+
+def _finite_real(value: Any, name: str, accepted: str, ok: Callable[[float], bool]) -> float:
+    """``value`` as a float that is finite and passes ``ok``, or an error naming ``name``.
+
+    Bools, strings and other non-numbers are a ``TypeError`` (``True`` is not
+    a learning rate, and ``"0.1" > 0`` would fail with a message naming
+    nothing); NaN, infinities and values that fail ``ok`` are a
+    ``ValueError``. ``accepted`` completes "`name` must be ...".
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"`{name}` must be {accepted} (a real number); got {_show(value)}")
+    number = float(value)
+    # NaN fails every comparison, so without isfinite a NaN setting could pass a range check.
+    if not math.isfinite(number) or not ok(number):
+        raise ValueError(f"`{name}` must be {accepted}; got {_show(value)}")
+    return number
 
 
 def state_generation() -> int:
@@ -254,16 +273,21 @@ class Module:
         """Copy values from ``state`` (anything ``asarray`` accepts) into this module.
 
         Keys and shapes must match :meth:`state_dict` exactly; values are cast
-        to each parameter's dtype and device.
+        to each parameter's dtype and device. Values must be real numbers
+        (integer or floating point) that fit that dtype: a finite float64
+        value past float32's range is refused rather than stored as ``inf``.
+        Nothing is changed unless every value passes.
 
         Raises
         ------
         TypeError
-            ``state`` is not a mapping.
+            ``state`` is not a mapping, or a value is not an array of real
+            numbers (bool, complex, string, object): the message names its key.
         KeyError
             Keys are missing or unexpected (both lists are in the message).
         ValueError
-            A value has the wrong shape.
+            A value has the wrong shape, or is finite but overflows the
+            parameter's dtype (the message names its key).
         """
         if not isinstance(state, Mapping):
             raise TypeError(f"`state` must be a mapping of name -> array; got {type(state).__name__}")
@@ -283,7 +307,7 @@ class Module:
             value = state[key]
             if is_cupy_array(value) and xp is np:
                 value = to_numpy(value)
-            value = xp.asarray(value, dtype=current.dtype)
+            value = self._converted(key, value, current, xp)
             if tuple(value.shape) != tuple(current.shape):
                 raise ValueError(
                     f"load_state_dict: {key!r} must have shape {tuple(current.shape)}; got {tuple(value.shape)}"
@@ -295,6 +319,37 @@ class Module:
                 getattr(owner, name).data = value
             else:
                 object.__setattr__(owner, name, value)
+
+    @staticmethod
+    def _converted(key: str, value: Any, current, xp):
+        """``value`` as an array of ``current``'s dtype on ``xp``, or an error naming ``key``.
+
+        Read first in its own dtype, so what cannot be a parameter is refused by
+        name instead of being cast: complex values would lose their imaginary
+        part (with only a ComplexWarning), an object array of None would become
+        NaN, strings would fail inside NumPy with a message naming no key.
+        """
+        try:
+            raw = xp.asarray(value)
+        except (TypeError, ValueError) as exc:  # ragged lists, unconvertible objects
+            raise TypeError(
+                f"load_state_dict: {key!r} must be an array of real numbers; got {_show(value)} ({exc})"
+            ) from None
+        if raw.dtype.kind not in "iuf":
+            raise TypeError(
+                f"load_state_dict: {key!r} must be an array of real numbers (integer or floating point); "
+                f"got dtype {raw.dtype}"
+            )
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below, by key
+            converted = raw.astype(current.dtype, copy=False)
+        if raw.dtype.kind == "f" and raw.dtype.itemsize > converted.dtype.itemsize:
+            # Narrowing (float64 -> float32) turns finite values past the range into inf.
+            if bool((xp.isfinite(raw) & ~xp.isfinite(converted)).any()):
+                raise ValueError(
+                    f"load_state_dict: {key!r} has finite values outside the range of {current.dtype} "
+                    f"(largest magnitude {float(xp.abs(raw[xp.isfinite(raw)]).max()):g}); they would become inf"
+                )
+        return converted
 
     # --- modes and devices ----------------------------------------------
 
@@ -378,8 +433,11 @@ class Sequential(Module):
     def __len__(self) -> int:
         return len(self._modules)
 
-    def __getitem__(self, index: int) -> Module:
-        return list(self._modules.values())[index]
+    def __getitem__(self, index: int | slice) -> Module:
+        layers = list(self._modules.values())
+        if isinstance(index, slice):  # as PyTorch: a Sequential of those layers (shared, not copied)
+            return Sequential(*layers[index], fuse_activations=self.fuse_activations)
+        return layers[index]
 
     def __iter__(self) -> Iterator[Module]:
         return iter(list(self._modules.values()))

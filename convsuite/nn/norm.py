@@ -11,7 +11,7 @@ from .._validation import float_dtype
 from ._xp import array_module
 from .conv import _Conv
 from .layers import Identity
-from .module import Module, Parameter, Sequential
+from .module import Module, Parameter, Sequential, _finite_real
 
 __all__ = ["BatchNorm2D", "fold_batchnorm", "fold_batchnorms"]
 
@@ -58,14 +58,22 @@ class BatchNorm2D(Module):
     variance and updates the running estimates (unbiased variance, as
     PyTorch); in evaluation mode it uses the running estimates.
 
+    Floating-point input is computed in its own dtype; integer input in
+    float64 (as ``convsuite.conv2d`` reads it: the mean of integers is not an
+    integer); bool, complex and object input is refused with a ``TypeError``.
+    The running estimates keep the layer's ``dtype`` whatever the input's, so
+    ``state_dict`` does not change dtype with the batches seen.
+
     Parameters
     ----------
     num_features : int
         ``C``.
     eps : float, default 1e-5
+        Added to the variance; positive and finite.
     momentum : float, default 0.1
-        Weight of the new batch in the running estimates.
+        Weight of the new batch in the running estimates, in [0, 1].
     dtype : {'float32', 'float64'}, default 'float32'
+        Of the parameters and the running estimates.
 
     Attributes
     ----------
@@ -81,28 +89,39 @@ class BatchNorm2D(Module):
         super().__init__()
         if not isinstance(num_features, (int, np.integer)) or isinstance(num_features, bool) or num_features < 1:
             raise ValueError(f"`num_features` must be a positive integer; got {num_features!r}")
-        if not 0 <= momentum <= 1:
-            raise ValueError(f"`momentum` must be in [0, 1]; got {momentum!r}")
-        if not eps > 0:
-            raise ValueError(f"`eps` must be positive; got {eps!r}")
+        momentum = _finite_real(momentum, "momentum", "in [0, 1]", lambda v: 0 <= v <= 1)
+        eps = _finite_real(eps, "eps", "positive and finite", lambda v: v > 0)
         dtype = float_dtype(dtype)
-        self.num_features, self.eps, self.momentum = int(num_features), float(eps), float(momentum)
+        self.num_features, self.eps, self.momentum = int(num_features), eps, momentum
         self.weight = Parameter(np.ones(self.num_features, dtype))
         self.bias = Parameter(np.zeros(self.num_features, dtype))
         self.register_buffer("running_mean", np.zeros(self.num_features, dtype))
         self.register_buffer("running_var", np.ones(self.num_features, dtype))
         self._cache = None
 
-    def _check(self, x) -> None:
+    def _check(self, x):
+        """``x`` checked, and as float64 when it holds integers (see the class doc)."""
+        kind = getattr(getattr(x, "dtype", None), "kind", None)
+        if kind is None:
+            raise TypeError(f"BatchNorm2D expects a NumPy or CuPy array; got {type(x).__name__}")
+        if kind in "iu":
+            # In an integer dtype the mean, the variance and 1/std truncate (to zeros, mostly).
+            x = x.astype(np.float64)
+        elif kind != "f":
+            raise TypeError(
+                "BatchNorm2D input must have a real numeric dtype (floating point, or an integer type, "
+                f"which is computed in float64); got {x.dtype}"
+            )
         if x.ndim != 4 or x.shape[1] != self.num_features:
             raise ValueError(
                 f"BatchNorm2D({self.num_features}) expects input (B, {self.num_features}, H, W); "
                 f"got shape {tuple(x.shape)}"
             )
+        return x
 
     def forward(self, x):
         """Normalise per channel with batch statistics (training, updating the running ones) or running ones."""
-        self._check(x)
+        x = self._check(x)
         xp = array_module(x)
         axes = (0, 2, 3)
         if self.training:
@@ -114,8 +133,11 @@ class BatchNorm2D(Module):
             mean = x.mean(axis=axes, dtype=x.dtype)
             var = x.var(axis=axes, dtype=x.dtype)
             m = self.momentum
-            self.running_mean = ((1 - m) * self.running_mean + m * mean).astype(x.dtype)
-            self.running_var = ((1 - m) * self.running_var + m * var * (count / (count - 1))).astype(x.dtype)
+            # Cast to the estimates' own dtype, not the batch's: a float64 batch must not turn a
+            # float32 layer's state float64, nor a float16 one make it float16.
+            keep = self.running_mean.dtype
+            self.running_mean = ((1 - m) * self.running_mean + m * mean).astype(keep)
+            self.running_var = ((1 - m) * self.running_var + m * var * (count / (count - 1))).astype(keep)
         elif not self._need_cache():  # inference: one affine pass, nothing kept
             self._cache = None
             return _running_affine(x, self.running_mean, self.running_var, self.weight.data, self.bias.data, self.eps)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .module import Parameter
+from .module import Parameter, _finite_real
 
 __all__ = ["SGD"]
 
@@ -22,6 +22,14 @@ class SGD:
         In [0, 1); the first step starts the velocity at ``g`` (as PyTorch).
     weight_decay : float, default 0
         L2 penalty coefficient, >= 0.
+
+    Raises
+    ------
+    TypeError
+        A setting is not a real number (a string, a bool, None).
+    ValueError
+        A setting is NaN, infinite or out of its range: an infinite ``lr``
+        would make every weight non-finite at the first step.
     """
 
     def __init__(
@@ -30,13 +38,9 @@ class SGD:
         self.params = list(params)
         if not all(isinstance(p, Parameter) for p in self.params):
             raise TypeError("`params` must be Parameter objects, e.g. network.parameters()")
-        if not lr > 0:
-            raise ValueError(f"`lr` must be positive; got {lr!r}")
-        if not 0 <= momentum < 1:
-            raise ValueError(f"`momentum` must be in [0, 1); got {momentum!r}")
-        if not weight_decay >= 0:
-            raise ValueError(f"`weight_decay` must be >= 0; got {weight_decay!r}")
-        self.lr, self.momentum, self.weight_decay = float(lr), float(momentum), float(weight_decay)
+        self.lr = _finite_real(lr, "lr", "positive and finite", lambda v: v > 0)
+        self.momentum = _finite_real(momentum, "momentum", "in [0, 1)", lambda v: 0 <= v < 1)
+        self.weight_decay = _finite_real(weight_decay, "weight_decay", ">= 0 and finite", lambda v: v >= 0)
         self._velocity: dict[int, object] = {}
 
     def zero_grad(self) -> None:
