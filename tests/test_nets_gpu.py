@@ -103,6 +103,34 @@ def test_maxpool_on_the_gpu_equals_the_host_layer(args, fill):
     np.testing.assert_allclose(device.backward(cupy.asarray(G)).get(), host.backward(G), rtol=1e-15, atol=1e-15)
 
 
+@pytest.mark.parametrize(
+    "layer",
+    [
+        lambda: nn.MaxPool2D((1, 2**32), 1, (0, 2**31)),  # more taps than int32 codes hold; a few reach the input
+        lambda: nn.MaxPool2D(5, 2, 2),
+        lambda: nn.AvgPool2D(3, 2, 1),
+        lambda: nn.AvgPool2D((1, 2**32), 1, (0, 2**31)),
+        lambda: nn.AdaptiveAvgPool2D(),
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_pooling_on_the_gpu_equals_the_host_layer(layer, dtype):
+    """The CuPy pass visits the same taps as the NumPy one (only those that reach the input, a few even
+    for 2**32-tap windows), pools integers in float64, and checks grad_y as the host layer does."""
+    import cupy
+
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal((2, 3, 7, 6)) * 4).astype(dtype)
+    host, device = layer(), layer()
+    expected_y, got_y = host(x), device(cupy.asarray(x))
+    assert isinstance(got_y, cupy.ndarray) and got_y.dtype == expected_y.dtype
+    np.testing.assert_allclose(got_y.get(), expected_y, rtol=1e-6, atol=1e-6)
+    G = rng.standard_normal(expected_y.shape).astype(expected_y.dtype)
+    np.testing.assert_allclose(device.backward(cupy.asarray(G)).get(), host.backward(G), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="grad_y"):
+        device.backward(cupy.asarray(G[:1]))
+
+
 def test_lenet5_trains_on_the_gpu():
     pytest.importorskip("sklearn")
     result = nets.train_lenet5(nets.TrainConfig(backend="cupy", device="gpu"))
