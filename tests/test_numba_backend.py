@@ -415,3 +415,18 @@ def test_gemm_tile_layouts_follow_the_ieee_reference(monkeypatch, geometry, nonf
         assert_same_ieee(weights_only[1], expected[1], tolerances[1], "grad_w without grad_x")
     finally:
         cs.clear_plan_cache()
+
+
+@needs_numba
+def test_rule_leaves_blocked_where_its_row_copies_would_be_huge():
+    """A thin forward goes to 'blocked', whose row copies span the dilated kernel; past its limit (here
+    a width dilation of 2**21: 48 MiB of rows per item) the rule must pick an algorithm that runs."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 16, 6, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 16, 3, 3)).astype(np.float32)
+    assert cs.explain(x, w, padding=1, backend="numba").algorithm == "blocked"
+    keywords = dict(dilation=(1, 2**21), padding=(1, 2**21))
+    decision = cs.explain(x, w, backend="numba", **keywords)
+    assert decision.algorithm != "blocked" and "'blocked' copies" in decision.reason
+    expected = cs.conv2d(x.astype(np.float64), w.astype(np.float64), backend="numpy", **keywords)
+    np.testing.assert_allclose(cs.conv2d(x, w, backend="numba", **keywords), expected, rtol=1e-5, atol=1e-5)

@@ -410,6 +410,10 @@ class NumbaBackend(KernelModuleBackend):
             verdict = gemm_check(s, direction)
             if verdict is not True:
                 return "direct", verdict
+        if name == "blocked":
+            verdict = _blocked_check(s, direction)
+            if verdict is not True:  # a huge stride or dilation: its row copies would be mostly skipped columns
+                return "direct", verdict
         return name, why
 
     def warm_up(self, dtype) -> float:
