@@ -329,6 +329,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         except ValueError as exc:
             _print(f"convsuite sweep: error: {exc}", err=True)
             return EXIT_USAGE
+    if not any(c.status == "ok" for r in result.rows for c in r.cells.values()):
+        # Nothing could be timed (e.g. a 1-D algorithm on a 2-D workload): no table or files of nothing.
+        reasons = sorted({c.reason or c.status for r in result.rows for c in r.cells.values()})
+        _print(
+            f"convsuite sweep: error: {result.backend}/{result.algorithm} ran on none of {result.workload}'s "
+            f"layers ({'; '.join(reasons)[:300] or 'no layer'})",
+            err=True,
+        )
+        return EXIT_USAGE
     _print(
         f"{result.backend}/{result.algorithm} on {result.workload} ({result.direction}, {result.dtype}), "
         f"{result.meta['device_description']}, {result.meta['date']}",
@@ -367,7 +376,7 @@ def _add_sweep(sub) -> None:
     )
     sweep.add_argument("--direction", choices=["forward", "backward"], default="forward")
     sweep.add_argument("--dtype", choices=["float32", "float64"], default="float32")
-    sweep.add_argument("--repeat", type=_positive, default=5, help="timed runs per configuration (default 5)")
+    sweep.add_argument("--repeat", type=_repeat, default=5, help="timed runs per configuration (default 5)")
     sweep.add_argument("--out", default="sweep-out", help="folder for sweep.json, sweep.csv and plots")
     sweep.set_defaults(func=cmd_sweep)
 
@@ -376,6 +385,9 @@ def _backend_list(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
         raise argparse.ArgumentTypeError(f"must be a comma-separated list of backend names; got {text!r}")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:  # measured twice, listed twice: a table that compares a backend with itself
+        raise argparse.ArgumentTypeError(f"must name each backend once; got {', '.join(map(repr, twice))} twice")
     return names
 
 
@@ -398,6 +410,18 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be a positive integer; got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer; got {text!r}")
+    return value
+
+
+#: Most timed runs a command takes: past it a run of microsecond calls would outlast any session.
+MAX_REPEAT = 100_000
+
+
+def _repeat(text: str) -> int:
+    """``--repeat``: a positive integer up to :data:`MAX_REPEAT`."""
+    value = _positive(text)
+    if value > MAX_REPEAT:
+        raise argparse.ArgumentTypeError(f"must be a positive integer up to {MAX_REPEAT}; got {text!r}")
     return value
 
 
@@ -444,7 +468,7 @@ def _add_compare(sub) -> None:
     how = compare.add_argument_group("how")
     how.add_argument("--backends", type=_backend_list, default=None, help="comma-separated (default: all)")
     how.add_argument("--dtype", choices=["float32", "float64"], default="float32")
-    how.add_argument("--repeat", type=_positive, default=5, help="timed runs after warm-up (default 5)")
+    how.add_argument("--repeat", type=_repeat, default=5, help="timed runs after warm-up (default 5)")
     how.add_argument(
         "--device",
         choices=["cpu", "gpu"],

@@ -295,3 +295,65 @@ def test_compare_cases_file_json_and_yaml(tmp_path, monkeypatch):
     ours = [r for r in data["results"] if r["contender"] == "numpy"]
     assert len(ours) == 3 and all(r["error_ok"] for r in ours)
     assert any(r["contender"] == "np.convolve" and r["status"] == "ok" for r in data["results"])
+
+
+# --- arguments that crashed, ran forever or changed meaning (session 27's probe) -------
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["--x", str(10**30), "--w", "3"], "--x must be 1 to 4 comma-separated positive integers below 2**62"),
+        (["--x", str(10**19), "--w", "3"], "below 2**62"),  # NumPy's shape type overflowed
+        (["--x", str(10**12), "--w", "3"], "would need"),  # the output's memory: a usage error, not a traceback
+        (["--x", "8", "--w", "3", "--sweep", f"B={10**30}"], "--sweep B must be comma-separated positive integers"),
+        (["--x", "1,2,8,8", "--w", "2,2,3,3", "--out", ""], "--out must name a folder"),
+    ],
+)
+def test_compare_shapes_and_folders_past_every_limit_are_usage_errors(argv, fragment, no_measuring, capsys):
+    assert fragment in _usage_error(["compare", "--backends", "numpy", "--no-anchors", *argv], capsys)
+
+
+@pytest.mark.parametrize(
+    "entry, fragment",
+    [
+        ({"x": [1e30], "w": [3]}, "below 2**62"),
+        ({"x": [1.5, 2, 8, 8], "w": [4, 2, 3, 3]}, "--x must be"),  # int() truncated it to 1
+        ({"x": [1, 2, 8, 8], "w": [4, 2, 3, 3], "bias": "false"}, "bias must be true or false"),  # bool("false")
+        ({"x": [1, 4, 8, 8], "w": [4, 2, 3, 3], "groups": 2.5}, "--groups must be a positive integer"),
+    ],
+)
+def test_cases_file_values_keep_their_meaning(entry, fragment, tmp_path, no_measuring, capsys):
+    import json
+
+    cases = tmp_path / "cases.json"
+    cases.write_text(json.dumps([entry]))
+    assert fragment in _usage_error(["compare", "--cases", str(cases), "--out", str(tmp_path / "out")], capsys)
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["compare", "--repeat", str(10**30)], "must be a positive integer up to 100000"),
+        (["compare", "--backends", "numpy,numpy"], "must name each backend once"),
+        (["sweep", "--backend", "numpy", "--repeat", str(10**7)], "up to 100000"),
+    ],
+)
+def test_repeat_bounds_and_duplicate_backends_are_usage_errors(argv, fragment, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2 and fragment in capsys.readouterr().err
+
+
+def test_sweep_that_can_time_nothing_is_a_usage_error(tmp_path, capsys):
+    """A 1-D algorithm on a 2-D workload exited 0 with empty tables, files and plots."""
+    import convsuite as cs
+
+    if not {b.name: b for b in cs.list_backends()}["numba"].available:
+        pytest.skip("numba is not installed")
+    out = tmp_path / "out"
+    argv = ["sweep", "--backend", "numba", "--algorithm", "line1d", "--workload", "ece408-fa19", "--repeat", "1"]
+    assert cli.main([*argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "ran on none of ece408-fa19's layers" in err and "1-D algorithm" in err
+    assert not any(out.iterdir())

@@ -53,6 +53,8 @@ def _default_baseline(backends: list[str], anchors: bool, device: str) -> str:
 
 def check_output_dir(out: str | Path) -> Path:
     """Create ``out`` if needed and prove a file can be written there; ValueError if not."""
+    if not str(out).strip():  # Path("") is the current folder: the reports would land among the user's files
+        raise ValueError("--out must name a folder; got an empty string")
     path = Path(out)
     if path.exists() and not path.is_dir():
         raise ValueError(f"--out {str(path)!r} is a file, not a folder")

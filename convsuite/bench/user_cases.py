@@ -17,6 +17,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from .._validation import INDEX_LIMIT
 from .workloads import Case
 
 __all__ = [
@@ -52,13 +55,34 @@ def parse_shape(text: Any, what: str) -> tuple[int, ...]:
         parts = [p.strip() for p in text.replace("x", ",").split(",")]
     else:
         raise ValueError(f"{what} must be a comma-separated list of positive integers; got {text!r}")
-    try:
-        shape = tuple(int(p) for p in parts if not isinstance(p, bool))
-    except (TypeError, ValueError):
-        shape = ()
-    if not shape or len(shape) != len(parts) or any(s < 1 for s in shape) or len(shape) > 4:
-        raise ValueError(f"{what} must be 1 to 4 comma-separated positive integers, e.g. 8,64,56,56; got {text!r}")
+    shape = tuple(v for v in (_whole(p) for p in parts) if v is not None)
+    if (
+        not shape
+        or len(shape) != len(parts)
+        or any(not 1 <= s < INDEX_LIMIT for s in shape)  # 10**30 overflowed NumPy's shape type
+        or len(shape) > 4
+    ):
+        raise ValueError(
+            f"{what} must be 1 to 4 comma-separated positive integers below 2**62, e.g. 8,64,56,56; got {text!r}"
+        )
     return shape
+
+
+def _whole(value: Any) -> int | None:
+    """``value`` as an int when it is one (an int, or a string of digits), else None.
+
+    A float such as 1.5 from a cases file is not a size (``int()`` truncated it), nor is a bool.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            return None
+    return None
 
 
 def parse_geometry(text: Any, what: str) -> Any:
@@ -146,11 +170,12 @@ def custom_case(
         raise ValueError(f"--op must be conv1d or conv2d; got {op!r}")
     if direction not in _DIRECTIONS:
         raise ValueError(f"direction must be forward or backward; got {direction!r}")
-    if isinstance(groups, str):
-        try:
-            groups = int(groups)
-        except ValueError:
-            raise ValueError(f"--groups must be a positive integer; got {groups!r}") from None
+    whole = _whole(groups)
+    if whole is None:  # int() truncated 1.5 to 1 and read True as 1
+        raise ValueError(f"--groups must be a positive integer; got {groups!r}")
+    groups = whole
+    if not isinstance(bias, (bool, np.bool_)):  # bool("false") is True
+        raise ValueError(f"bias must be true or false; got {bias!r}")
     stride = parse_geometry(stride, "--stride")
     padding = parse_geometry(padding, "--padding")
     dilation = parse_geometry(dilation, "--dilation")
@@ -187,7 +212,7 @@ def check_case(case: Case, dtype: str = "float32") -> None:
         raise ValueError(f"case {case.name!r}: {case.op} takes a weight of shape {ranks}; got {case.w_shape}")
     try:
         spec = case.spec(dtype)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, OverflowError, MemoryError) as exc:  # MemoryError: an output past RAM
         raise ValueError(f"case {case.name!r}: {exc}") from None
     if spec.ndim != ndim:
         raise ValueError(f"case {case.name!r}: shapes {case.x_shape} and {case.w_shape} are not a {case.op}")
@@ -215,8 +240,8 @@ def _sizes(values: str, var: str) -> tuple[int, ...]:
         parsed = tuple(int(v) for v in values.split(","))
     except ValueError:
         parsed = ()
-    if not parsed or any(v < 1 for v in parsed):
-        raise ValueError(f"--sweep {var} must be comma-separated positive integers; got {values!r}")
+    if not parsed or any(not 1 <= v < INDEX_LIMIT for v in parsed):
+        raise ValueError(f"--sweep {var} must be comma-separated positive integers below 2**62; got {values!r}")
     return parsed
 
 
