@@ -11,6 +11,7 @@ import argparse
 import platform
 import sys
 
+from convsuite.bench._arguments import positive
 from convsuite.bench.machine import blas_description, cpu_description, cpu_flags, gpu_description, library_versions
 
 __all__ = ["build_parser", "cpu_description", "gpu_description", "main"]
@@ -403,14 +404,7 @@ def _section_list(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer; got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer; got {text!r}")
-    return value
+_positive = positive  # the bench command lines' checker (convsuite.bench._arguments): one definition
 
 
 #: Most timed runs a command takes: past it a run of microsecond calls would outlast any session.

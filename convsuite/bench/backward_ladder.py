@@ -527,20 +527,26 @@ def print_ablation(workload: str, repeat: int = 5, out=None) -> None:
 
 def main(argv=None) -> int:
     """Command line: print the SASS instruction mix and/or time the tables; returns the exit status."""
+    from ._arguments import folder, gpu_unavailable, positive
+
     parser = argparse.ArgumentParser(
         prog="python -m convsuite.bench.backward_ladder", description=(__doc__ or "").split("\n")[0]
     )
     parser.add_argument("--sass", action="store_true", help="instruction mix from the sm_90 SASS (nvcc, cuobjdump)")
     parser.add_argument("--time", action="store_true", help="the ablation and fused-epilogue tables (needs a GPU)")
     parser.add_argument("--workload", action="append", choices=WORKLOADS, help="workloads to time (default all)")
-    parser.add_argument("--repeat", type=int, default=9, help="timed rounds per contender")
+    parser.add_argument("--repeat", type=positive, default=9, help="timed rounds per contender")
     parser.add_argument(
-        "--ece408-batch", type=int, default=1000, help="batch of the ECE408 layers (the workload's is 10000)"
+        "--ece408-batch", type=positive, default=1000, help="batch of the ECE408 layers (the workload's is 10000)"
     )
-    parser.add_argument("--out", type=Path, help="folder for the JSON results")
+    parser.add_argument("--out", type=folder, help="folder for the JSON results")
     args = parser.parse_args(argv)
     if not (args.sass or args.time):
         parser.error("ask for --sass and/or --time")
+    if args.time:
+        why = gpu_unavailable()
+        if why is not None:
+            parser.error(f"--time needs the GPU backend (cupy), which is unavailable here: {why}")
     results = {}
     if args.sass:
         results["instruction_mix"] = instruction_mix()

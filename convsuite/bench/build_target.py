@@ -129,16 +129,20 @@ def _markdown(data: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Build both targets, time them alternately, print and write the table."""
+    from ._arguments import folder, positive
     from .machine import machine_metadata
 
     parser = argparse.ArgumentParser(
         prog="python -m convsuite.bench.build_target", description=(__doc__ or "").split("\n")[0]
     )
     parser.add_argument(
-        "--out", default="docs/measurements", help="folder for the .md and .json (default docs/measurements)"
+        "--out",
+        type=folder,
+        default="docs/measurements",
+        help="folder for the .md and .json (default docs/measurements)",
     )
-    parser.add_argument("--rounds", type=int, default=3, help="alternations of the two builds (default 3)")
-    parser.add_argument("--repeat", type=int, default=7, help="timed calls per case and round (default 7)")
+    parser.add_argument("--rounds", type=positive, default=3, help="alternations of the two builds (default 3)")
+    parser.add_argument("--repeat", type=positive, default=7, help="timed calls per case and round (default 7)")
     args = parser.parse_args(argv)
     source = Path(__file__).resolve().parents[2]
     if not (source / "setup.py").is_file():

@@ -109,6 +109,9 @@ PREDICTED = {
     "threads": "held target; gemm and direct scale with prange items",
 }
 
+#: The sections ``--only`` picks from (a word of one of these names).
+SECTIONS = ("forward", "backward", "1-D")
+
 
 def _predicted(case: str) -> str:
     for key, note in PREDICTED.items():
@@ -119,12 +122,18 @@ def _predicted(case: str) -> str:
 
 def main(argv=None) -> int:
     """Command line: measure the CPU speed targets and write the .md and .json record; returns the exit status."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--out", default="docs/measurements", help="folder for the .md and .json record")
+    from ._arguments import folder, positive
+
+    parser = argparse.ArgumentParser(
+        prog="python -m convsuite.bench.cpu_targets", description=(__doc__ or "").split("\n")[0]
+    )
+    parser.add_argument("--out", type=folder, default="docs/measurements", help="folder for the .md and .json record")
     parser.add_argument("--quick", action="store_true", help="smaller batches and fewer repeats (a smoke run)")
-    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--repeat", type=positive, default=7)
     parser.add_argument("--only", default="", help="run only the sections whose name contains this word")
     args = parser.parse_args(argv)
+    if not any(args.only in section for section in SECTIONS):
+        parser.error(f"--only must be part of a section name among {', '.join(SECTIONS)}; got {args.only!r}")
     repeat = 3 if args.quick else args.repeat
     batch = 20 if args.quick else 200
     signal_n = 10**6 if args.quick else 10**7

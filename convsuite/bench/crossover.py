@@ -428,19 +428,28 @@ def _write(table: dict, data_path: Path, docs: Path) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Regenerate the crossover map and the rule's data for one device."""
+    from ._arguments import backend_names, folder, out_file
+
     parser = argparse.ArgumentParser(
         prog="python -m convsuite.bench.crossover", description=(__doc__ or "").split("\n")[0]
     )
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
-    parser.add_argument("--skip", default=",".join(DEFAULT_SKIP), help="backends to leave out (comma-separated)")
+    parser.add_argument(
+        "--skip",
+        type=backend_names(allow_empty=True),
+        default=list(DEFAULT_SKIP),
+        help="backends to leave out (comma-separated)",
+    )
     parser.add_argument("--forward", type=int, default=52, help="dense forward 2-D problems in the grid")
     parser.add_argument("--backward", type=int, default=36, help="dense backward 2-D problems in the grid")
     parser.add_argument("--depthwise-forward", type=int, default=22, help="depthwise forward problems in the grid")
     parser.add_argument("--depthwise-backward", type=int, default=6, help="depthwise backward problems in the grid")
     parser.add_argument("--first-forward", type=int, default=12, help="first-layer forward problems in the grid")
     parser.add_argument("--first-backward", type=int, default=4, help="first-layer backward problems in the grid")
-    parser.add_argument("--docs", default="docs/measurements", help="where the table and the plot go")
-    parser.add_argument("--data", default=None, help="where the rule's JSON goes (default: inside the package)")
+    parser.add_argument("--docs", type=folder, default="docs/measurements", help="where the table and the plot go")
+    parser.add_argument(
+        "--data", type=out_file, default=None, help="where the rule's JSON goes (default: inside the package)"
+    )
     parser.add_argument(
         "--refit",
         action="store_true",
@@ -451,7 +460,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in counts:
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')} must be a count >= 0; got {getattr(args, name)}")
-    skip = tuple(s for s in args.skip.split(",") if s)
+    if not any(getattr(args, name) for name in counts):
+        options = ", ".join(f"--{name.replace('_', '-')}" for name in counts)
+        parser.error(f"at least one of {options} must be > 0; got all 0 (an empty grid)")
+    skip = tuple(args.skip)
     data_path = Path(args.data) if args.data else Path(str(_rule.table_path(args.device)))
     grid = fit_grid(
         forward=args.forward,

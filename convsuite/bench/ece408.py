@@ -191,20 +191,54 @@ def _table(r: dict) -> str:
 
 def main(argv=None) -> int:
     """Command line: train, measure, print the table, write JSON with ``--out``."""
+    import sys
+
+    from ._arguments import backend_name, gpu_unavailable, out_file
+
     parser = argparse.ArgumentParser(
         prog="python -m convsuite.bench.ece408", description=(__doc__ or "").split("\n")[0]
     )
-    parser.add_argument("--device", choices=("cpu", "gpu"), default="gpu")
-    parser.add_argument("--backend", default=None, help="inference backend (default cupy on the GPU, numba on the CPU)")
-    parser.add_argument("--train-backend", default=None, help="training backend (default as --backend)")
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "gpu"),
+        default=None,
+        help="where to run (default gpu, or cpu when the GPU backend is unavailable)",
+    )
+    parser.add_argument(
+        "--backend",
+        type=backend_name,
+        default=None,
+        help="inference backend (default cupy on the GPU, numba on the CPU)",
+    )
+    parser.add_argument(
+        "--train-backend", type=backend_name, default=None, help="training backend (default as --backend)"
+    )
     parser.add_argument("--images", type=int, default=10_000)
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=10)
-    parser.add_argument("--out", default=None, help="write the figures as JSON to this file")
+    parser.add_argument("--out", type=out_file, default=None, help="write the figures as JSON to this file")
     args = parser.parse_args(argv)
     for name in ("images", "epochs", "repeat"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be a positive integer; got {getattr(args, name)}")
+    why = gpu_unavailable()
+    if args.device is None:
+        args.device = "gpu" if why is None else "cpu"
+        if why is not None:
+            print(f"no --device: running on the cpu (the GPU backend is unavailable: {why})", file=sys.stderr)
+    elif args.device == "gpu" and why is not None:
+        parser.error(f"--device gpu needs the GPU backend (cupy), which is unavailable here: {why}")
+    from .. import get_backend
+
+    for option, name in (("--backend", args.backend), ("--train-backend", args.train_backend)):
+        if name is None:
+            continue
+        info = get_backend(name)
+        verdict = info.available()
+        if verdict is not True:
+            parser.error(f"{option}: {name!r} is unavailable here: {verdict}")
+        if info.device != args.device:
+            parser.error(f"{option}: {name!r} is a {info.device} backend, not a {args.device} one (see --device)")
     result = run(
         device=args.device,
         backend=args.backend,

@@ -91,9 +91,13 @@ def measure(backends, repeats: int) -> list[tuple]:
 
 def main(argv=None) -> None:
     """Command line: print the median cost of each guard per case and backend, and its share of the call."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--backends", nargs="+", default=["numba", "numpy"])
-    parser.add_argument("--repeats", type=int, default=15)
+    from ._arguments import backend_name, positive
+
+    parser = argparse.ArgumentParser(
+        prog="python -m convsuite.bench.guards", description=(__doc__ or "").split("\n")[0]
+    )
+    parser.add_argument("--backends", nargs="+", type=backend_name, default=["numba", "numpy"])
+    parser.add_argument("--repeats", type=positive, default=15)
     args = parser.parse_args(argv)
     backends = [b for b in args.backends if get_backend(b).available() is True]
     print(

@@ -335,14 +335,18 @@ def _print_lenet(result: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the network benchmarks and print the tables."""
+    from ._arguments import backend_names, out_file, positive
+
     parser = argparse.ArgumentParser(
         prog="python -m convsuite.bench.networks",
         description=__doc__ or "",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--backends", default=None, help="comma-separated CPU backends (default: all but python)")
-    parser.add_argument("--repeat", type=int, default=10, help="timed calls per contender (default 10)")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+    parser.add_argument(
+        "--backends", type=backend_names(), default=None, help="comma-separated CPU backends (default: all but python)"
+    )
+    parser.add_argument("--repeat", type=positive, default=10, help="timed calls per contender (default 10)")
+    parser.add_argument("--threads", type=positive, default=2, help="torch CPU threads (default 2)")
     parser.add_argument("--only", choices=["mobilenet", "lenet"], default=None, help="run one of the two")
     parser.add_argument(
         "--gpu",
@@ -350,8 +354,18 @@ def main(argv: list[str] | None = None) -> int:
         help="also MobileNetV2 batch 1 on the GPU: cupy eager, BN folded, CUDA graph, torch",
     )
     parser.add_argument("--train", action="store_true", help="also train LeNet-5 with the defaults per backend")
-    parser.add_argument("--out", default=None, help="write the figures as JSON to this file")
+    parser.add_argument("--out", type=out_file, default=None, help="write the figures as JSON to this file")
     args = parser.parse_args(argv)
+    if args.backends:
+        usable = _cpu_backends(args.backends)
+        if len(usable) < len(args.backends):
+            infos = {b.name: b for b in convsuite.list_backends()}
+            why = [
+                f"{n} ({'a GPU backend' if infos[n].device != 'cpu' else f'unavailable: {infos[n].reason}'})"
+                for n in args.backends
+                if n not in usable
+            ]
+            parser.error(f"--backends: not an available CPU backend: {', '.join(why)}")
     try:
         import torch
     except ImportError:
@@ -359,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     from ..cli import cpu_description
 
-    backends = _cpu_backends(args.backends.split(",") if args.backends else None)
+    backends = _cpu_backends(args.backends)
     report = {
         "machine": cpu_description(),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -178,14 +178,16 @@ def _table(timings: dict[str, Timing], per: int, reference: str | None) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the per-call table (and, with --network, the MobileNetV2 table)."""
+    from ._arguments import positive
+
     parser = argparse.ArgumentParser(
         prog="python -m convsuite.bench.overhead", description=(__doc__ or "").split("\n")[0]
     )
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
-    parser.add_argument("--calls", type=int, default=200, help="calls per timed block of the tiny conv")
-    parser.add_argument("--repeat", type=int, default=15, help="timed blocks per contender")
+    parser.add_argument("--calls", type=positive, default=200, help="calls per timed block of the tiny conv")
+    parser.add_argument("--repeat", type=positive, default=15, help="timed blocks per contender")
     parser.add_argument("--network", action="store_true", help="also time MobileNetV2's 52 convolutions")
-    parser.add_argument("--threads", type=int, default=None, help="torch and numba threads (default: all)")
+    parser.add_argument("--threads", type=positive, default=None, help="torch and numba threads (default: all)")
     args = parser.parse_args(argv)
     found = _torch(args.device)
     if found is not None and args.threads:

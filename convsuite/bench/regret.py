@@ -176,15 +176,24 @@ def _markdown(device: str, rows: list[dict], machine: str, date: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print (and write to docs/measurements/) the regret table of one device."""
+    from ._arguments import backend_names, folder_or_nowhere, positive
+
     parser = argparse.ArgumentParser(
         prog="python -m convsuite.bench.regret", description=(__doc__ or "").split("\n")[0]
     )
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
-    parser.add_argument("--skip", default=",".join(DEFAULT_SKIP), help="backends to leave out (comma-separated)")
-    parser.add_argument("--batch", type=int, default=8, help="batch of the ECE408 problems")
-    parser.add_argument("--docs", default="docs/measurements", help="where the table goes ('' for nowhere)")
+    parser.add_argument(
+        "--skip",
+        type=backend_names(allow_empty=True),
+        default=list(DEFAULT_SKIP),
+        help="backends to leave out (comma-separated)",
+    )
+    parser.add_argument("--batch", type=positive, default=8, help="batch of the ECE408 problems")
+    parser.add_argument(
+        "--docs", type=folder_or_nowhere, default="docs/measurements", help="where the table goes ('' for nowhere)"
+    )
     args = parser.parse_args(argv)
-    skip = tuple(s for s in args.skip.split(",") if s)
+    skip = tuple(args.skip)
     load_before = _load()
     rows = regrets(held_out(args.batch), args.device, skip)
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

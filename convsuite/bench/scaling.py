@@ -443,11 +443,23 @@ def _markdown(rows, meta) -> str:
 
 def main(argv=None) -> int:
     """Command line: run the joblib, Dask and multi-GPU scaling sections, write the record; returns the exit status."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--out", default="docs/measurements", help="folder for the .md and .json record")
+    from ._arguments import folder, positive
+
+    def sections(text: str) -> tuple[str, ...]:
+        names = [s.strip() for s in text.split(",") if s.strip()]
+        unknown = [s for s in names if s not in SECTIONS]
+        if unknown or not names:
+            got = ", ".join(map(repr, unknown)) if unknown else repr(text)
+            raise argparse.ArgumentTypeError(f"must be comma-separated sections among {', '.join(SECTIONS)}; got {got}")
+        return tuple(dict.fromkeys(names))
+
+    parser = argparse.ArgumentParser(
+        prog="python -m convsuite.bench.scaling", description=(__doc__ or "").split("\n")[0]
+    )
+    parser.add_argument("--out", type=folder, default="docs/measurements", help="folder for the .md and .json record")
     parser.add_argument("--quick", action="store_true", help="small problems, few repeats (a smoke run)")
-    parser.add_argument("--repeat", type=int, default=None, help="timed calls per contender (default 7, quick 3)")
-    parser.add_argument("--only", default="joblib,dask,gpus", help="comma-separated sections")
+    parser.add_argument("--repeat", type=positive, default=None, help="timed calls per contender (default 7, quick 3)")
+    parser.add_argument("--only", type=sections, default=",".join(SECTIONS), help="comma-separated sections")
     parser.add_argument(
         "--backend", default=None, help="backend that computes each Dask chunk (default: 'auto', as a user gets)"
     )
@@ -464,7 +476,7 @@ def main(argv=None) -> int:
     print(f"machine: {meta['machine']}; load average {meta['load_average_before']:.1f}", flush=True)
     start = time.perf_counter()
     rows = scaling_rows(
-        tuple(s.strip() for s in args.only.split(",")),
+        args.only,
         quick=args.quick,
         repeat=args.repeat or (3 if args.quick else 7),
         backend=args.backend,

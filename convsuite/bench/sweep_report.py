@@ -354,26 +354,47 @@ def summarise_folder(out: str | Path, note: str = "") -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m convsuite.bench.sweep_report``: build the report, print where it is."""
+    from ._arguments import backend_names, existing_folder, folder, positive, positive_float
+
     parser = argparse.ArgumentParser(
         prog="python -m convsuite.bench.sweep_report", description=(__doc__ or "").split("\n")[0]
     )
     parser.add_argument("--device", choices=["cpu", "gpu"])
-    parser.add_argument("--out", help="folder, e.g. docs/measurements/sweep-cpu-<date>/")
-    parser.add_argument("--summarise", metavar="DIR", help="only rebuild DIR/README.md from DIR/*/sweep.json")
+    parser.add_argument("--out", type=folder, help="folder, e.g. docs/measurements/sweep-cpu-<date>/")
+    parser.add_argument(
+        "--summarise", type=existing_folder, metavar="DIR", help="only rebuild DIR/README.md from DIR/*/sweep.json"
+    )
     parser.add_argument("--note", default="", help="with --summarise: a line under the title")
-    parser.add_argument("--budget-s", type=float, default=120.0, help="seconds shared by all sweeps (default 120)")
-    parser.add_argument("--backends", default=None, help="comma-separated (default: every available one)")
+    parser.add_argument(
+        "--budget-s", type=positive_float, default=120.0, help="seconds shared by all sweeps (default 120)"
+    )
+    parser.add_argument(
+        "--backends", type=backend_names(), default=None, help="comma-separated (default: every available one)"
+    )
     parser.add_argument("--algorithms", default=None, help="comma-separated (default: every tunable one)")
-    parser.add_argument("--repeat", type=int, default=3, help="timed calls per configuration (default 3)")
+    parser.add_argument("--repeat", type=positive, default=3, help="timed calls per configuration (default 3)")
     args = parser.parse_args(argv)
     if args.summarise:
-        print(f"written: {summarise_folder(args.summarise, args.note)}")
+        try:
+            written = summarise_folder(args.summarise, args.note)
+        except FileNotFoundError as exc:
+            parser.error(f"--summarise: {exc}")
+        print(f"written: {written}")
         return 0
-    if args.device is None or args.out is None:
-        parser.error("--device and --out are required (or --summarise DIR)")
+    missing = [f"--{name}" for name in ("device", "out") if getattr(args, name) is None]
+    if missing:
+        parser.error(f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} required (or --summarise DIR)")
     if args.budget_s <= 0 or args.repeat < 1:
         parser.error(f"--budget-s must be > 0 and --repeat >= 1; got {args.budget_s}, {args.repeat}")
-    names = None if args.backends is None else [n.strip() for n in args.backends.split(",") if n.strip()]
+    names = args.backends
+    if names is not None:
+        on_device = {b.name for b in list_backends() if b.device == args.device}
+        elsewhere = [n for n in names if n not in on_device]
+        if elsewhere:
+            parser.error(
+                f"--backends: {', '.join(map(repr, elsewhere))} is not a {args.device} backend "
+                f"(those that are: {', '.join(sorted(on_device)) or 'none'})"
+            )
     wanted = None if args.algorithms is None else [n.strip() for n in args.algorithms.split(",") if n.strip()]
     if wanted is not None:
         try:

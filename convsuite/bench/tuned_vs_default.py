@@ -177,6 +177,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if not args.budget_s >= 0 or args.repeat < 1:
         parser.error(f"--budget-s must be >= 0 seconds and --repeat >= 1; got {args.budget_s}, {args.repeat}")
+    if not 0 < args.budget_s < float("inf"):
+        parser.error(f"--budget-s must be > 0 seconds (a finite tuning budget); got {args.budget_s}")
     backends = args.backends.split(",") if args.backends else None
     if backends:
         from .. import list_backends

@@ -1,0 +1,143 @@
+"""Argument checkers shared by the ``python -m convsuite.bench.<module>`` command lines.
+
+Each is an argparse ``type=`` function: a bad value becomes a one-line usage
+error (exit status 2) naming the option, what is accepted and what was
+received, before any measuring starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = [
+    "backend_name",
+    "backend_names",
+    "existing_folder",
+    "folder",
+    "folder_or_nowhere",
+    "gpu_unavailable",
+    "known_backends",
+    "non_negative",
+    "out_file",
+    "positive",
+    "positive_float",
+]
+
+
+def positive(text: str) -> int:
+    """An integer >= 1 (the command lines' counts; ``convsuite.cli`` uses it too)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer; got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer; got {text!r}")
+    return value
+
+
+def non_negative(text: str) -> int:
+    """An integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0; got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0; got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number > 0; got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number > 0; got {text!r}")
+    return value
+
+
+def known_backends() -> list[str]:
+    """The names of every registered backend, sorted."""
+    from .. import list_backends
+
+    return sorted(b.name for b in list_backends())
+
+
+def backend_names(*, allow_empty: bool = False) -> Callable[[str], list[str]]:
+    """A ``type=`` for a comma-separated list of registered backend names (``''`` only with ``allow_empty``)."""
+
+    def check(text: str) -> list[str]:
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        known = known_backends()
+        unknown = [n for n in names if n not in known]
+        if unknown or (not names and not allow_empty):
+            got = ", ".join(map(repr, unknown)) if unknown else repr(text)
+            raise argparse.ArgumentTypeError(
+                f"must be comma-separated backend names among {', '.join(known)}; got {got}"
+            )
+        return list(dict.fromkeys(names))
+
+    return check
+
+
+def backend_name(text: str) -> str:
+    """One registered backend name."""
+    known = known_backends()
+    if text not in known:
+        raise argparse.ArgumentTypeError(f"must be one backend name among {', '.join(known)}; got {text!r}")
+    return text
+
+
+def _blocking_file(path: Path) -> Path | None:
+    """The path itself or its nearest existing ancestor, if that is not a folder (so no folder can be made there)."""
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return None if candidate.is_dir() else candidate
+    return None
+
+
+def folder(text: str) -> Path:
+    """A folder to write into: it may not exist yet, but neither it nor a parent may be a file."""
+    path = Path(text)
+    blocking = _blocking_file(path)
+    if blocking is not None:
+        raise argparse.ArgumentTypeError(
+            f"must be a folder (existing or to create); got {text!r}, and {blocking} is a file"
+        )
+    return path
+
+
+def out_file(text: str) -> Path:
+    """A file to write: not an existing folder, and no parent of it may be a file."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"must be a file to write; got {text!r}, which is a folder")
+    blocking = _blocking_file(path.parent)
+    if blocking is not None:
+        raise argparse.ArgumentTypeError(f"must be a file in a folder; got {text!r}, and {blocking} is a file")
+    return path
+
+
+def existing_folder(text: str) -> Path:
+    """A folder that exists."""
+    path = Path(text)
+    if not path.is_dir():
+        what = "a file" if path.exists() else "missing"
+        raise argparse.ArgumentTypeError(f"must be an existing folder; got {text!r}, which is {what}")
+    return path
+
+
+def folder_or_nowhere(text: str) -> Path | str:
+    """As :func:`folder`, or ``''`` for nowhere."""
+    return "" if text == "" else folder(text)
+
+
+def gpu_unavailable() -> str | None:
+    """Why the GPU backend (cupy) cannot run here, or None when it can."""
+    from .. import get_backend
+
+    verdict = get_backend("cupy").available()
+    return None if verdict is True else str(verdict)
