@@ -11,7 +11,7 @@ import argparse
 import platform
 import sys
 
-from convsuite.bench._arguments import positive
+from convsuite.bench._arguments import names_among, positive
 from convsuite.bench.machine import blas_description, cpu_description, cpu_flags, gpu_description, library_versions
 
 __all__ = ["build_parser", "cpu_description", "gpu_description", "main"]
@@ -392,19 +392,14 @@ def _backend_list(text: str) -> list[str]:
     return names
 
 
-def _section_list(text: str) -> list[str]:
-    """``--scaling``'s comma-separated sections, each one of joblib, dask, gpus."""
-    from convsuite.bench.scaling import SECTIONS
+def _scaling_sections() -> tuple[str, ...]:
+    from convsuite.bench.scaling import SECTIONS  # imported when --scaling is parsed, not at start-up
 
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in SECTIONS]
-    if not names or unknown:
-        got = ", ".join(map(repr, unknown)) if unknown else repr(text)
-        raise argparse.ArgumentTypeError(f"must be a comma-separated list of {', '.join(SECTIONS)}; got {got}")
-    return list(dict.fromkeys(names))
+    return SECTIONS
 
 
-_positive = positive  # the bench command lines' checker (convsuite.bench._arguments): one definition
+#: ``--scaling``'s comma-separated sections, each one of joblib, dask, gpus.
+_section_list = names_among(_scaling_sections, "sections")
 
 
 #: Most timed runs a command takes: past it a run of microsecond calls would outlast any session.
@@ -413,7 +408,7 @@ MAX_REPEAT = 100_000
 
 def _repeat(text: str) -> int:
     """``--repeat``: a positive integer up to :data:`MAX_REPEAT`."""
-    value = _positive(text)
+    value = positive(text)
     if value > MAX_REPEAT:
         raise argparse.ArgumentTypeError(f"must be a positive integer up to {MAX_REPEAT}; got {text!r}")
     return value

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from pathlib import Path
 
-from convsuite.cli import _positive  # one definition of the CLI's integer arguments
+from convsuite.bench._arguments import gpu_unavailable, positive, positive_float
 
 __all__ = ["add_train_parser", "cmd_train"]
 
@@ -62,10 +61,14 @@ def add_train_parser(sub) -> None:
         default=None,
         help="where weights and batches live (default: the backend's device)",
     )
-    train.add_argument("--epochs", type=_positive, default=defaults.epochs, help=f"(default {defaults.epochs})")
-    train.add_argument("--batch", type=_positive, default=defaults.batch, help=f"(default {defaults.batch})")
+    train.add_argument("--epochs", type=positive, default=defaults.epochs, help=f"(default {defaults.epochs})")
+    train.add_argument("--batch", type=positive, default=defaults.batch, help=f"(default {defaults.batch})")
     train.add_argument("--seed", type=_seed, default=defaults.seed, help=f"(default {defaults.seed})")
-    train.add_argument("--lr", type=float, default=defaults.lr, help=f"SGD learning rate (default {defaults.lr})")
+    # positive_float refuses NaN and inf: either would train to non-finite weights and write a
+    # train.json that is not strict JSON ("lr": Infinity).
+    train.add_argument(
+        "--lr", type=positive_float, default=defaults.lr, help=f"SGD learning rate (default {defaults.lr})"
+    )
     train.add_argument(
         "--out", default="train-out", help="folder for train.json, made before training (default train-out)"
     )
@@ -79,14 +82,6 @@ def _device_of(backend: str | None) -> str:
     from convsuite._registry import get_backend
 
     return get_backend(backend).device
-
-
-def _gpu_problem() -> str | None:
-    """Why ``--device gpu`` cannot run here (None when it can): the GPU backend's own verdict."""
-    from convsuite import get_backend
-
-    verdict = get_backend("cupy").available()
-    return None if verdict is True else str(verdict)
 
 
 def _out_problem(out: Path) -> str | None:
@@ -129,10 +124,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         if not info.available:
             print(f"convsuite train: error: backend {args.backend!r} is unavailable: {info.reason}", file=sys.stderr)
             return 2
-    # NaN fails every comparison and inf passes `> 0`; either would train to non-finite weights
-    # and write a train.json that is not strict JSON ("lr": Infinity).
-    if not (math.isfinite(args.lr) and args.lr > 0):
-        return _usage_error(f"--lr must be positive and finite; got {args.lr}")
     try:
         config = TrainConfig(
             variant=args.variant,
@@ -146,7 +137,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     except (TypeError, ValueError) as exc:  # the settings' own checks, as a usage error
         return _usage_error(str(exc))
     if config.device == "gpu":
-        problem = _gpu_problem()
+        problem = gpu_unavailable()
         if problem is not None:
             return _usage_error(f"--device gpu cannot run here: {problem}")
     out = Path(args.out)

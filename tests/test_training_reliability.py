@@ -203,8 +203,10 @@ def test_train_creates_a_new_out_folder_before_training(tmp_path, no_training):
 
 @pytest.mark.parametrize("lr", ["inf", "-inf", "nan", "0", "-0.1"])
 def test_train_requires_a_finite_positive_lr(lr, tmp_path, no_training, capsys):
-    assert main(["train", "lenet5", f"--lr={lr}", "--out", str(tmp_path)]) == 2
-    assert "--lr must be positive and finite" in capsys.readouterr().err and not no_training
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "lenet5", f"--lr={lr}", "--out", str(tmp_path)])
+    assert exit_.value.code == 2
+    assert "argument --lr: must be a finite number > 0" in capsys.readouterr().err and not no_training
 
 
 @pytest.mark.parametrize("seed", ["99999999999999999999999", str(2**32), "-1", "x"])

@@ -8,7 +8,7 @@ received, before any measuring starts.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 __all__ = [
@@ -19,7 +19,7 @@ __all__ = [
     "folder_or_nowhere",
     "gpu_unavailable",
     "known_backends",
-    "non_negative",
+    "names_among",
     "out_file",
     "positive",
     "positive_float",
@@ -37,25 +37,14 @@ def positive(text: str) -> int:
     return value
 
 
-def non_negative(text: str) -> int:
-    """An integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0; got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0; got {text!r}")
-    return value
-
-
 def positive_float(text: str) -> float:
-    """A finite number > 0."""
+    """A finite number > 0 (NaN and inf refused: NaN fails every comparison, inf passes ``> 0``)."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number > 0; got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0; got {text!r}") from None
     if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number > 0; got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0; got {text!r}")
     return value
 
 
@@ -66,21 +55,28 @@ def known_backends() -> list[str]:
     return sorted(b.name for b in list_backends())
 
 
-def backend_names(*, allow_empty: bool = False) -> Callable[[str], list[str]]:
-    """A ``type=`` for a comma-separated list of registered backend names (``''`` only with ``allow_empty``)."""
+def names_among(
+    known: Callable[[], Sequence[str]], what: str, *, allow_empty: bool = False
+) -> Callable[[str], list[str]]:
+    """A ``type=`` for comma-separated names among ``known()`` (read when the option is parsed), each kept
+    once, in order; ``''`` only with ``allow_empty``. ``what`` names them in the message.
+    """
 
     def check(text: str) -> list[str]:
         names = [n.strip() for n in text.split(",") if n.strip()]
-        known = known_backends()
-        unknown = [n for n in names if n not in known]
+        choices = known()
+        unknown = [n for n in names if n not in choices]
         if unknown or (not names and not allow_empty):
             got = ", ".join(map(repr, unknown)) if unknown else repr(text)
-            raise argparse.ArgumentTypeError(
-                f"must be comma-separated backend names among {', '.join(known)}; got {got}"
-            )
+            raise argparse.ArgumentTypeError(f"must be comma-separated {what} among {', '.join(choices)}; got {got}")
         return list(dict.fromkeys(names))
 
     return check
+
+
+def backend_names(*, allow_empty: bool = False) -> Callable[[str], list[str]]:
+    """A ``type=`` for a comma-separated list of registered backend names (``''`` only with ``allow_empty``)."""
+    return names_among(known_backends, "backend names", allow_empty=allow_empty)
 
 
 def backend_name(text: str) -> str:

@@ -443,15 +443,9 @@ def _markdown(rows, meta) -> str:
 
 def main(argv=None) -> int:
     """Command line: run the joblib, Dask and multi-GPU scaling sections, write the record; returns the exit status."""
-    from ._arguments import folder, positive
+    from ._arguments import folder, names_among, positive
 
-    def sections(text: str) -> tuple[str, ...]:
-        names = [s.strip() for s in text.split(",") if s.strip()]
-        unknown = [s for s in names if s not in SECTIONS]
-        if unknown or not names:
-            got = ", ".join(map(repr, unknown)) if unknown else repr(text)
-            raise argparse.ArgumentTypeError(f"must be comma-separated sections among {', '.join(SECTIONS)}; got {got}")
-        return tuple(dict.fromkeys(names))
+    sections = names_among(lambda: SECTIONS, "sections")
 
     parser = argparse.ArgumentParser(
         prog="python -m convsuite.bench.scaling", description=(__doc__ or "").split("\n")[0]
