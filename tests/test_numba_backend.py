@@ -122,6 +122,14 @@ def test_concurrent_calls_from_python_threads():
                 np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)
 
 
+def _run_fresh(code: str, env: dict, done: str, timeout: int = 300) -> None:
+    """Run ``code`` in a fresh interpreter under ``env``: it must exit 0 and print ``done`` (a crash, a
+    traceback or an early exit fails the test with the child's stderr)."""
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert done in run.stdout, run.stdout[-3000:]
+
+
 @needs_numba
 def test_concurrent_calls_under_workqueue_are_serialised():
     """With the non-thread-safe layer forced, concurrent calls still succeed (lock)."""
@@ -162,9 +170,7 @@ def test_a_process_held_to_one_cpu_computes_on_one_thread(tmp_path):
     )
     env = dict(os.environ, CONVSUITE_CACHE_DIR=str(tmp_path))  # the autotuned call's cache: not the user's
     env.pop("NUMBA_NUM_THREADS", None)
-    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "one cpu ok" in run.stdout
+    _run_fresh(code, env, "one cpu ok")
 
 
 @needs_numba
@@ -193,9 +199,7 @@ def test_kernels_compile_in_memory_where_no_cache_folder_is_writable(tmp_path):
         "print('in memory ok')\n"
     )
     env = dict(os.environ, CONVSUITE_CACHE_DIR=str(tmp_path))
-    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "in memory ok" in run.stdout
+    _run_fresh(code, env, "in memory ok", timeout=600)
 
 
 @needs_numba
@@ -219,9 +223,7 @@ def test_a_numba_that_refuses_to_import_leaves_the_other_backends_working():
         "print('others ok')\n"
     )
     env = dict(os.environ, NUMBA_NUM_THREADS="0")
-    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "others ok" in run.stdout
+    _run_fresh(code, env, "others ok")
 
 
 @needs_numba
@@ -243,9 +245,7 @@ def test_numba_with_its_compiler_off_is_unavailable_and_auto_uses_the_others(tmp
         "print('others ok')\n"
     )
     env = dict(os.environ, NUMBA_DISABLE_JIT="1", CONVSUITE_CACHE_DIR=str(tmp_path))
-    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "others ok" in run.stdout
+    _run_fresh(code, env, "others ok")
 
 
 @needs_numba
