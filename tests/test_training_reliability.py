@@ -85,7 +85,7 @@ def test_cross_entropy_forgets_an_earlier_batch_after_a_failed_call():
         (np.zeros((2, 3), np.float32), [0], ValueError, r"one class index per row .* shape \(2,\); got shape \(1,\)"),
         (np.zeros((2, 3), np.float32), [0.0, 1.0], ValueError, "`targets` must be integer class indices"),
         (np.zeros((2, 3), np.float32), [True, False], ValueError, "`targets` must be integer class indices"),
-        (np.zeros((2, 3), complex), [0, 1], TypeError, "`logits` must be real numbers"),
+        (np.zeros((2, 3), complex), [0, 1], TypeError, "`logits` must have a real numeric dtype"),
     ],
 )
 def test_cross_entropy_checks_logits_and_targets(logits, targets, error, message):

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from .._validation import _show
-from ._xp import array_module
+from ._xp import array_module, real_input
 from .module import Module
 
 __all__ = ["CrossEntropyLoss"]
@@ -39,10 +37,7 @@ class CrossEntropyLoss(Module):
         self._cache = None  # a failed call must not leave an earlier batch for backward()
         xp = array_module(logits)
         logits, targets = xp.asarray(logits), xp.asarray(targets)
-        if logits.dtype.kind in "iu":
-            logits = logits.astype(np.float64)  # as convsuite.conv2d reads integers
-        elif logits.dtype.kind != "f":
-            raise TypeError(f"`logits` must be real numbers (floating point or integer); got dtype {logits.dtype}")
+        logits = real_input(logits, "`logits`")
         if logits.ndim != 2:
             raise ValueError(f"`logits` must have shape (B, K); got {tuple(logits.shape)}")
         batch, classes = logits.shape

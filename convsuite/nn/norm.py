@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from .._validation import float_dtype
-from ._xp import array_module
+from ._xp import array_module, real_input
 from .conv import _Conv
 from .layers import Identity
 from .module import Module, Parameter, Sequential, _finite_real
@@ -101,17 +101,7 @@ class BatchNorm2D(Module):
 
     def _check(self, x):
         """``x`` checked, and as float64 when it holds integers (see the class doc)."""
-        kind = getattr(getattr(x, "dtype", None), "kind", None)
-        if kind is None:
-            raise TypeError(f"BatchNorm2D expects a NumPy or CuPy array; got {type(x).__name__}")
-        if kind in "iu":
-            # In an integer dtype the mean, the variance and 1/std truncate (to zeros, mostly).
-            x = x.astype(np.float64)
-        elif kind != "f":
-            raise TypeError(
-                "BatchNorm2D input must have a real numeric dtype (floating point, or an integer type, "
-                f"which is computed in float64); got {x.dtype}"
-            )
+        x = real_input(x, "BatchNorm2D input `x`")
         if x.ndim != 4 or x.shape[1] != self.num_features:
             raise ValueError(
                 f"BatchNorm2D({self.num_features}) expects input (B, {self.num_features}, H, W); "

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .._validation import INDEX_LIMIT, _show, as_int_tuple
-from ._xp import array_module
+from ._xp import array_module, real_input
 from .layers import _check_grad_y
 from .module import Module
 
@@ -68,21 +68,6 @@ def _code_dtype(taps: int) -> np.dtype:
     if taps <= 256:
         return np.dtype(np.uint8)
     return np.dtype(np.int32 if taps - 1 <= np.iinfo(np.int32).max else np.int64)
-
-
-def _pool_input(x, layer: str):
-    """``x`` as pooled: floats as they are, integers as float64 (as ``conv2d`` reads them), else TypeError."""
-    dtype = getattr(x, "dtype", None)
-    if dtype is None or not hasattr(x, "ndim"):
-        raise TypeError(f"{layer} input `x` must be a NumPy or CuPy array; got {_show(x)}")
-    if dtype.kind == "f":
-        return x
-    if dtype.kind in "iu":
-        return x.astype(np.float64)  # NumPy or CuPy alike
-    raise TypeError(
-        f"{layer} input `x` must have a real numeric dtype (a float type, or an integer type, which is pooled "
-        f"in float64); got dtype {dtype}"
-    )
 
 
 def _span(n: int, o: int, k: int, s: int, p: int) -> tuple[int, int, int, int]:
@@ -231,7 +216,7 @@ class MaxPool2D(_Pool2D):
         ties, a NaN wins over numbers (the last NaN of the window), and a
         window of ``-inf`` keeps its first element that is not padding.
         """
-        x = _pool_input(x, type(self).__name__)
+        x = real_input(x, f"{type(self).__name__} input `x`")
         if _on_host_kernels(x):
             return self._forward_on_host(x)
         xp = array_module(x)
@@ -339,7 +324,7 @@ class AvgPool2D(_Pool2D):
 
     def forward(self, x):
         """Window means of ``x (B, C, H, W)``, padding zeros counted."""
-        x = _pool_input(x, type(self).__name__)
+        x = real_input(x, f"{type(self).__name__} input `x`")
         out, spans, padded = self._geometry(x)
         kh, kw = self.kernel_size
         taps = self._taps(padded, spans, out)
@@ -396,7 +381,7 @@ class MaxPool1D(Module):
 
     def forward(self, x):
         """Window maxima of ``x (B, C, W)``."""
-        x = _pool_input(x, "MaxPool1D")
+        x = real_input(x, "MaxPool1D input `x`")
         if x.ndim != 3:
             raise ValueError(f"MaxPool1D expects input (B, C, W); got shape {tuple(x.shape)}")
         if x.shape[2] < 1:  # torch refuses it too; a window of padding alone has no arg-max input
@@ -448,7 +433,7 @@ class AdaptiveAvgPool2D(Module):
 
     def forward(self, x):
         """Mean over ``H`` and ``W`` of ``x (B, C, H, W)``, shape ``(B, C, 1, 1)``."""
-        x = _pool_input(x, "AdaptiveAvgPool2D")
+        x = real_input(x, "AdaptiveAvgPool2D input `x`")
         if x.ndim != 4:
             raise ValueError(f"AdaptiveAvgPool2D expects input (B, C, H, W); got shape {tuple(x.shape)}")
         if x.shape[2] == 0 or x.shape[3] == 0:
