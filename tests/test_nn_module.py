@@ -196,6 +196,31 @@ def test_sequential_fuses_conv_and_relu_like_the_separate_layers(backend):
         np.testing.assert_allclose(a.grad, b.grad, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("activation", [nn.ReLU, nn.ReLU6])
+def test_fused_gradients_do_not_move_when_the_caller_edits_the_output_in_place(activation, backend):
+    """A fused conv + activation keeps its own gradient mask: the array it returns is the caller's.
+
+    It once kept that array as the mask, so ``y -= 1`` before the backward cut the gradient in other
+    places (relative error 0.88 against the separate layers, which keep their own masks)."""
+
+    def gradients(fuse, edit):
+        conv = nn.Conv2D(4, 4, 3, padding=1, backend=backend, seed=0)
+        net = nn.Sequential(conv, activation(), fuse_activations=fuse)
+        x = 4 * np.random.default_rng(0).standard_normal((2, 4, 7, 7)).astype(np.float32)
+        y = net(x)
+        assert net._fused == ({1: 0} if fuse else {})
+        if edit:
+            y -= 3.0  # moves every output across 0 (and 6) somewhere
+        grad_x = net.backward(np.ones_like(y))
+        return grad_x, conv.weight.grad, conv.bias.grad
+
+    want = gradients(fuse=False, edit=False)
+    for fuse in (True, False):
+        for got, expected in zip(gradients(fuse, edit=True), want):
+            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_sequential_fuse_activations_must_be_a_bool():
     from convsuite import nn
 

@@ -74,7 +74,7 @@ class _Conv(Module):
         self.weight = Parameter(rng.uniform(-bound, bound, size=shape).astype(dtype))
         self.bias = Parameter(rng.uniform(-bound, bound, size=self.out_channels).astype(dtype)) if bias else None
         self._x = None
-        self._act_y = None  # the output of a fused activation, for its gradient mask
+        self._act_mask = None  # a fused activation's gradient mask, the layer's own (see forward)
         self._activation = None
 
     def _keywords(self) -> dict[str, Any]:
@@ -102,7 +102,7 @@ class _Conv(Module):
         # Plain caches, not state: set without Module.__setattr__'s bookkeeping (~1 us each).
         cache = self.__dict__
         cache["_x"] = x if keep else None
-        cache["_act_y"] = y if (keep and activation is not None) else None
+        cache["_act_mask"] = _activation_mask(y, activation) if (keep and activation is not None) else None
         cache["_activation"] = activation if keep else None
         return y
 
@@ -119,13 +119,11 @@ class _Conv(Module):
         conv_backward = _api.conv1d_backward if self._ndim == 1 else _api.conv2d_backward
         relu_output = None
         if self._activation == "relu":  # the mask inside the backward (or one masked copy), by the library
-            relu_output = self._act_y
+            relu_output = self._act_mask
         elif self._activation == "relu6":
-            # ReLU6's gradient passes where its output lies strictly between 0 and 6
-            # (torch's hardtanh_backward, from the output: a NaN output passes it).
-            y = self._act_y
-            xp = array_module(y)
-            grad_y = xp.where((y <= 0) | (y >= 6), xp.zeros((), dtype=grad_y.dtype), grad_y)
+            cut = self._act_mask
+            xp = array_module(cut)
+            grad_y = xp.where(cut, xp.zeros((), dtype=grad_y.dtype), grad_y)
         grad_x, grad_w, grad_b = conv_backward(
             grad_y, self._x, self.weight.data, relu_output=relu_output, input_grad=input_grad, **self._keywords()
         )
@@ -136,7 +134,7 @@ class _Conv(Module):
 
     def _moved(self, device: str) -> None:
         self._x = None
-        self._act_y = None
+        self._act_mask = None
         self._activation = None
 
     def extra_repr(self) -> str:
@@ -207,3 +205,21 @@ class Conv2D(_Conv):
     """
 
     _ndim = 2
+
+
+def _activation_mask(y, activation: str):
+    """The gradient mask of a fused activation, computed from its output ``y`` into a new array.
+
+    The layer must not keep ``y`` itself: the caller owns it and may edit it in
+    place (``y -= 1``) before the backward, which would move the mask (the
+    separate ``ReLU`` layer keeps its own mask for the same reason).
+    ``"relu"``: a ``uint8`` ``relu_output`` for :func:`convsuite.conv2d_backward`,
+    1 where the gradient passes; a ReLU's output is >= 0 or NaN, so that is
+    where ``y != 0``, one pass (NaN included: torch's threshold_backward passes
+    it). ``"relu6"``: True where the gradient is cut, at or beyond a kink (the
+    output at 0 or 6; torch's hardtanh_backward; a NaN passes).
+    """
+    xp = array_module(y)
+    if activation == "relu":
+        return xp.not_equal(y, 0).view(xp.uint8)
+    return (y <= 0) | (y >= 6)
