@@ -14,6 +14,14 @@ True
 Convolutions run on the convsuite backends (``backend=`` per layer or the
 usual selection); every other layer is an array expression on the input's
 array module, so NumPy in gives NumPy out and CuPy in stays on the GPU.
+
+What a layer keeps for its backward: the arrays it returns are the caller's
+(edit them in place freely: activations keep their own gradient masks), but a
+layer's *input* is kept by reference, not copied (a copy per layer would
+double the memory of training). Editing an input in place between the forward
+and the backward changes the weight gradients computed from it; PyTorch
+refuses that backward ("modified by an inplace operation"), NumPy arrays carry
+no version counter to tell.
 """
 
 from ._timing import LayerTimes, record_layer_times
