@@ -11,6 +11,7 @@ moves operands and results.
 
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
@@ -252,6 +253,30 @@ def _resolved_params(backend, spec, algorithm: str, direction: str, params: dict
     return record.resolve(spec, direction, params)
 
 
+def _from_recipe(recipe: _plans.PlanRecipe) -> Plan:
+    """A plan built again from its recipe (a pickled plan, loaded): the same backend, algorithm and parameters."""
+    xp = importlib.import_module(recipe.array_module)
+    dtype = np.dtype(recipe.dtype)
+    # Zero-strided stand-ins in the operands' library, as plan() makes from shapes: nothing allocated.
+    a, b, c = (None if shape is None else xp.broadcast_to(xp.zeros((), dtype), shape) for shape in recipe.shapes)
+    name, source = requested_backend(recipe.backend)  # unknown here: the usual ValueError listing the names
+    geometry = (recipe.stride, recipe.padding, recipe.dilation, recipe.groups, name, source, recipe.algorithm)
+    rebuilt = _build(
+        recipe.ndim,
+        recipe.direction,
+        a,
+        b,
+        c,
+        *geometry,
+        activation=recipe.activation,
+        # Every value pinned, none chosen: no measurement, and the same kernels as the plan pickled.
+        params=dict(recipe.params) or None,
+        input_grad=recipe.input_grad,
+    )
+    rebuilt.decision = recipe.decision  # how the choice was made, not how the copy was rebuilt
+    return rebuilt
+
+
 def _check_params(params: Any, name: str, algorithm: str) -> dict | None:
     """``params`` as a dict of str keys, or a TypeError/ValueError saying what is accepted."""
     if params is None:
@@ -338,6 +363,36 @@ def _backward(
     return plan_._run_backward(grad_y, x, w, relu_output)
 
 
+def _read_beside_dask(names: tuple[str, ...], operands: tuple) -> tuple:
+    """Operands next to a Dask array: Dask ones as they are, array-likes read as the in-memory path reads them."""
+    # The same reader as _as_plan_operands: a list of grad_y or w means what it means beside a NumPy x.
+    is_dask = distributed.is_dask_array
+    return tuple(a if a is None or is_dask(a) else as_real_array(a, name) for name, a in zip(names, operands))
+
+
+def _lazy_forward(ndim, x, w, bias, stride, padding, dilation, groups, backend, algorithm, activation=None):
+    """The forward of a Dask ``x`` as a lazy Dask array (``convsuite.distributed``)."""
+    check_activation(activation)
+    w, bias = _read_beside_dask(("w", "bias"), (w, bias))
+    args = (stride, padding, dilation, groups, backend, algorithm)
+    y = distributed.conv(_OPS[ndim], ndim, x, w, bias, *args)
+    return y if activation is None else _epilogue.apply_activation_lazy(activation, y)
+
+
+def _lazy_backward(
+    ndim, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm, relu_output=None, input_grad=True
+):
+    """The gradients for a Dask ``x`` or ``grad_y`` as lazy Dask arrays (``convsuite.distributed``)."""
+    input_grad = check_input_grad(input_grad)
+    names = ("grad_y", "x", "w", "relu_output")
+    grad_y, x, w, relu_output = _read_beside_dask(names, (grad_y, x, w, relu_output))
+    if relu_output is not None:
+        grad_y = _epilogue.mask_relu_gradient_lazy(grad_y, relu_output)
+    args = (grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
+    grad_x, grad_w, grad_b = distributed.conv_backward(_OPS[ndim], ndim, *args)
+    return (grad_x if input_grad else None), grad_w, grad_b  # lazy: dX's tasks never run
+
+
 _FORWARD_DOC = """{ndim}-D convolution (deep-learning cross-correlation, as in PyTorch).
 
     ``y[b, m, {o}] = bias[m] + sum over c, {k} of
@@ -420,9 +475,7 @@ def conv1d(
     activation: str | None = None,
 ) -> Any:
     if distributed.is_dask_array(x):  # Dask in, Dask out (lazy); convsuite.distributed
-        check_activation(activation)
-        y = distributed.conv("conv1d", 1, x, w, bias, stride, padding, dilation, groups, backend, algorithm)
-        return y if activation is None else _epilogue.apply_activation_lazy(activation, y)
+        return _lazy_forward(1, x, w, bias, stride, padding, dilation, groups, backend, algorithm, activation)
     return _forward(1, x, w, bias, stride, padding, dilation, groups, backend, algorithm, activation)
 
 
@@ -440,9 +493,7 @@ def conv2d(
     activation: str | None = None,
 ) -> Any:
     if distributed.is_dask_array(x):  # Dask in, Dask out (lazy); convsuite.distributed
-        check_activation(activation)
-        y = distributed.conv("conv2d", 2, x, w, bias, stride, padding, dilation, groups, backend, algorithm)
-        return y if activation is None else _epilogue.apply_activation_lazy(activation, y)
+        return _lazy_forward(2, x, w, bias, stride, padding, dilation, groups, backend, algorithm, activation)
     return _forward(2, x, w, bias, stride, padding, dilation, groups, backend, algorithm, activation)
 
 
@@ -501,12 +552,8 @@ def conv1d_backward(
     input_grad: bool = True,
 ) -> tuple[Any, Any, Any]:
     if distributed.is_dask_array(x) or distributed.is_dask_array(grad_y):  # Dask in, Dask out (lazy)
-        input_grad = check_input_grad(input_grad)
-        if relu_output is not None:
-            grad_y = _epilogue.mask_relu_gradient_lazy(grad_y, relu_output)
-        args = (grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
-        grad_x, grad_w, grad_b = distributed.conv_backward("conv1d", 1, *args)
-        return (grad_x if input_grad else None), grad_w, grad_b  # lazy: dX's tasks never run
+        args = (stride, padding, dilation, groups, backend, algorithm, relu_output, input_grad)
+        return _lazy_backward(1, grad_y, x, w, *args)
     return _backward(1, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm, relu_output, input_grad)
 
 
@@ -525,12 +572,8 @@ def conv2d_backward(
     input_grad: bool = True,
 ) -> tuple[Any, Any, Any]:
     if distributed.is_dask_array(x) or distributed.is_dask_array(grad_y):  # Dask in, Dask out (lazy)
-        input_grad = check_input_grad(input_grad)
-        if relu_output is not None:
-            grad_y = _epilogue.mask_relu_gradient_lazy(grad_y, relu_output)
-        args = (grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
-        grad_x, grad_w, grad_b = distributed.conv_backward("conv2d", 2, *args)
-        return (grad_x if input_grad else None), grad_w, grad_b  # lazy: dX's tasks never run
+        args = (stride, padding, dilation, groups, backend, algorithm, relu_output, input_grad)
+        return _lazy_backward(2, grad_y, x, w, *args)
     return _backward(2, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm, relu_output, input_grad)
 
 
@@ -553,6 +596,26 @@ def _op_of(w: Any, *, is_shape: bool = False) -> int:
 def _check_direction(direction: Any) -> None:
     if direction not in ("forward", "backward"):
         raise ValueError(f"`direction` must be 'forward' or 'backward'; got {direction!r}")
+
+
+def _check_backward_bias(direction: str, bias: Any) -> None:
+    """A bias is a forward operand: plan() and tune() refuse one for the backward direction alike."""
+    if direction == "backward" and bias is not None:
+        raise ValueError("`bias` does not take part in a backward plan (grad_b is always returned)")
+
+
+def _check_in_memory(operands: Mapping[str, Any], what: str = "a plan", accepted: str = " or a shape") -> None:
+    """Refuse Dask operands where one in-memory problem is meant (a plan, ``explain``, ``tune``).
+
+    Dask calls are planned per block; reading a Dask operand here would compute the whole array.
+    """
+    for name, value in operands.items():
+        if distributed.is_dask_array(value):
+            raise TypeError(
+                f"`{name}` must be an in-memory array (NumPy, or a device array a backend owns){accepted} "
+                f"for {what}; got a Dask array. Pass Dask arrays to cs.conv1d/cs.conv2d (or their backward "
+                "passes), which return lazy Dask arrays and plan each block"
+            )
 
 
 @dataclass(frozen=True)
@@ -658,6 +721,7 @@ def explain(
     """
     _check_algorithm_type(algorithm)
     _check_direction(direction)
+    _check_in_memory({"x": x, "w": w, "bias": bias}, "explain", accepted="")
     ndim = _op_of(w)
     op = _OPS[ndim]
     call = prepare_forward(op, ndim, x, w, bias, stride, padding, dilation, groups, convert=False)
@@ -738,6 +802,9 @@ def plan(
     x, w : array or tuple of int
         The operands, or their shapes (then ``dtype`` gives their dtype and
         the plan takes NumPy arrays). The operation is told by the rank of ``w``.
+        A plan runs in-memory arrays: a Dask array is refused (TypeError);
+        :func:`conv1d`/:func:`conv2d` and their backward passes take Dask
+        arrays and return lazy ones, planning each block.
     bias : array, tuple of int or None
         The bias (or its shape ``(M,)``); forward only.
     stride, padding, dilation, groups, backend, algorithm
@@ -764,10 +831,13 @@ def plan(
         grad_b)`` (backward); it checks that operands match its shapes, dtype
         and array type. ``plan.spec``, ``plan.backend``,
         ``plan.algorithm`` and ``plan.decision`` say what it runs and why.
+        A plan pickles (and deep-copies) as the recipe it was built from and
+        is planned again when loaded, on the same backend, algorithm and
+        parameters (:class:`~convsuite._plans.PlanRecipe`).
     """
     _check_direction(direction)
-    if direction == "backward" and bias is not None:
-        raise ValueError("`bias` does not take part in a backward plan (grad_b is always returned)")
+    _check_backward_bias(direction, bias)
+    _check_in_memory({"x": x, "w": w, "bias": bias})
     received = dtype
     try:
         dtype = None if dtype is None else np.dtype(dtype)  # np.dtype(None) would be float64
@@ -831,6 +901,8 @@ def tune(
     """
     _check_algorithm_type(algorithm)
     _check_direction(direction)
+    _check_backward_bias(direction, bias)
+    _check_in_memory({"x": x, "w": w, "bias": bias}, "tune", accepted="")
     budget_s = _tuning.check_budget(budget_s)
     ndim = _op_of(w)
     call = prepare_forward(_OPS[ndim], ndim, x, w, bias, stride, padding, dilation, groups, convert=False)

@@ -4,7 +4,11 @@ A layer holds the plans of its calls (one per input shape and direction, with
 the settings in force), so a call is a small lookup in the layer's own dict:
 no validation and no selection after the first call of a shape. Weights of a
 layer pinned to a device backend live on that device; moving them and the
-inputs goes through the backend's device protocol.
+inputs goes through the backend's device protocol. A Dask input goes through
+:mod:`convsuite.distributed` as in ``cs.conv2d``: Dask in, Dask out, lazy.
+
+A layer pickles (and deep-copies) its configuration and parameters, never its
+plans: they hold kernel handles, and are built again on the first call.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from . import _api
+from . import _api, distributed
 from ._registry import _check_name, get_backend
 from ._validation import as_int_tuple, float_dtype, parse_padding, positive_int, weight_generator, weight_shape
 
@@ -79,6 +83,20 @@ class _ConvLayer:
             self.bias = None if self.bias is None else chosen.to_device(self.bias)
         self._plans: dict[tuple, Any] = {}
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Configuration and parameters; the plans are left out (rebuilt on the next call)."""
+        state = self.__dict__.copy()
+        state["_plans"] = {}
+        # A backend object holds modules: the copy finds it again by the name it was asked for.
+        state["_device_backend"] = None if state["_device_backend"] is None else self.backend
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`__getstate__`'s state, finding the device backend by name."""
+        self.__dict__.update(state)
+        device = state["_device_backend"]
+        self._device_backend = None if device is None else get_backend(device)
+
     def _keywords(self) -> dict[str, Any]:
         return dict(
             stride=self.stride,
@@ -136,12 +154,18 @@ class _ConvLayer:
                 self._plans[key] = found
         return found
 
+    def _geometry(self) -> tuple:
+        """stride, padding, dilation, groups, backend and algorithm, in the front end's argument order."""
+        return (self.stride, self.padding, self.dilation, self.groups, self.backend, "auto")
+
     def __call__(self, x):
         """Apply the layer to ``x`` of shape ``(B, C, ...)`` (or ``(C, ...)``).
 
         NumPy input gives NumPy output and device input device output, wherever
-        the weights live.
+        the weights live; a Dask array gives a lazy Dask array, as ``cs.conv2d``.
         """
+        if distributed.is_dask_array(x):  # Dask in, Dask out: the blocks are planned where they run
+            return _api._lazy_forward(self._ndim, x, self.weight, self.bias, *self._geometry())
         (x,), back = self._on_weight_device(x)
         weight, bias = self.weight, self.bias
         plan = self._plan("forward", x, weight, bias)
@@ -155,8 +179,12 @@ class _ConvLayer:
     def backward(self, grad_y, x):
         """Gradients ``(grad_x, grad_w, grad_b)`` for output gradient ``grad_y`` at input ``x``.
 
-        ``grad_b`` is None when the layer has no bias.
+        ``grad_b`` is None when the layer has no bias. A Dask ``grad_y`` or
+        ``x`` gives lazy Dask gradients.
         """
+        if distributed.is_dask_array(x) or distributed.is_dask_array(grad_y):
+            grad_x, grad_w, grad_b = _api._lazy_backward(self._ndim, grad_y, x, self.weight, *self._geometry())
+            return grad_x, grad_w, (grad_b if self.bias is not None else None)
         (grad_y, x), back = self._on_weight_device(grad_y, x)
         weight = self.weight
         plan = self._plan("backward", grad_y, x, weight)

@@ -14,6 +14,10 @@ A hit costs a dictionary lookup; the cache is a bounded LRU, safe to share
 between threads, and emptied (generation bumped) whenever a setting that
 could change a choice changes: backends registered or removed,
 ``set_backend``, ``set_autotune``, the tuning cache cleared.
+
+A plan holds launch closures and kernel handles, which are not data: it
+pickles (and deep-copies) as its :class:`PlanRecipe`, the arguments that
+build it again, and is planned afresh when loaded (:func:`_rebuild`).
 """
 
 from __future__ import annotations
@@ -30,7 +34,16 @@ from ._spec import ConvSpec
 from ._validation import SMALL_CALL_BYTES, check_call_memory
 from .backends.base import Backend
 
-__all__ = ["Decision", "Plan", "PlanCache", "clear_plan_cache", "generation", "invalidate", "plan_cache_info"]
+__all__ = [
+    "Decision",
+    "Plan",
+    "PlanCache",
+    "PlanRecipe",
+    "clear_plan_cache",
+    "generation",
+    "invalidate",
+    "plan_cache_info",
+]
 
 #: Plans kept at once; a network of a few hundred layers fits, and a plan is small.
 DEFAULT_MAX_PLANS = 1024
@@ -156,6 +169,83 @@ class Decision:
     param_table: tuple = ()
 
 
+@dataclass(frozen=True)
+class PlanRecipe:
+    """What a :class:`Plan` is built from: the form it takes in a pickle.
+
+    Loading plans it again with the backend, algorithm and parameters named,
+    so the new plan runs the same kernels; nothing is chosen again. A backend
+    missing or unavailable where it is loaded raises the usual
+    ``ValueError`` / ``BackendUnavailableError``.
+
+    Attributes
+    ----------
+    ndim : int
+        Spatial dimensions, 1 or 2.
+    direction : str
+        ``"forward"`` or ``"backward"``.
+    shapes : tuple
+        The operands' shapes in the caller's layout, in call order:
+        ``(x, w, bias)`` forward (``bias`` None without one), ``(grad_y, x,
+        w)`` backward.
+    dtype : str
+        ``"float32"`` or ``"float64"``.
+    stride, dilation : tuple of int
+    padding : tuple of (int, int)
+        Resolved per-side padding.
+    groups : int
+    backend : str
+        The registry name of the backend the plan ran on.
+    algorithm : str
+    params : tuple of (str, object)
+        Every tunable parameter's value (sorted items; empty for none).
+    activation : str or None
+        The forward epilogue, or backward ``"relu"`` for the gradient through a ReLU.
+    input_grad : bool
+        Whether a backward plan returns grad_x.
+    array_module : str
+        The module of the operands' array library (``"numpy"``, ``"cupy"``).
+    decision : Decision
+        How the original choice was made; the loaded plan keeps it.
+    """
+
+    ndim: int
+    direction: str
+    shapes: tuple
+    dtype: str
+    stride: tuple[int, ...]
+    padding: tuple[tuple[int, int], ...]
+    dilation: tuple[int, ...]
+    groups: int
+    backend: str
+    algorithm: str
+    params: tuple[tuple[str, Any], ...]
+    activation: str | None
+    input_grad: bool
+    array_module: str
+    decision: Decision
+
+
+def _registry_name(backend: Backend) -> str:
+    """The name ``backend`` is registered under: its own ``name``, unless registered under another."""
+    from . import _registry  # imports this module
+
+    names = _registry.backend_names()
+    if backend.name in names and _registry.get_backend(backend.name) is backend:
+        return backend.name
+    for name in names:
+        if _registry.get_backend(name) is backend:
+            return name
+    return backend.name  # no longer registered: loading names it, and says it is unknown
+
+
+def _rebuild(recipe: PlanRecipe) -> Plan:
+    """A pickled plan, loaded: its recipe planned again (see :meth:`Plan.__reduce__`)."""
+    from . import _api  # imports this module
+
+    return _api._from_recipe(recipe)
+
+
 class Plan:
     """A validated, chosen convolution, ready to run on operands of its shapes.
 
@@ -164,6 +254,7 @@ class Plan:
     returns ``y``; a backward plan as ``plan(grad_y, x, w)`` returns
     ``(grad_x, grad_w, grad_b)``. A plan keeps the choice made when it was
     built: later ``set_backend``/``use_backend`` changes do not affect it.
+    It pickles and deep-copies as its :meth:`recipe`, planned again on loading.
 
     Attributes
     ----------
@@ -210,6 +301,7 @@ class Plan:
         "_padded",
         "_large",
         "_activation",
+        "_requested_activation",
         "_fused_activation",
         "_input_grad",
     )
@@ -280,6 +372,7 @@ class Plan:
         # The activation epilogue: inside the kernel (fused) or after it; backward,
         # the ReLU mask of grad_y: read inside the kernels (fused) or a masked copy first.
         self._activation = None if fused_activation else activation
+        self._requested_activation = activation  # for the recipe: _activation is None where fused
         self._fused_activation = fused_activation
         # Backward without dX: grad_x is returned as None (its buffer is left unwritten
         # by a backend that plans "backward+weights", else computed and dropped).
@@ -497,6 +590,42 @@ class Plan:
         self._check("x", x, self._x_shape)
         self._check("w", w, self._w_shape)
         return self._run_backward(grad_y, x, w)
+
+    # --- pickling: the recipe, planned again when loaded ----------------------
+
+    def recipe(self) -> PlanRecipe:
+        """The arguments that build this plan again (what a pickle of it holds).
+
+        Returns
+        -------
+        PlanRecipe
+        """
+        spec = self.spec
+        if self.direction == "forward":
+            shapes = (self._x_shape, self._w_shape, self._bias_shape)
+        else:
+            shapes = (self._gy_shape, self._x_shape, self._w_shape)
+        return PlanRecipe(
+            ndim=spec.ndim,
+            direction=self.direction,
+            shapes=shapes,
+            dtype=self.dtype.name,
+            stride=spec.stride,
+            padding=spec.padding,
+            dilation=spec.dilation,
+            groups=spec.groups,
+            backend=_registry_name(self.backend),
+            algorithm=self.algorithm,
+            params=tuple(sorted(self.params.items())),
+            activation=self._requested_activation,
+            input_grad=self._input_grad,
+            array_module=self._xp_in.__name__,
+            decision=self.decision,
+        )
+
+    def __reduce__(self):
+        """Pickle (and deep-copy) as :meth:`recipe`: launch closures and kernel handles are not data."""
+        return (_rebuild, (self.recipe(),))
 
     def __repr__(self) -> str:
         s = self.spec

@@ -127,7 +127,9 @@ def _operands_task(w, bias, dtype, layout, spec):
         if array is None:
             refs.append(None)
         elif _is_dask(array):
-            single = array.astype(dtype).reshape(shape).rechunk(-1)
+            # One chunk before the reshape: Dask's reshape of an array with a zero-size chunk
+            # builds a graph with a missing key; the weights and bias are small anyway.
+            single = array.astype(dtype).rechunk(-1).reshape(shape)
             deps.append(single)
             refs.append((single.name,) + (0,) * single.ndim)
         else:  # NumPy stays NumPy, CuPy stays on its device; the tasks move it where the chunks are
