@@ -14,7 +14,9 @@ measured elsewhere or with other software is never used. Writers take an
 exclusive ``flock`` on a lock file, merge with what is on disk and replace the
 file atomically (temporary file + ``os.replace``), so two processes tuning at
 once lose nothing and a reader never sees half a file. A file that cannot be
-read is ignored with a warning (and rewritten on the next store).
+read is ignored with a warning (and rewritten on the next store), and so is
+an entry not of the shape convsuite writes (checked once, on reading: it is
+measured again and overwritten).
 
 Tunable parameters: after the algorithms are timed, the fastest few that
 declare tunables (:class:`~convsuite.backends.base.Tunable`) have their
@@ -32,6 +34,7 @@ where there is no fitted data it takes backends by priority.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import tempfile
@@ -284,7 +287,7 @@ def problem_key(spec: ConvSpec, direction: str, request: str) -> str:
 
 
 def _read(path: Path) -> dict[str, dict]:
-    """The entries on disk; an unreadable file is ignored with a warning."""
+    """The entries on disk; an unreadable file, and each malformed entry, is ignored with a warning."""
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -296,7 +299,7 @@ def _read(path: Path) -> dict[str, dict]:
         data = json.loads(text)
         if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT or not isinstance(data["entries"], dict):
             raise ValueError("not a convsuite tuning cache of this format")
-        return data["entries"]
+        entries = data["entries"]
     except (ValueError, KeyError, TypeError) as exc:
         warnings.warn(
             f"convsuite tuning cache {path} is corrupt or of another format ({exc}); ignoring it "
@@ -304,6 +307,71 @@ def _read(path: Path) -> dict[str, dict]:
             stacklevel=3,
         )
         return {}
+    problems = {key: why for key, entry in entries.items() if (why := _entry_problem(entry)) is not None}
+    if problems:  # one warning for the file, as for a corrupt one
+        one = len(problems) == 1
+        warnings.warn(
+            f"convsuite tuning cache {path} has {len(problems)} malformed entr{'y' if one else 'ies'} "
+            f"({next(iter(problems.values()))}); ignoring {'it' if one else 'them'} "
+            "(measured again, and overwritten on the next tuning)",
+            stacklevel=3,
+        )
+    return {key: entry for key, entry in entries.items() if key not in problems}
+
+
+def _entry_problem(entry) -> str | None:
+    """Why a cache entry is not of the shape :func:`_tune_entry` writes (None: it is).
+
+    Checked once, when the file is read, so every later use (``_usable``,
+    ``_decision_of``, ``explain``'s tables) may rely on the shape.
+    """
+    if not isinstance(entry, dict):
+        return f"a {type(entry).__name__}, not an object"
+    for key in ("backend", "algorithm"):
+        if not isinstance(entry.get(key), str):
+            return f"{key!r} must be a string; got {_brief(entry.get(key))}"
+    for key, kind in (("params", dict), ("search", str), ("measured_at", str)):
+        if key in entry and not isinstance(entry[key], kind):  # absent in entries of older versions
+            return f"{key!r} must be a{'n object' if kind is dict else ' string'}; got {_brief(entry[key])}"
+    table = entry.get("table")
+    if not isinstance(table, list) or not all(_is_row(row, str) for row in table):
+        rows = "[backend, algorithm, median, spread, status] rows"
+        return f"'table' must be a list of {rows}; got {_brief(table)}"
+    param_table = entry.get("param_table", [])
+    if not isinstance(param_table, list) or not all(_is_row(row, dict) for row in param_table):
+        rows = "[label, params, median, spread, status] rows"
+        return f"'param_table' must be a list of {rows}; got {_brief(param_table)}"
+    return None
+
+
+def _brief(value, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a table can hold hundreds of rows)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _is_row(row, second: type) -> bool:
+    """Whether ``row`` is ``[str, second, median, spread, str]`` with a timing as :func:`_is_timing` reads it."""
+    return (
+        isinstance(row, list)
+        and len(row) == 5
+        and isinstance(row[0], str)
+        and isinstance(row[1], second)
+        and isinstance(row[4], str)
+        and _is_timing(row[2], row[3])
+    )
+
+
+def _is_timing(median, spread) -> bool:
+    """A measured median with its spread, or no median (a candidate that failed or was rejected)."""
+    if median is None:
+        return spread is None or _is_measure(spread)
+    return _is_measure(median) and _is_measure(spread)
+
+
+def _is_measure(value) -> bool:
+    """A finite real number >= 0 (JSON also spells NaN and Infinity, and ``true`` is no number here)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
 
 @contextmanager
@@ -642,8 +710,8 @@ def _usable(entry: dict, spec: ConvSpec, direction: str, pairs: Sequence[tuple[B
     """Whether a cached entry names a runnable candidate with parameters it still accepts."""
     runnable = {(b.name, a): b for b, a in pairs}
     backend = runnable.get((entry.get("backend"), entry.get("algorithm")))
-    params = entry.get("params", {})
-    if backend is None or not isinstance(params, dict):
+    params = entry.get("params", {})  # a dict: entries are checked when read (_entry_problem)
+    if backend is None:
         return False
     try:  # parameters a newer version no longer has, or refuses on this case
         if not params:  # a backend of the older contract takes three arguments

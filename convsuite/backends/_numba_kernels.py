@@ -55,6 +55,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from .. import _threads
 from ._numba_cache import CACHE
 
 __all__ = ["forward", "backward", "run_serialised", "schedule_dynamically", "threading_layer", "warm_up"]
@@ -378,4 +379,7 @@ def warm_up(dtype) -> float:
 
 
 _choose_threading_layer()
+# The probe started numba's thread pool: its size, fixed from now on, caps convsuite's counts
+# (a larger one would make numba.set_num_threads raise on every launch).
+_threads.numba_pool_started(numba.config.NUMBA_NUM_THREADS)
 os.register_at_fork(after_in_child=_after_fork_in_child)

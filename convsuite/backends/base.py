@@ -36,12 +36,27 @@ import numpy as np
 
 from .._spec import ConvSpec
 
-__all__ = ["Algorithm", "Backend", "Constraint", "DIRECTIONS", "Launch", "Tunable", "Verdict", "WallTimer"]
+__all__ = [
+    "Algorithm",
+    "Backend",
+    "COMPUTE_DTYPES",
+    "Constraint",
+    "DIRECTIONS",
+    "Launch",
+    "Tunable",
+    "Verdict",
+    "WallTimer",
+]
 
 #: ``True`` for yes, or a sentence saying why not.
 Verdict = Union[Literal[True], str]
 
 DIRECTIONS = ("forward", "backward")
+
+#: The dtypes a backend computes in: the front end reads float32 operands as
+#: float32 and every other real dtype as float64 (``_validation.compute_dtype``),
+#: so these are all a kernel is ever given (:attr:`Backend.dtypes`).
+COMPUTE_DTYPES = ("float32", "float64")
 
 #: What :meth:`Backend.plan` returns: called with the operands of one call,
 #: ``(x, w, bias, out)`` forward or ``(grad_y, x, w, grad_x, grad_w, grad_b)``
@@ -299,6 +314,9 @@ class Backend(abc.ABC):
         Whether every kernel runs on the calling thread alone (no thread
         pool, BLAS at one thread). Measured selection prefers such a
         backend when its median is within 5% of a multicore fastest.
+    dtypes : tuple of str
+        The dtypes its kernels compute in (what :meth:`warm_up` accepts);
+        :data:`COMPUTE_DTYPES` by default.
     """
 
     name: ClassVar[str]
@@ -307,6 +325,7 @@ class Backend(abc.ABC):
     algorithms: ClassVar[tuple[str, ...]] = ("direct",)
     description: ClassVar[str] = ""
     single_core: ClassVar[bool] = False
+    dtypes: ClassVar[tuple[str, ...]] = COMPUTE_DTYPES
 
     # --- algorithms ----------------------------------------------------
 
@@ -357,9 +376,24 @@ class Backend(abc.ABC):
             return table[algorithm].build(spec, direction, params)
         if params:
             raise ValueError(f"`params`: backend {self.name!r} declares no tunable parameters; got {dict(params)!r}")
+        self._check_old_style(direction)
         if direction == "forward":
             return lambda x, w, bias, out: self.forward(spec, x, w, bias, out, algorithm)
         return lambda gy, x, w, gx, gw, gb: self.backward(spec, gy, x, w, gx, gw, gb, algorithm)
+
+    def _check_old_style(self, direction: str) -> None:
+        """Raise unless a backend without algorithm records overrides the method of ``direction``.
+
+        The default :meth:`plan` wraps :meth:`forward`/:meth:`backward` and
+        their defaults call :meth:`plan`: a backend overriding neither would
+        recurse until ``RecursionError``.
+        """
+        method = "forward" if direction == "forward" else "backward"
+        if getattr(type(self), method) is getattr(Backend, method):
+            raise NotImplementedError(
+                f"backend {self.name!r} must implement `plan` (or `algorithm_table`) or `{method}` to run "
+                f"{direction}; {type(self).__name__} implements none of them"
+            )
 
     def forward(self, spec: ConvSpec, x: Any, w: Any, bias: Any, out: Any, algorithm: str) -> None:
         """Write ``conv(x, w) + bias`` into ``out`` (shape ``spec.y_shape``)."""
@@ -450,9 +484,66 @@ class Backend(abc.ABC):
         """Bytes this device can hold for outputs, or None to use host memory checks."""
         return None
 
-    def warm_up(self, dtype: Any) -> float:
-        """Compile or load whatever the first call would; returns the seconds spent."""
-        return 0.0
+    def warm_up(self, dtype: Any = None) -> float:
+        """Compile or load whatever the first call in ``dtype`` would; returns the seconds spent.
+
+        Parameters
+        ----------
+        dtype : str, numpy dtype or type, or None
+            One of :attr:`dtypes` (byte order is not a dtype: ``'>f4'`` is
+            float32); None warms every one of them.
+
+        Returns
+        -------
+        float
+            Seconds spent (close to 0 where nothing is compiled, or already was).
+
+        Raises
+        ------
+        TypeError
+            ``dtype`` names no NumPy dtype.
+        ValueError
+            ``dtype`` is a dtype this backend does not compute in.
+
+        Notes
+        -----
+        A backend that compiles overrides :meth:`_warm_up`, called once per
+        checked dtype, so every backend accepts and refuses the same values.
+        """
+        chosen = self.warm_up_dtypes(dtype)
+        start = time.perf_counter()
+        for each in chosen:
+            self._warm_up(each)
+        return time.perf_counter() - start
+
+    def warm_up_dtypes(self, dtype: Any) -> tuple[np.dtype, ...]:
+        """The native dtypes :meth:`warm_up` of ``dtype`` prepares: all of :attr:`dtypes` for None.
+
+        Raises
+        ------
+        TypeError
+            ``dtype`` names no NumPy dtype.
+        ValueError
+            ``dtype`` is a dtype this backend does not compute in.
+        """
+        if dtype is None:
+            return tuple(np.dtype(name) for name in self.dtypes)
+        accepted = (
+            f"`dtype` must be {' or '.join(map(repr, self.dtypes))} (what backend {self.name!r} computes in; "
+            "any byte order, or the NumPy types) or None (all of them)"
+        )
+        try:
+            resolved = np.dtype(dtype)
+        except (TypeError, ValueError):  # not a dtype at all ('junk', 5, a malformed spec string)
+            raise TypeError(f"{accepted}; got {dtype!r}") from None
+        # The name leaves out byte order: '>f4' is float32, and the kernels get native copies.
+        if resolved.name not in self.dtypes:
+            raise ValueError(f"{accepted}; got {dtype!r}")
+        return (np.dtype(resolved.name),)
+
+    def _warm_up(self, dtype: np.dtype) -> None:
+        """Compile or load what a first call in the native ``dtype`` would (nothing by default)."""
+        return None
 
     def compiled_modules(self) -> dict:
         """Seconds each configuration's module took to build in this process (empty: none is compiled).

@@ -206,7 +206,12 @@ class CupyBackend(Backend):
         return f"{name} (sm_{device.compute_capability}, {device.mem_info[1]} B)"
 
     def warm_up(self, dtype=None) -> float:
-        """Compile every CUDA module for the current device; the seconds it took (0 once built)."""
+        """Compile every CUDA module for the current device; the seconds it took (0 once built).
+
+        ``dtype`` is checked as by every backend (:meth:`Backend.warm_up`); the
+        modules of both dtypes are built whichever is named.
+        """
+        self.warm_up_dtypes(dtype)
         t0 = time.perf_counter()
         rt.compile_all()
         return time.perf_counter() - t0

@@ -416,15 +416,11 @@ class NumbaBackend(KernelModuleBackend):
                 return "direct", verdict
         return name, why
 
-    def warm_up(self, dtype) -> float:
-        """Compile or load from cache the kernels for ``dtype``; returns seconds spent."""
-        import time
-
-        start = time.perf_counter()
-        self.kernels().warm_up(np.dtype(dtype))
+    def _warm_up(self, dtype: np.dtype) -> None:
+        """Compile or load from numba's cache the main kernels for ``dtype`` (checked by :meth:`warm_up`)."""
+        self.kernels().warm_up(dtype)
         for name in ("gemm", "line1d"):
-            self._warm_algorithm(name, np.dtype(dtype))
-        return time.perf_counter() - start
+            self._warm_algorithm(name, dtype)
 
     def _warm_algorithm(self, name: str, dtype) -> None:
         """Run ``name`` once on a tiny case of ``dtype`` in every direction it has."""
