@@ -33,15 +33,20 @@ Library functions return :class:`Timing` records; printing is the caller's.
 
 from __future__ import annotations
 
+import math
+import numbers
 import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from ._validation import _is_int, _show
+
 __all__ = [
     "NOISE_FLOOR",
     "Contender",
     "Timing",
+    "check_settings",
     "confirm_close_call",
     "measure_side_by_side",
     "wall_timer",
@@ -138,6 +143,78 @@ def _as_contender(value: Contender | Callable[[], Any]) -> Contender:
     return value if isinstance(value, Contender) else Contender(value)
 
 
+def _check_count(value: Any, name: str, minimum: int) -> None:
+    """An int >= ``minimum``; a bool, a float (2.5, NaN) or a string is no count."""
+    if not _is_int(value):
+        raise TypeError(f"`{name}` must be an int >= {minimum}; got {_show(value)}")
+    if value < minimum:
+        raise ValueError(f"`{name}` must be an int >= {minimum}; got {_show(value)}")
+
+
+def _is_number(value: Any) -> bool:
+    """A real number that is not a bool (NumPy's bool is no ``numbers.Real`` to begin with)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _check_non_negative(value: Any, name: str, what: str = "number of seconds") -> None:
+    """A finite number >= 0 (``time.sleep`` names no parameter when it refuses one)."""
+    if not _is_number(value):
+        raise TypeError(f"`{name}` must be a finite {what} >= 0; got {_show(value)}")
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"`{name}` must be a finite {what} >= 0; got {_show(value)}")
+
+
+def check_settings(
+    *,
+    repeat: Any = 5,
+    warmup: Any = 1,
+    rounds: Any = 3,
+    settle_s: Any = 0.0,
+    abandon_ratio: Any = None,
+    min_block_s: Any = 0.0,
+) -> None:
+    """Refuse timing settings that :func:`measure_side_by_side` cannot honour, naming the parameter.
+
+    Called at the entry of the public timing functions, before any contender
+    runs (and never inside a timed block). Counts are ints (a bool is not
+    one); durations are finite and >= 0; ``abandon_ratio`` is None (never
+    drop), or a number > 1 (inf never drops either): at 1 or below even the
+    fastest contender would be over the bar.
+
+    Raises
+    ------
+    TypeError
+        A setting of the wrong type (``repeat=2.5``, ``repeat="3"``, ``settle_s=None``).
+    ValueError
+        A setting out of range (``repeat=0``, ``settle_s=-1``, ``abandon_ratio=0.5``).
+    """
+    _check_count(repeat, "repeat", 1)
+    _check_count(rounds, "rounds", 1)
+    _check_count(warmup, "warmup", 0)
+    _check_non_negative(settle_s, "settle_s")
+    _check_non_negative(min_block_s, "min_block_s")
+    if abandon_ratio is None:
+        return
+    if not _is_number(abandon_ratio):
+        raise TypeError(f"`abandon_ratio` must be a number > 1, or None never to drop; got {_show(abandon_ratio)}")
+    if not abandon_ratio > 1:  # NaN fails this too
+        raise ValueError(
+            "`abandon_ratio` must be a number > 1 (a contender is dropped when its fastest call is more than "
+            f"this multiple of the best's), or None never to drop; got {_show(abandon_ratio)}"
+        )
+
+
+def _check_contenders(contenders: Any) -> None:
+    """A mapping of names to Contenders or zero-argument callables."""
+    if not isinstance(contenders, Mapping):
+        raise TypeError(f"`contenders` must be a mapping of names to callables or Contenders; got {_show(contenders)}")
+    for name, value in contenders.items():
+        if not (isinstance(value, Contender) or callable(value)):
+            raise TypeError(
+                f"`contenders[{name!r}]` must be a Contender or a zero-argument callable; got {_show(value)}"
+            )
+
+
 def measure_side_by_side(
     contenders: Mapping[str, Contender | Callable[[], Any]],
     *,
@@ -167,7 +244,8 @@ def measure_side_by_side(
     abandon_ratio : float, optional
         Drop contenders whose fastest call exceeds this multiple of the
         fastest call of any contender in the first round and again in the
-        second (with one round: after it). None: never drop.
+        second (with one round: after it); must be > 1. None (or inf):
+        never drop.
     min_block_s : float
         Keep calling within a block until at least this long has passed
         (more samples for very short calls); 0 runs exactly the share of
@@ -176,9 +254,22 @@ def measure_side_by_side(
     Returns
     -------
     dict of str to Timing
+
+    Raises
+    ------
+    TypeError, ValueError
+        A setting :func:`check_settings` refuses, or a contender that is
+        not callable; before anything runs.
     """
-    if repeat < 1 or rounds < 1 or warmup < 0:
-        raise ValueError(f"repeat and rounds must be >= 1 and warmup >= 0; got {repeat}, {rounds}, {warmup}")
+    check_settings(
+        repeat=repeat,
+        warmup=warmup,
+        rounds=rounds,
+        settle_s=settle_s,
+        abandon_ratio=abandon_ratio,
+        min_block_s=min_block_s,
+    )
+    _check_contenders(contenders)
     entries = {name: _as_contender(c) for name, c in contenders.items()}
     first: dict[str, float] = {}
     for name, contender in entries.items():
@@ -270,6 +361,7 @@ def confirm_close_call(
     dict of str to Timing
         The same keys; the two re-timed ones have ``retimed=True``.
     """
+    _check_non_negative(floor, "floor", "relative margin")
     out = dict(timings)
     ranked = sorted((name for name, t in timings.items() if not t.abandoned), key=lambda n: timings[n].median)
     if len(ranked) < 2 or not within_noise(timings[ranked[0]], timings[ranked[1]], floor):

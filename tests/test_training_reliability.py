@@ -121,6 +121,13 @@ Y3 = np.zeros(3, np.int64)
         (dict(x=X3[:0], y=Y3[:0]), ValueError, "`x` must hold at least one image"),
         (dict(y=Y3[:2]), ValueError, r"`y` must have one entry per image of `x` \(3\); got 2"),
         (dict(device="tpu"), ValueError, "`device` must be 'cpu' or 'gpu'"),
+        # A column broadcast against the predictions gave an "accuracy" of 3.0; one-hot, float and
+        # string labels a silent 0.0.
+        (dict(y=Y3[:, None]), ValueError, r"`y` must be 3 integer classes in one axis.*got shape \(3, 1\)"),
+        (dict(y=np.eye(3, dtype=np.int64)), ValueError, r"got shape \(3, 3\) of int64"),
+        (dict(y=Y3.astype(np.float32)), ValueError, r"integer classes .*got shape \(3,\) of float32"),
+        (dict(y=["0", "1", "2"]), ValueError, r"integer classes .*of <U1"),
+        (dict(y=[[0], [1, 2], []]), ValueError, r"`y` must be 3 integer classes"),
     ],
 )
 def test_evaluate_checks_its_arguments(lenet, kwargs, error, message):
@@ -133,6 +140,7 @@ def test_evaluate_counts_every_image(lenet):
     with nn.no_grad():
         y = lenet(X3).argmax(axis=1)
     assert nets.evaluate(lenet, X3, y, batch=2) == 1.0
+    assert nets.evaluate(lenet, X3, y.tolist(), batch=2) == 1.0  # a list of classes reads as an array
 
 
 @pytest.mark.parametrize(
@@ -143,6 +151,7 @@ def test_evaluate_counts_every_image(lenet):
         (X3, Y3, False, TypeError, "`batch` must be a positive int"),
         (X3[:0], Y3[:0], None, ValueError, "`x` must hold at least one image"),
         (X3, Y3[:1], None, ValueError, r"`labels` must have one entry per image of `x` \(3\); got 1"),
+        (X3, Y3[:, None], None, ValueError, r"`labels` must be 3 integer classes in one axis"),
     ],
 )
 def test_ece408_times_checks_its_arguments(lenet, x, labels, batch, error, message):

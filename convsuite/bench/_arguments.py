@@ -1,25 +1,30 @@
 """Argument checkers shared by the ``python -m convsuite.bench.<module>`` command lines.
 
-Each is an argparse ``type=`` function: a bad value becomes a one-line usage
+Most are argparse ``type=`` functions: a bad value becomes a one-line usage
 error (exit status 2) naming the option, what is accepted and what was
-received, before any measuring starts.
+received, before any measuring starts. The last few (:func:`one_of`,
+:func:`check_output_dir`) are the same checks for library calls: they raise
+``ValueError`` naming the parameter instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 __all__ = [
     "backend_name",
     "backend_names",
+    "check_output_dir",
     "existing_folder",
     "folder",
     "folder_or_nowhere",
     "gpu_unavailable",
     "known_backends",
     "names_among",
+    "one_of",
     "out_file",
     "positive",
     "positive_float",
@@ -137,3 +142,36 @@ def gpu_unavailable() -> str | None:
 
     verdict = get_backend("cupy").available()
     return None if verdict is True else str(verdict)
+
+
+def one_of(value: object, choices: Sequence[str], name: str) -> str:
+    """``value`` when it is one of the names ``choices``; else a ValueError naming ``name`` and the choices.
+
+    A value that is not a string (a list, say) is refused the same way: looked
+    up in a dict, it would raise ``TypeError: unhashable type`` naming nothing.
+    """
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+    return value
+
+
+def check_output_dir(out: str | Path, what: str = "--out") -> Path:
+    """Create the folder ``out`` if needed and prove a file can be written there; ValueError if not.
+
+    ``what`` names the argument in the messages: ``"--out"`` for a command
+    line, ``"`out`"`` for a library call.
+    """
+    if not isinstance(out, (str, Path)):
+        raise ValueError(f"{what} must be a folder path (str or pathlib.Path); got {out!r}")
+    if not str(out).strip():  # Path("") is the current folder: the reports would land among the user's files
+        raise ValueError(f"{what} must name a folder; got an empty string")
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{what} {str(path)!r} is a file, not a folder")
+    try:  # a file above it, a read-only or full disk: mkdir or the test file says which
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".convsuite-write-test-"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"{what} {str(path)!r} is not writable ({exc.strerror or exc})") from None
+    return path

@@ -10,9 +10,10 @@ from typing import Callable
 
 import numpy as np
 
+from ._arguments import one_of
 from .workloads import Case
 
-__all__ = ["ANCHORS", "GPU_ANCHORS", "anchor_callable"]
+__all__ = ["ANCHORS", "GPU_ANCHORS", "anchor_callable", "anchor_names"]
 
 
 def _torch_on(device: str):
@@ -123,6 +124,9 @@ def _numpy_convolve(case, x, w, bias, grad_y, spec):
     mode, why = _plain_signal_mode(case, spec)
     if mode is None:
         return why
+    if mode == "same" and spec.kernel_size[0] > spec.in_size[0]:
+        # np.convolve's 'same' returns max(N, K) samples: a mask longer than the signal gives K, not N.
+        return "'same' with a mask longer than the signal returns the mask's length"
     flipped = np.ascontiguousarray(w[::-1])
     return lambda: np.convolve(x, flipped, mode=mode)  # convolution of the flipped mask = correlation
 
@@ -168,6 +172,18 @@ GPU_ANCHORS: dict[str, Callable] = {
 }
 
 
+def anchor_names() -> list[str]:
+    """Every anchor's name, CPU ones first."""
+    return [*ANCHORS, *GPU_ANCHORS]
+
+
 def anchor_callable(name: str, case: Case, x, w, bias, grad_y, spec):
-    """A callable running anchor ``name`` on the case, or a string saying why not."""
+    """A callable running anchor ``name`` on the case, or a string saying why not.
+
+    Raises
+    ------
+    ValueError
+        ``name`` is not one of :func:`anchor_names`.
+    """
+    one_of(name, anchor_names(), "`contender` (an anchor)")
     return {**ANCHORS, **GPU_ANCHORS}[name](case, x, w, bias, grad_y, spec)

@@ -60,10 +60,18 @@ def measure_cpu_ceilings(copy_mib: int = 256, gemm_n: int = 2048, repeat: int = 
 
 
 def measure_gpu_ceilings(copy_mib: int = 1024, gemm_n: int = 8192, repeat: int = 10) -> Ceilings:
-    """Device-to-device copy and strict-FP32 cuBLAS SGEMM rate through CuPy, timed with CUDA events."""
-    import cupy as cp
+    """Device-to-device copy and strict-FP32 cuBLAS SGEMM rate through CuPy, timed with CUDA events.
 
+    Raises
+    ------
+    BackendUnavailableError
+        Without CuPy or a CUDA GPU (before anything is allocated).
+    """
     from .timing import cuda_events_median as events_median
+    from .timing import require_gpu
+
+    require_gpu("measure_gpu_ceilings")
+    import cupy as cp
 
     src = cp.ones(copy_mib * 2**20 // 4, dtype=cp.float32)
     dst = cp.empty_like(src)

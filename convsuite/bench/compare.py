@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from .._registry import list_backends
 from .._threads import get_num_threads
+from .._timing import check_settings
+from ._arguments import check_output_dir
 from .anchors import ANCHORS, GPU_ANCHORS
 from .ceilings import Ceilings, measure_cpu_ceilings, measure_gpu_ceilings
 from .machine import machine_metadata
@@ -25,7 +26,14 @@ from .measure import Result, measure
 from .report import ratios_to_saved, write_reports
 from .workloads import Case, get_workload
 
-__all__ = ["Request", "check_request", "load_saved_run", "machine_metadata", "run_comparison"]
+__all__ = [
+    "Request",
+    "check_output_dir",
+    "check_request",
+    "load_saved_run",
+    "machine_metadata",
+    "run_comparison",
+]
 
 #: ``progress(done, total, description)``, called before and after each measurement.
 Progress = Callable[[int, int, str], None]
@@ -51,22 +59,6 @@ def _default_baseline(backends: list[str], anchors: bool, device: str) -> str:
     return backends[0]
 
 
-def check_output_dir(out: str | Path) -> Path:
-    """Create ``out`` if needed and prove a file can be written there; ValueError if not."""
-    if not str(out).strip():  # Path("") is the current folder: the reports would land among the user's files
-        raise ValueError("--out must name a folder; got an empty string")
-    path = Path(out)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"--out {str(path)!r} is a file, not a folder")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".convsuite-write-test-"):
-            pass
-    except OSError as exc:
-        raise ValueError(f"--out {str(path)!r} is not writable ({exc.strerror or exc})") from None
-    return path
-
-
 def load_saved_run(path: str | Path) -> dict:
     """A ``results.json`` written by an earlier comparison; ValueError if it is not one."""
     path = Path(path)
@@ -76,8 +68,12 @@ def load_saved_run(path: str | Path) -> dict:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ValueError(f"--compare-to {str(path)!r} cannot be read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:  # a binary file: the codec's message names no file
+        raise ValueError(f"--compare-to {str(path)!r} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"--compare-to {str(path)!r} is not JSON ({exc})") from None
+    except RecursionError:  # arrays nested deeper than the interpreter's stack: no results.json is
+        raise ValueError(f"--compare-to {str(path)!r} is not a results.json: its JSON is nested too deeply") from None
     if not isinstance(data, dict) or not isinstance(data.get("results"), list) or "meta" not in data:
         raise ValueError(f"--compare-to {str(path)!r} is not a results.json of convsuite compare")
     data["path"] = str(path)
@@ -111,11 +107,13 @@ def check_request(
         # On a GPU the workloads are sized for it: the CPU backends would take minutes.
         backends = [name for name, b in rows.items() if device == "cpu" or b.device == "gpu"]
     else:
-        if not backends:
-            raise ValueError(f"--backends must name at least one of {', '.join(rows)}")
-        unknown = [n for n in backends if n not in rows]
+        if isinstance(backends, str) or not backends:
+            raise ValueError(f"--backends must be a list naming at least one of {', '.join(rows)}; got {backends!r}")
+        # Not a string: a list inside the list is unhashable, so it cannot even be looked up.
+        unknown = [n for n in backends if not isinstance(n, str) or n not in rows]
         if unknown:
-            raise ValueError(f"--backends must be names from {', '.join(rows)}; got unknown {', '.join(unknown)}")
+            got = ", ".join(n if isinstance(n, str) else repr(n) for n in unknown)
+            raise ValueError(f"--backends must be names from {', '.join(rows)}; got unknown {got}")
         unavailable = [f"{n} ({rows[n].reason})" for n in backends if not rows[n].available]
         if unavailable:
             raise ValueError(f"--backends names an unavailable backend: {'; '.join(unavailable)}")
@@ -126,12 +124,15 @@ def check_request(
     contenders = [(name, "backend") for name in backends] + [(name, "anchor") for name in anchor_names]
     if baseline is None:
         baseline = _default_baseline(backends, anchors, device)
-    elif baseline not in dict(contenders):
+    elif not isinstance(baseline, str) or baseline not in dict(contenders):  # a list is unhashable: no lookup
         raise ValueError(f"--baseline must be one of the contenders ({', '.join(dict(contenders))}); got {baseline!r}")
     if cases is None:
         cases = get_workload(workload, device)
     if not cases:
         raise ValueError("nothing to compare: no cases")
+    strays = [c for c in cases if not isinstance(c, Case)]
+    if strays:
+        raise ValueError(f"`cases` must be Case objects (convsuite.bench.workloads.Case); got {strays[0]!r}")
     labels = [c.label for c in cases]
     if len(set(labels)) != len(labels):
         raise ValueError(f"case names must be unique; got {labels}")
@@ -205,6 +206,7 @@ def run_comparison(
         Date, cases, machine, ceilings, notes (anchors not installed, plots
         skipped), ``files`` written and, with ``compare_to``, the ratios.
     """
+    check_settings(repeat=repeat)  # before the ceilings are measured, not after
     if request is None:
         request = check_request(workload, backends, anchors, baseline, out, device, cases, compare_to)
     if cases is not None:

@@ -26,6 +26,7 @@ import math
 import os
 import platform
 import random
+import re
 import statistics
 import sys
 import time
@@ -38,7 +39,8 @@ import numpy as np
 
 from .. import _registry, _rule, _tuning
 from .._spec import ConvSpec
-from .._validation import prepare_forward
+from .._timing import _is_number
+from .._validation import _is_int, _show, prepare_forward
 
 __all__ = ["Problem", "fit_grid", "measure_problem", "main", "spec_of"]
 
@@ -46,6 +48,15 @@ __all__ = ["Problem", "fit_grid", "measure_problem", "main", "spec_of"]
 DEFAULT_SKIP: tuple[str, ...] = ()
 #: Largest forward work (multiply-adds) of a grid problem: keeps one sweep to minutes on 2 cores.
 MAX_MACS = 150_000_000
+
+_DIRECTIONS = ("forward", "backward")
+_DEVICES = ("cpu", "gpu")
+#: The :func:`fit_grid` parameters of each family's forward and backward quota (for error messages).
+_NAMES = {
+    "dense": {"forward": "forward", "backward": "backward"},
+    "depthwise": {"forward": "depthwise_forward", "backward": "depthwise_backward"},
+    "first": {"forward": "first_forward", "backward": "first_backward"},
+}
 
 
 @dataclass(frozen=True)
@@ -62,6 +73,11 @@ class Problem:
     dtype: str = "float32"
     extra: dict = field(default_factory=dict, compare=False)
 
+    def __post_init__(self):
+        # Checked here: an unknown direction has no candidates, so measuring it returned {} without a word.
+        if self.direction not in _DIRECTIONS:
+            raise ValueError(f"`direction` must be 'forward' or 'backward'; got {self.direction!r}")
+
     @property
     def ndim(self) -> int:
         """Spatial dimensions (1 or 2); a plain kernel ``(K,)``/``(KH, KW)`` has no channel axes."""
@@ -70,7 +86,19 @@ class Problem:
 
 
 def spec_of(problem: Problem) -> ConvSpec:
-    """The validated spec of a problem, without allocating its operands."""
+    """The validated spec of a problem, without allocating its operands.
+
+    Raises
+    ------
+    ValueError
+        A weight shape of another rank than 1 to 4, or a geometry the
+        convolution refuses.
+    """
+    if len(problem.w_shape) not in (1, 2, 3, 4):
+        raise ValueError(
+            "`w_shape` must be (K,), (KH, KW), (M, C/groups, K) or (M, C/groups, KH, KW); "
+            f"got {tuple(problem.w_shape)!r} in problem {problem.name!r}"
+        )
     dtype = np.dtype(problem.dtype)
 
     def stand_in(shape):
@@ -115,8 +143,16 @@ def _problem_2d(
     return problem if spec_of(problem).macs <= MAX_MACS else None
 
 
-def _sample(rng: random.Random, axes: list[tuple], quota: dict[str, int], depthwise: bool, seen: set) -> list[Problem]:
-    """Draw problems from the shuffled ``axes`` until each direction's quota is filled."""
+def _sample(
+    rng: random.Random, axes: list[tuple], quota: dict[str, int], depthwise: bool, seen: set, names: dict[str, str]
+) -> list[Problem]:
+    """Draw problems from the shuffled ``axes`` until each direction's quota is filled.
+
+    ``names`` gives each direction's parameter of :func:`fit_grid`: a quota
+    the axes cannot fill is a ValueError naming it (a grid silently smaller
+    than asked for would be fitted as if it were whole).
+    """
+    asked = dict(quota)
     rng.shuffle(axes)
     problems = []
     for batch, channels, out_channels, size, kernel, stride in axes:
@@ -129,7 +165,23 @@ def _sample(rng: random.Random, axes: list[tuple], quota: dict[str, int], depthw
         seen.add(key)
         quota[direction] -= 1
         problems.append(problem)
+    short = [direction for direction in quota if quota[direction]]
+    if short:
+        wanted = " + ".join(f"{names[d]}={asked[d]}" for d in asked)
+        raise ValueError(
+            f"`{names[short[0]]}` asks for more problems than its axes hold: {wanted} asked, "
+            f"{len(problems)} distinct valid problems found; ask for fewer"
+        )
     return problems
+
+
+def _check_counts(counts: dict[str, object]) -> None:
+    """Every grid count an int >= 0 (a bool, a float or NaN is no count)."""
+    for name, value in counts.items():
+        if not _is_int(value):
+            raise TypeError(f"`{name}` must be a count (an int >= 0); got {_show(value)}")
+        if value < 0:  # a negative quota is never used up: the sampler took every problem instead
+            raise ValueError(f"`{name}` must be a count (an int >= 0); got {_show(value)}")
 
 
 def fit_grid(
@@ -166,7 +218,23 @@ def fit_grid(
     held-out ones (12, 24, 144, 160, 192, 384, 576, 960, 1280, ...), and
     ``tests/test_selection_tools.py`` checks that no grid problem equals a
     held-out one.
+
+    Raises
+    ------
+    TypeError, ValueError
+        A count that is not an int >= 0, or more problems than a family's
+        axes hold (its forward and backward problems are distinct).
     """
+    _check_counts(
+        dict(
+            forward=forward,
+            backward=backward,
+            depthwise_forward=depthwise_forward,
+            depthwise_backward=depthwise_backward,
+            first_forward=first_forward,
+            first_backward=first_backward,
+        )
+    )
     rng = random.Random(seed)
     seen: set = set()
     dense = [
@@ -178,7 +246,7 @@ def fit_grid(
         for kernel in (1, 3, 5)
         for stride in (1, 2)
     ]
-    problems = _sample(rng, dense, {"forward": forward, "backward": backward}, False, seen)
+    problems = _sample(rng, dense, {"forward": forward, "backward": backward}, False, seen, _NAMES["dense"])
     depthwise = [
         (batch, channels, channels, size, kernel, stride)
         for batch in (1, 4, 16)
@@ -187,7 +255,8 @@ def fit_grid(
         for kernel in (3, 5)
         for stride in (1, 2)
     ]
-    problems += _sample(rng, depthwise, {"forward": depthwise_forward, "backward": depthwise_backward}, True, seen)
+    quota = {"forward": depthwise_forward, "backward": depthwise_backward}
+    problems += _sample(rng, depthwise, quota, True, seen, _NAMES["depthwise"])
     first = [
         (batch, channels, out_channels, size, kernel, stride)
         for batch in (1, 4, 16)
@@ -197,7 +266,8 @@ def fit_grid(
         for kernel in (3, 5, 7)
         for stride in (1, 2)
     ]
-    problems += _sample(rng, first, {"forward": first_forward, "backward": first_backward}, False, seen)
+    quota = {"forward": first_forward, "backward": first_backward}
+    problems += _sample(rng, first, quota, False, seen, _NAMES["first"])
     for size in (1, 7):
         for channels in (256, 512, 1024):
             for out_channels in (256, 512, 1024):
@@ -228,6 +298,8 @@ def measure_problem(problem: Problem, device: str, skip: Sequence[str] = DEFAULT
     crossover map and the fitted rule use the times, so their winner is the
     fastest.
     """
+    if device not in _DEVICES:  # another device has no backends: every problem would measure as {}
+        raise ValueError(f"`device` must be 'cpu' or 'gpu'; got {device!r}")
     spec = spec_of(problem)
     pairs, _ = _registry.candidates(spec, "auto", problem.direction, device)
     pairs = [(b, a) for b, a in _tuning.contenders(pairs) if b.name not in skip]
@@ -365,6 +437,20 @@ def _geomean(values: Sequence[float]) -> float:
     return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
+def _check_rows(rows: Sequence[dict]) -> None:
+    """Every row's times: a non-empty mapping of labels to finite numbers of seconds > 0."""
+    for row in rows:
+        times = row.get("times") if isinstance(row, dict) else None
+        where = f"row {row.get('name', '?')!r}" if isinstance(row, dict) else f"row {row!r}"
+        if not isinstance(times, dict) or not times:
+            raise ValueError(f"`rows`: {where} must have `times`, a non-empty dict of label -> seconds; got {times!r}")
+        for label, seconds in times.items():
+            if not (_is_number(seconds) and math.isfinite(seconds) and seconds > 0):
+                raise ValueError(
+                    f"`rows`: {where} has time {seconds!r} for {label!r}; times must be finite numbers of seconds > 0"
+                )
+
+
 def fit_table(device: str, rows: list[dict], machine: str, date: str, seconds: float | None) -> dict:
     """The rule's table from measured rows: the times, and the neighbour count fitted on them.
 
@@ -372,7 +458,15 @@ def fit_table(device: str, rows: list[dict], machine: str, date: str, seconds: f
     regrets over 1.5x, then the lowest geometric mean: an arithmetic mean or
     a worst case is decided by a single noisy cell (one timing spike of a
     loser makes a x40 "regret").
+
+    Raises
+    ------
+    ValueError
+        A row without times, or a time that is not a finite number > 0: the
+        rule divides by the fastest time, and a NaN would spread to every
+        statistic.
     """
+    _check_rows(rows)
     loo = {k: regrets for k in NEIGHBOUR_CHOICES if (regrets := _rule.leave_one_out(rows, k))}
     neighbours = min(loo, key=lambda k: (sum(r > 1.5 for r in loo[k]), _geomean(loo[k]))) if loo else _rule.NEIGHBOURS
     return {
@@ -465,14 +559,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"at least one of {options} must be > 0; got all 0 (an empty grid)")
     skip = tuple(args.skip)
     data_path = Path(args.data) if args.data else Path(str(_rule.table_path(args.device)))
-    grid = fit_grid(
-        forward=args.forward,
-        backward=args.backward,
-        depthwise_forward=args.depthwise_forward,
-        depthwise_backward=args.depthwise_backward,
-        first_forward=args.first_forward,
-        first_backward=args.first_backward,
-    )
+    try:
+        grid = fit_grid(
+            forward=args.forward,
+            backward=args.backward,
+            depthwise_forward=args.depthwise_forward,
+            depthwise_backward=args.depthwise_backward,
+            first_forward=args.first_forward,
+            first_backward=args.first_backward,
+        )
+    except ValueError as exc:  # more problems than a family's axes hold: name the option
+        parser.error(re.sub(r"`(\w+)`", lambda m: "--" + m.group(1).replace("_", "-"), str(exc)))
     if args.refit:
         try:
             stored = json.loads(data_path.read_text())

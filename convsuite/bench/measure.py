@@ -11,16 +11,20 @@ back are timed apart (columns that stay empty on CPU backends). Rates
 (GFLOP/s, GB/s of compulsory traffic) use the end-to-end median, the same
 clock for every contender, and are set against the measured ceilings.
 
-Correctness travels with every figure: the output is compared with the
-float64 reference (:mod:`convsuite.testing`) on the first batch items (the
-first 10^6 samples of a long signal); a backward pass, whose weight gradient
-sums over the whole batch, is re-run on those items for the comparison.
+Correctness travels with every figure: every element of the output is
+compared with the float64 reference (:mod:`convsuite.testing`), or, for a
+large case, every output of its first batch items (of the leading 10^6
+samples of a long signal, the reference computed for exactly that prefix, so
+its edge outputs are compared too); a backward pass, whose weight gradient
+sums over the whole batch, is re-run on those items (that prefix) for the
+comparison.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -29,18 +33,23 @@ import convsuite as cs
 from .._errors import BackendUnavailableError, UnsupportedCaseError
 from .._instrument import record_kernel_times
 from .._registry import get_backend, select
-from .._timing import measure_side_by_side
-from .._validation import prepare_forward
+from .._timing import check_settings, measure_side_by_side
+from .._validation import _show, prepare_forward
 from ..testing import backward_tolerances, forward_tolerance, reference_backward, reference_forward
-from .anchors import anchor_callable
+from ._arguments import one_of
+from .anchors import anchor_callable, anchor_names
 from .ceilings import Ceilings
 from .timing import SETTLE_S  # seen: numba's median doubled on 2 cores without it
 from .workloads import Case
 
 __all__ = ["Result", "measure"]
 
+#: The error check covers the first batch items of a batched case, and the
+#: first samples of a plain signal (image) longer than this (:func:`_check_slice`).
 _SLICE_ITEMS = 2
 _SLICE_SAMPLES = 10**6
+#: What ``measure``'s ``contender`` names.
+_KINDS = ("backend", "anchor")
 
 #: Multiply-adds per call above which a slow backend runs a reduced case in a
 #: comparison (a few tenths of a second for the pure-Python loops).
@@ -110,9 +119,14 @@ def _transfer_times(backend, x, w, bias, out, repeat: int) -> tuple[float, float
     return timings["h2d"].median, timings["d2h"].median
 
 
-def _spec(case: Case, x, w, bias):
+def _prepare(case: Case, x, w, bias):
+    """The validated call of ``case`` on these operands (its spec, and the caller's layout)."""
     ndim = 1 if case.op == "conv1d" else 2
-    return prepare_forward(case.op, ndim, x, w, bias, case.stride, case.padding, case.dilation, case.groups).spec
+    return prepare_forward(case.op, ndim, x, w, bias, case.stride, case.padding, case.dilation, case.groups)
+
+
+def _spec(case: Case, x, w, bias):
+    return _prepare(case, x, w, bias).spec
 
 
 def _call_backend(case: Case, name: str, x, w, bias, grad_y):
@@ -155,48 +169,80 @@ def _fit_backend(case: Case, name: str, dtype):
     return None, reason
 
 
-def _slice_inputs(case: Case, x, grad_y):
-    """The first batch items (or samples) used for the error check."""
-    if len(case.x_shape) == 1:
-        n = min(case.x_shape[0], _SLICE_SAMPLES)
-        return x[:n], None if grad_y is None else grad_y[:n]
-    k = min(case.batch, _SLICE_ITEMS)
-    return x[:k], None if grad_y is None else grad_y[:k]
+def _is_plain(case: Case) -> bool:
+    """A signal ``(N,)`` or an image ``(H, W)`` without batch or channel axes."""
+    return len(case.x_shape) == len(case.w_shape) <= 2
+
+
+def _check_slice(case: Case, x, grad_y) -> tuple[Case, object, object]:
+    """The sub-problem the error check computes: its case, input and output gradient (None for forward).
+
+    Batch items are independent, so the first :data:`_SLICE_ITEMS` are a case
+    of their own. A plain signal (or image) of more than
+    :data:`_SLICE_SAMPLES` samples keeps its leading samples (rows), with the
+    case's padding at the start and none at the cut: it keeps only the
+    outputs that read no sample past the cut, so they are exactly the first
+    outputs of the whole problem, both edges included, and its output
+    gradient is the first rows of the whole one. Anything else (a single
+    item, a short signal) is checked whole.
+    """
+    if case.batch > _SLICE_ITEMS:
+        k = _SLICE_ITEMS
+        return case.with_batch(k, case.note), x[:k], None if grad_y is None else grad_y[:k]
+    if not _is_plain(case) or math.prod(case.x_shape) <= _SLICE_SAMPLES:
+        return case, x, grad_y
+    spec = case.spec(x.dtype)
+    (before, _), kernel = spec.padding[0], spec.kernel_size[0]
+    stride, extent = spec.stride[0], spec.dilation[0] * (kernel - 1) + 1
+    row = math.prod(case.x_shape[1:])
+    # At least one output row: the dilated kernel must fit in the kept rows and the leading padding.
+    rows = max(-(-_SLICE_SAMPLES // row), extent - before)
+    if rows >= case.x_shape[0]:
+        return case, x, grad_y
+    outputs = (rows + before - extent) // stride + 1
+    padding = ((before, 0), *spec.padding[1:])
+    sub = replace(case, x_shape=(rows, *case.x_shape[1:]), padding=padding)
+    return sub, x[:rows], None if grad_y is None else grad_y[:outputs]
+
+
+def _relative_error(got, ref, tol) -> tuple[float, bool]:
+    """Largest error over the reference's largest magnitude, and whether every element is within ``tol``."""
+    err = np.abs(got - ref)
+    scale = max(float(np.abs(ref).max(initial=0.0)), np.finfo(np.float64).tiny)
+    return float(err.max(initial=0.0) / scale), bool(np.all(err <= tol))
 
 
 def _check_forward(case: Case, x, w, bias, y) -> tuple[float, bool]:
-    xs, _ = _slice_inputs(case, x, None)
-    spec = _spec(case, xs, w, bias)
-    ref = reference_forward(spec, xs, w, bias)
-    tol = forward_tolerance(spec, xs, w, bias)
-    # Only the checked prefix leaves the device (a GPU output of a batch of
-    # 10,000 is a gigabyte: copying and widening all of it took seconds).
-    flat = y.reshape(-1)
-    if len(case.x_shape) == 1:
-        # A prefix of a long signal: outputs near its cut end read padding that
-        # the full signal does not have, so compare only those well inside.
-        keep = max(spec.y_shape[-1] - 2 * spec.kernel_size[0] * spec.dilation[0], 1)
-        got = _host(flat[:keep]).astype(np.float64)
-        ref, tol = ref.reshape(-1)[:keep], tol.reshape(-1)[:keep]
-    else:
-        got = _host(flat[: ref.size]).astype(np.float64).reshape(ref.shape)
-    err = np.abs(got - ref)
-    scale = max(float(np.abs(ref).max()), np.finfo(np.float64).tiny)
-    return float(err.max() / scale), bool(np.all(err <= tol))
+    """Compare every output of the check's sub-problem (:func:`_check_slice`) with the float64 reference."""
+    if math.prod(y.shape) != math.prod(case.spec(x.dtype).y_shape):
+        return float("inf"), False  # an output of the wrong size (an anchor's other convention): wrong
+    sub, xs, _ = _check_slice(case, x, None)
+    spec = _spec(sub, xs, w, bias)
+    ref = reference_forward(spec, xs, w, bias).reshape(-1)
+    tol = forward_tolerance(spec, xs, w, bias).reshape(-1)
+    # The sub-problem's outputs lead the whole output in memory (first items,
+    # first rows), and only they leave the device: a GPU output of a batch of
+    # 10,000 is a gigabyte, and copying and widening all of it took seconds.
+    got = _host(y.reshape(-1)[: ref.size]).astype(np.float64)
+    return _relative_error(got, ref, tol)
 
 
-def _check_backward(case: Case, run_on_slice, x, w) -> tuple[float, bool]:
-    xs, gys = run_on_slice["inputs"]
-    grads = run_on_slice["fn"](xs, gys)
-    spec = _spec(case, xs, w, None)
+def _check_backward(sub: Case, xs, gys, w, run) -> tuple[float, bool]:
+    """Re-run backward on the check's sub-problem (``run(sub, xs, gys)``) and compare all three gradients.
+
+    The weight gradient sums over the whole batch (signal), so the sub-problem
+    is run on its own rather than read off the timed call.
+    """
+    grads = run(sub, xs, gys)
+    spec = _spec(sub, xs, w, None)
     refs = reference_backward(spec, gys, xs, w)
     tols = backward_tolerances(spec, gys, xs, w)
     worst, ok = 0.0, True
     for got, ref, tol in zip(grads, refs, tols):
-        got = _host(got).astype(np.float64).reshape(ref.shape)
-        err = np.abs(got - ref)
-        worst = max(worst, float(err.max() / max(float(np.abs(ref).max()), np.finfo(np.float64).tiny)))
-        ok = ok and bool(np.all(err <= tol))
+        if math.prod(got.shape) != ref.size:
+            return float("inf"), False
+        error, within = _relative_error(_host(got).astype(np.float64).reshape(ref.shape), ref, tol)
+        worst, ok = max(worst, error), ok and within
     return worst, ok
 
 
@@ -215,8 +261,51 @@ def _time(fn, repeat: int):
     return timing.first_call, list(timing.samples), kernels[-repeat:], last[0]
 
 
+def _check_request(case: Case, contender: str, kind: str, repeat: int) -> None:
+    """Refuse a request that cannot be measured, naming the parameter, before anything is built or timed."""
+    if not isinstance(case, Case):
+        raise TypeError(f"`case` must be a convsuite.bench.workloads.Case; got {_show(case)}")
+    one_of(kind, _KINDS, "`kind`")
+    if kind == "anchor":
+        one_of(contender, anchor_names(), "`contender` (an anchor)")
+    elif not isinstance(contender, str):
+        raise TypeError(f"`contender` must be a backend name (a str); got {_show(contender)}")
+    check_settings(repeat=repeat)
+
+
 def measure(case: Case, contender: str, kind: str, dtype: str, repeat: int, ceilings: Ceilings | None) -> Result:
-    """Measure ``contender`` (a backend name, or an anchor name when ``kind="anchor"``) on ``case``."""
+    """Measure ``contender`` on ``case``: times, rates and the error check (see the module's description).
+
+    Parameters
+    ----------
+    case : Case
+        The convolution to measure.
+    contender : str
+        A backend name (``kind="backend"``) or an anchor name among
+        :func:`~convsuite.bench.anchors.anchor_names` (``kind="anchor"``).
+    kind : {"backend", "anchor"}
+        What ``contender`` names.
+    dtype : str
+        ``"float32"`` or ``"float64"``.
+    repeat : int
+        Timed calls, a positive int.
+    ceilings : Ceilings, optional
+        The machine's measured rates the result is set against.
+
+    Returns
+    -------
+    Result
+        ``status`` is ``"ok"``, ``"skipped"`` (an unknown or unavailable
+        backend, a case an anchor has no mode for; ``reason`` says why) or
+        ``"wrong"`` (the output disagrees with the float64 reference).
+
+    Raises
+    ------
+    TypeError, ValueError
+        An unknown ``kind`` or anchor, or a ``repeat`` that is not a positive
+        int; before anything is timed.
+    """
+    _check_request(case, contender, kind, repeat)
     result = Result(case.workload, case.label, case.direction, contender, kind, dtype, x_shape=tuple(case.x_shape))
     if kind == "backend":
         fitted, reason = _fit_backend(case, contender, dtype)
@@ -226,11 +315,12 @@ def measure(case: Case, contender: str, kind: str, dtype: str, repeat: int, ceil
         case = fitted
         result.note, result.x_shape = case.note, tuple(case.x_shape)
     x, w, bias, rng = case.arrays(dtype)
-    spec = _spec(case, x, w, bias)
+    prepared = _prepare(case, x, w, bias)
+    spec = prepared.spec
     grad_y = None
     if case.direction == "backward":
-        y_shape = spec.out_size if len(case.x_shape) == 1 else spec.y_shape
-        grad_y = rng.standard_normal(y_shape).astype(dtype)
+        # In the caller's layout, like the output of the forward call: (N_out,) for a plain signal.
+        grad_y = rng.standard_normal(prepared.user_shape(spec.y_shape)).astype(dtype)
     if kind == "backend":
         backend = get_backend(contender)
         on_device = not backend.owns(x)
@@ -249,8 +339,8 @@ def measure(case: Case, contender: str, kind: str, dtype: str, repeat: int, ceil
         else:
             fn = _call_backend(case, contender, x, w, bias, grad_y)
 
-        def on_slice(xs, gys):
-            return _call_backend(case, contender, xs, w, None, gys)()
+        def on_slice(sub, xs, gys):
+            return _call_backend(sub, contender, xs, w, None, gys)()
 
     else:
         fn = anchor_callable(contender, case, x, w, bias, grad_y, spec)
@@ -258,8 +348,8 @@ def measure(case: Case, contender: str, kind: str, dtype: str, repeat: int, ceil
             result.status, result.reason = "skipped", fn
             return result
 
-        def on_slice(xs, gys):
-            return anchor_callable(contender, case, xs, w, None, gys, _spec(case, xs, w, None))()
+        def on_slice(sub, xs, gys):
+            return anchor_callable(contender, sub, xs, w, None, gys, _spec(sub, xs, w, None))()
 
     first, e2e, kernel, out = _time(fn, repeat)
     result.first_call_s = first
@@ -284,9 +374,7 @@ def measure(case: Case, contender: str, kind: str, dtype: str, repeat: int, ceil
     if case.direction == "forward":
         result.max_rel_error, result.error_ok = _check_forward(case, x, w, bias, out)
     else:
-        result.max_rel_error, result.error_ok = _check_backward(
-            case, {"inputs": _slice_inputs(case, x, grad_y), "fn": on_slice}, x, w
-        )
+        result.max_rel_error, result.error_ok = _check_backward(*_check_slice(case, x, grad_y), w, on_slice)
     if not result.error_ok:
         result.status, result.reason = "wrong", "disagrees with the float64 reference beyond tolerance"
     return result

@@ -6,6 +6,7 @@ import csv
 import json
 from pathlib import Path
 
+from ._arguments import check_output_dir
 from .measure import Result
 
 __all__ = ["csv_row", "print_ratios", "print_table", "ratios_to_saved", "speedups", "write_reports"]
@@ -309,12 +310,18 @@ def csv_row(result: Result) -> dict:
 PLOTS_SKIPPED = "plots skipped: matplotlib is not installed (pip install 'convsuite[bench]')"
 
 
-def write_reports(results: list[Result], meta: dict, baseline: str, out: Path) -> dict[str, Path]:
-    """Write results.json, results.csv, report.md and the PNG plots to ``out``.
+def write_reports(results: list[Result], meta: dict, baseline: str, out: str | Path) -> dict[str, Path]:
+    """Write results.json, results.csv, report.md and the PNG plots to the folder ``out``; the paths by kind.
 
     Without matplotlib the plots are skipped and ``meta["notes"]`` says so.
+
+    Raises
+    ------
+    ValueError
+        ``out`` is empty (the current folder), a file, under a file, or not
+        writable; checked before anything is drawn or written.
     """
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_output_dir(out, "`out`")
     paths = {"json": out / "results.json", "csv": out / "results.csv", "markdown": out / "report.md"}
     try:
         plots = _plots(results, meta, baseline, out)

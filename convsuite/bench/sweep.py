@@ -31,16 +31,16 @@ import datetime as dt
 import random
 import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from .._registry import get_backend
-from .._timing import Contender, measure_side_by_side
-from .._validation import prepare_forward
+from .._timing import Contender, check_settings, measure_side_by_side
+from .._validation import _show, positive_int, prepare_forward
 from ..backends.base import Algorithm, Backend, Tunable
 from .machine import cpu_description, gpu_description, machine_metadata
-from .measure import _check_backward, _check_forward, _slice_inputs
+from .measure import _check_backward, _check_forward, _check_slice
 from .timing import SETTLE_S
 from .workloads import Case, get_workload
 
@@ -195,7 +195,7 @@ def algorithm_record(backend: Backend, algorithm: str) -> Algorithm:
     table = backend.algorithm_table()
     if table is None:
         raise ValueError(f"backend {backend.name!r} has no algorithm records, so nothing to sweep")
-    if algorithm not in table:
+    if not isinstance(algorithm, str) or algorithm not in table:  # a list would be an unhashable key
         raise ValueError(f"--algorithm must be one of {', '.join(table)} for {backend.name!r}; got {algorithm!r}")
     return table[algorithm]
 
@@ -370,23 +370,20 @@ def _check(ops: _Operands, backend: Backend, algorithm: str, params: dict) -> tu
     if case.direction == "forward":
         return _check_forward(case, x, w, bias, backend.to_host(ops.outputs[0]))
 
-    def operands(xs, gys):
-        return _operands_from(replace(case, x_shape=tuple(xs.shape)), backend, xs, w, gys)
-
-    def on_slice(xs, gys):
-        # The weight gradient sums over the batch: re-run on the first items, as compare does.
-        small = operands(xs, gys)
+    def on_slice(sub, xs, gys):
+        # The weight gradient sums over the batch: re-run on the check's sub-problem, as compare does.
+        small = _operands_from(sub, backend, xs, w, gys)
         backend.plan(small.spec, algorithm, "backward", params)(*small.device, *small.outputs)
         backend.synchronize()
         return tuple(backend.to_host(o) for o in small.outputs)
 
-    inputs = _slice_inputs(case, x, grad_y)
+    sub, xs, gys = _check_slice(case, x, grad_y)
     ndim = 1 if case.op == "conv1d" else 2
-    geometry = (case.stride, case.padding, case.dilation, case.groups)
-    sliced = prepare_forward(case.op, ndim, inputs[0], w, None, *geometry, convert=False).spec
+    geometry = (sub.stride, sub.padding, sub.dilation, sub.groups)
+    sliced = prepare_forward(sub.op, ndim, xs, w, None, *geometry, convert=False).spec
     if algorithm_record(backend, algorithm).can_run(sliced, "backward", params) is not True:
-        inputs = (x, grad_y)  # this configuration is refused on the slice: check the whole batch
-    return _check_backward(case, {"inputs": inputs, "fn": on_slice}, x, w)
+        sub, xs, gys = case, x, grad_y  # this configuration is refused on the slice: check the whole case
+    return _check_backward(sub, xs, gys, w, on_slice)
 
 
 def _operands_from(case: Case, backend: Backend, x, w, grad_y) -> _Operands:
@@ -479,12 +476,24 @@ def _unique(configs: list[dict]) -> list[dict]:
 # --- the sweep --------------------------------------------------------------
 
 
+def _given_cases(workload: object) -> list[Case]:
+    """The cases of a workload given as a sequence; TypeError naming the first item that is not a Case."""
+    accepted = "a workload name or a sequence of Case objects (convsuite.bench.workloads.Case)"
+    if isinstance(workload, (bytes, Mapping)) or not isinstance(workload, Iterable):
+        raise TypeError(f"`workload` must be {accepted}; got {_show(workload)}")
+    cases = list(workload)
+    for i, case in enumerate(cases):
+        if not isinstance(case, Case):
+            raise TypeError(f"`workload` must be {accepted}; item {i} is {_show(case)}")
+    return cases
+
+
 def _cases(workload: str | Sequence[Case], device: str, direction: str) -> tuple[str, list[Case]]:
     """The workload's name and its cases in ``direction`` (forward-only layers are run backward if asked)."""
     if isinstance(workload, str):
         name, cases = workload, get_workload(workload, device)
     else:
-        cases = list(workload)
+        cases = _given_cases(workload)
         name = cases[0].workload if cases and len({c.workload for c in cases}) == 1 else "custom"
     if not cases:
         raise ValueError("nothing to sweep: the workload has no cases")
@@ -511,6 +520,38 @@ def _layer_defaults(record: Algorithm, cases: Sequence[Case], dtype: str) -> lis
         if record.can_run(spec, case.direction) is True:
             found.append(record.defaults(spec, case.direction))
     return found
+
+
+def _backend(backend: object) -> Backend:
+    """A backend from its name (ValueError listing the names if unknown) or as given; TypeError otherwise."""
+    if isinstance(backend, Backend):
+        return backend
+    if isinstance(backend, str):
+        return get_backend(backend)
+    raise TypeError(f"`backend` must be a registered backend's name or a Backend instance; got {_show(backend)}")
+
+
+def _check_grid(grid: object) -> None:
+    """None, or a mapping of tunable names to sequences of values (a lone value is not a list of them)."""
+    if grid is None:
+        return
+    if not isinstance(grid, Mapping):
+        raise TypeError(f"`grid` must be a mapping of parameter names to sequences of values; got {_show(grid)}")
+    for name, values in grid.items():
+        # A string is iterable, but as a list of its characters it is never what was meant.
+        if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+            raise TypeError(
+                f"`grid[{name!r}]` must be a sequence of values, e.g. ({values!r},) for that value alone; "
+                f"got {_show(values)}"
+            )
+
+
+def _check_sweep_request(grid: object, max_configs: object, settle_s: object, timing: dict) -> None:
+    """Refuse a bad grid, sample size or timing setting before any configuration runs."""
+    _check_grid(grid)
+    if max_configs is not None:
+        positive_int(max_configs, "max_configs")
+    check_settings(settle_s=0.0 if settle_s is None else settle_s, **timing)
 
 
 def run_sweep(
@@ -572,14 +613,21 @@ def run_sweep(
     ------
     ValueError
         An unknown or unavailable backend, an unknown algorithm, workload,
-        direction or dtype, or a grid naming an unknown parameter or a
-        disallowed value.
+        direction or dtype, a grid naming an unknown parameter or a
+        disallowed value, or a timing setting out of range.
+    TypeError
+        A ``backend`` that is neither a name nor a Backend, a ``workload``
+        sequence holding something other than Case objects, a ``grid`` value
+        that is not a sequence, or a timing setting of the wrong type.
     """
     if direction not in ("forward", "backward"):
         raise ValueError(f"--direction must be 'forward' or 'backward'; got {direction!r}")
     if dtype not in ("float32", "float64"):
         raise ValueError(f"--dtype must be 'float32' or 'float64'; got {dtype!r}")
-    backend = get_backend(backend) if isinstance(backend, str) else backend
+    _check_sweep_request(
+        grid, max_configs, settle_s, dict(repeat=repeat, rounds=rounds, warmup=warmup, abandon_ratio=abandon_ratio)
+    )
+    backend = _backend(backend)
     verdict = backend.available()
     if verdict is not True:
         raise ValueError(f"backend {backend.name!r} is unavailable: {verdict}")

@@ -13,6 +13,7 @@ import csv
 import json
 from pathlib import Path
 
+from ._arguments import check_output_dir
 from .sweep import Cell, Row, SweepResult
 
 __all__ = ["CSV_COLUMNS", "format_table", "summary_lines", "table", "write_sweep"]
@@ -244,9 +245,14 @@ def write_sweep(result: SweepResult, out: str | Path) -> dict[str, Path]:
 
     Plots need matplotlib (``convsuite[bench]``); without it only the data
     files are written and ``result.meta["notes"]`` says so.
+
+    Raises
+    ------
+    ValueError
+        ``out`` is empty (the current folder), a file, under a file, or not
+        writable; checked before anything is written.
     """
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_output_dir(out, "`out`")
     files = {"json": out / "sweep.json", "csv": out / "sweep.csv"}
     _write_csv(result, files["csv"])
     try:

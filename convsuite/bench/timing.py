@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .._timing import Contender, Timing, measure_side_by_side
+from .._timing import Contender, Timing, check_settings, measure_side_by_side
 
-__all__ = ["SETTLE_S", "Timing", "cuda_events_median", "events_median", "time_side_by_side"]
+__all__ = ["SETTLE_S", "Timing", "cuda_events_median", "events_median", "require_gpu", "time_side_by_side"]
 
 #: Pause whenever the contender changes: thread pools of the previous one
 #: (OpenBLAS, OpenMP in torch and numba) spin-wait after their last call and
@@ -53,8 +53,32 @@ def events_median(fn: Callable[[], object], timer: Callable[[], object], repeat:
     return timing["fn"].median
 
 
+def require_gpu(what: str) -> None:
+    """Raise BackendUnavailableError saying that ``what`` needs CuPy and a CUDA GPU, and why there is none here.
+
+    Without the check, the first CuPy call fails with ``ModuleNotFoundError:
+    No module named 'cupy'``, which says nothing of what was asked for.
+    """
+    from .._errors import BackendUnavailableError
+    from ._arguments import gpu_unavailable
+
+    reason = gpu_unavailable()
+    if reason is not None:
+        raise BackendUnavailableError(f"{what} needs CuPy and a CUDA GPU; here: {reason}")
+
+
 def cuda_events_median(fn: Callable[[], object], repeat: int, warmup: int = 2) -> float:
-    """Median seconds of ``fn`` on the GPU, each call between two device events (the cupy backend's timer)."""
+    """Median seconds of ``fn`` on the GPU, each call between two device events (the cupy backend's timer).
+
+    Raises
+    ------
+    BackendUnavailableError
+        Without CuPy or a CUDA GPU.
+    TypeError, ValueError
+        ``repeat`` or ``warmup`` that the measuring core refuses.
+    """
     from .._registry import get_backend
 
+    check_settings(repeat=repeat, warmup=warmup, rounds=1)
+    require_gpu("cuda_events_median")
     return events_median(fn, get_backend("cupy").timer, repeat, warmup)

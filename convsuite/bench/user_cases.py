@@ -305,8 +305,21 @@ def apply_sweep(cases: list[Case], sweep: dict[str, tuple[int, ...]], dtype: str
 
 
 def _read_structured(path: Path) -> Any:
-    """JSON, or YAML when the file says so and PyYAML is installed."""
-    text = path.read_text(encoding="utf-8")
+    """JSON, or YAML when the file says so and PyYAML is installed; ValueError naming the file otherwise."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:  # a binary file: the codec's message names no file
+        raise ValueError(f"--cases {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise ValueError(f"--cases {path}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        return _parse_structured(path, text)
+    except RecursionError:  # nesting deeper than the parser's stack: no cases file is like that
+        raise ValueError(f"--cases {path}: nested too deeply to be a list of cases") from None
+
+
+def _parse_structured(path: Path, text: str) -> Any:
+    """The parsed text of ``path``: YAML for .yaml/.yml, else JSON."""
     if path.suffix.lower() in (".yaml", ".yml"):
         try:
             import yaml
@@ -348,8 +361,8 @@ def load_cases_file(path: str | Path, dtype: str = "float32") -> list[Case]:
                 f"{where}: keys must include x and w, and may be {', '.join(sorted(_CASE_KEYS - {'x', 'w'}))}; "
                 f"got {sorted(entry)}"
             )
-        geometry = {k: _from_json(entry[k]) for k in ("stride", "padding", "dilation") if k in entry}
         try:
+            geometry = {k: _from_json(entry[k]) for k in ("stride", "padding", "dilation") if k in entry}
             cases.append(
                 custom_case(
                     entry["x"],
@@ -365,6 +378,8 @@ def load_cases_file(path: str | Path, dtype: str = "float32") -> list[Case]:
             )
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
+        except RecursionError:  # a geometry of lists in lists, deeper than the stack
+            raise ValueError(f"{where}: stride, padding or dilation is nested too deeply") from None
     names = [c.name for c in cases]
     if len(set(names)) != len(names):
         raise ValueError(f"--cases {path}: case names must be unique; got {names}")

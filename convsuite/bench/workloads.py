@@ -31,7 +31,8 @@ def seed_workloads() -> dict:
 def layer(workload: str, name: str) -> dict:
     """One conv2d layer of a seed workload, e.g. ``layer("ece408-fa19", "conv1")``."""
     data = seed_workloads()
-    if workload not in data or "layers" not in data[workload]:
+    # A non-string (a list) is refused before the lookup, where it would be an unhashable key.
+    if not isinstance(workload, str) or workload not in data or "layers" not in data[workload]:
         valid = [k for k, v in data.items() if isinstance(v, dict) and "layers" in v]
         raise ValueError(f"`workload` must be one of {valid}; got {workload!r}")
     for entry in data[workload]["layers"]:
@@ -227,7 +228,7 @@ def workload_names() -> list[str]:
 
 def get_workload(name: str, device: str = "cpu") -> list[Case]:
     """The cases of workload ``name`` sized for ``device`` (``"cpu"`` or ``"gpu"``)."""
-    if name not in _BUILDERS:
+    if not isinstance(name, str) or name not in _BUILDERS:  # a list would be an unhashable key
         raise ValueError(f"`workload` must be one of {', '.join(workload_names())}; got {name!r}")
     if device not in ("cpu", "gpu"):
         raise ValueError(f"`device` must be 'cpu' or 'gpu'; got {device!r}")

@@ -58,8 +58,15 @@ def _cupy():
 
 
 def visible_gpus() -> list[int]:
-    """Ids of the CUDA devices this process sees (``CUDA_VISIBLE_DEVICES`` applies)."""
-    return list(range(_cupy().cuda.runtime.getDeviceCount()))
+    """Ids of the CUDA devices this process sees (``CUDA_VISIBLE_DEVICES`` applies); [] without CuPy or a GPU."""
+    try:
+        cupy = _cupy()
+    except Exception:  # not installed, or installed but refusing to load (a broken CUDA setup): no GPU to use
+        return []
+    try:
+        return list(range(cupy.cuda.runtime.getDeviceCount()))
+    except Exception:  # no driver, or a driver/toolkit mismatch: the cupy backend reports these as unavailable
+        return []
 
 
 @dataclass(frozen=True)

@@ -56,9 +56,27 @@ class NetworkProfile:
     repeat: int
     spread: dict[str, tuple[float, float]] = field(default_factory=dict)
 
+    def _key(self, direction: str) -> str:
+        """The row key of ``direction``; ValueError unless it is a direction this profile timed.
+
+        One check for every reader: an unknown direction gave a KeyError in
+        :meth:`table` but an empty dict or 0 in the others, as if nothing ran.
+        """
+        if not isinstance(direction, str) or direction not in self.total_s:
+            timed = " or ".join(map(repr, self.total_s))
+            hint = "" if "backward" in self.total_s else " (profile(..., backward=True) times 'backward' too)"
+            raise ValueError(f"`direction` must be {timed}, the directions profiled{hint}; got {direction!r}")
+        return f"{direction}_s"
+
     def by_category(self, direction: str = "forward") -> dict[str, dict[str, float]]:
-        """``category -> {"layers": count, "seconds": summed medians}`` in first-seen order."""
-        key = f"{direction}_s"
+        """``category -> {"layers": count, "seconds": summed medians}`` in first-seen order.
+
+        Raises
+        ------
+        ValueError
+            ``direction`` is not one of the profiled directions (``total_s``).
+        """
+        key = self._key(direction)
         out: dict[str, dict[str, float]] = {}
         for row in self.layers:
             if key not in row:
@@ -69,13 +87,25 @@ class NetworkProfile:
         return out
 
     def layer_sum(self, direction: str = "forward", category: str | None = None) -> float:
-        """Sum of the per-layer medians (of one category, if given)."""
-        key = f"{direction}_s"
+        """Sum of the per-layer medians (of one category, if given).
+
+        Raises
+        ------
+        ValueError
+            ``direction`` is not one of the profiled directions (``total_s``).
+        """
+        key = self._key(direction)
         return sum(r[key] for r in self.layers if key in r and (category is None or r["category"] == category))
 
     def table(self, direction: str = "forward") -> str:
-        """The per-layer-type table as text (the kitten report's Table I)."""
-        total = self.layer_sum(direction)
+        """The per-layer-type table as text (the kitten report's Table I).
+
+        Raises
+        ------
+        ValueError
+            ``direction`` is not one of the profiled directions (``total_s``).
+        """
+        total = self.layer_sum(direction)  # checks ``direction`` first
         lines = [f"{'layer type':<16} {'layers':>6} {'ms':>10} {'share':>7}"]
         for category, entry in self.by_category(direction).items():
             share = entry["seconds"] / total if total else 0.0
@@ -143,9 +173,33 @@ def _check_batch(x, labels, batch, labels_name: str) -> int:
     if n == 0:  # first: with batch=None, "all at once" is a batch of 0
         raise ValueError(f"`x` must hold at least one image; got {_show(x)}")
     batch = positive_int(batch, "batch")
-    if labels is not None and len(labels) != n:
-        raise ValueError(f"`{labels_name}` must have one entry per image of `x` ({n}); got {len(labels)}")
+    if labels is not None:
+        _check_labels(labels, n, labels_name)
     return batch
+
+
+def _check_labels(labels, n: int, name: str) -> None:
+    """``labels`` must be ``n`` integer classes in one axis.
+
+    A column ``(n, 1)`` would broadcast against the ``(n,)`` predictions into an
+    ``n x n`` comparison (an "accuracy" of up to ``n``), and one-hot, float or
+    string labels would compare unequal everywhere (a silent 0.0).
+    """
+    shape = getattr(labels, "shape", None)
+    dtype = getattr(labels, "dtype", None)
+    if shape is None or dtype is None:  # a list or tuple: read as NumPy reads it
+        try:
+            as_array = np.asarray(labels)
+        except ValueError as exc:  # ragged nesting
+            raise ValueError(f"`{name}` must be {n} integer classes, one per image; got {_show(labels)}") from exc
+        shape, dtype = as_array.shape, as_array.dtype
+    if len(shape) != 1 or np.dtype(dtype).kind not in "iu":
+        raise ValueError(
+            f"`{name}` must be {n} integer classes in one axis, one per image of `x` (shape ({n},)); "
+            f"got shape {tuple(shape)} of {np.dtype(dtype)}"
+        )
+    if shape[0] != n:
+        raise ValueError(f"`{name}` must have one entry per image of `x` ({n}); got {shape[0]}")
 
 
 def profile(network: nn.Module, x, repeat: int = 5, *, backward: bool = False, warmup: int = 1) -> NetworkProfile:
