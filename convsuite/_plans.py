@@ -176,7 +176,8 @@ class PlanRecipe:
     Loading plans it again with the backend, algorithm and parameters named,
     so the new plan runs the same kernels; nothing is chosen again. A backend
     missing or unavailable where it is loaded raises the usual
-    ``ValueError`` / ``BackendUnavailableError``.
+    ``ValueError`` / ``BackendUnavailableError``. A device plan is planned on
+    the device current where it is loaded (as ``cs.plan`` of shapes is).
 
     Attributes
     ----------

@@ -53,7 +53,10 @@ def _check_spec(spec: Any, where: str) -> None:
             f"{where}: `spec` must be a convsuite ConvSpec (for example "
             f"`convsuite.explain(x, w, ...).spec` or `convsuite.plan(...).spec`); got {type(spec).__name__}"
         )
-    problem = _geometry_problem(spec)
+    try:
+        problem = _geometry_problem(spec)
+    except (TypeError, ValueError) as exc:  # fields of the wrong kind (an int stride, a list, a short pair)
+        problem = f"its fields are not of the kinds a ConvSpec holds ({exc})"
     if problem:
         raise ValueError(f"{where}: `spec` is inconsistent: {problem}; got {spec}")
 
@@ -417,7 +420,7 @@ def _tolerance_array(tolerance: Any, shape: tuple[int, ...]) -> np.ndarray:
             f"result's shape {shape}; got shape {tol.shape}"
         ) from None
     if (tol < 0).any():  # NaN compares False: a NaN bound fails where it is used, below
-        raise ValueError(f"assert_within: `tolerance` must be >= 0 everywhere; got minimum {tol.min()!r}")
+        raise ValueError(f"assert_within: `tolerance` must be >= 0 everywhere; got {float(tol[tol < 0].min())}")
     return tol
 
 

@@ -2,8 +2,8 @@
 
 CuPy plans and layers pinned to the cupy backend pickle and deep-copy (a plan
 as its recipe, planned again on the device), and a fused conv + activation in
-``nn.Sequential`` keeps its own gradient mask (a ``uint8`` ``relu_output`` read
-by the cupy backward) whatever the caller does to the output. Without cupy or
+``nn.Sequential`` keeps its own gradient mask (a 0/1 ``relu_output`` read by
+the cupy backward) whatever the caller does to the output. Without cupy or
 a CUDA device every test here is skipped with the reason.
 """
 
@@ -65,7 +65,7 @@ def test_a_layer_on_the_cupy_backend_deep_copies_with_independent_weights():
 
 @pytest.mark.parametrize("activation", [nn.ReLU, nn.ReLU6])
 def test_fused_gradients_on_the_gpu_do_not_move_when_the_output_is_edited(activation):
-    """The fused pair's uint8 relu_output (ReLU) and cut mask (ReLU6) against the separate layers."""
+    """The fused pair's 0/1 relu_output (ReLU) and cut mask (ReLU6) against the separate layers."""
     cp = _cupy()
     x = cp.asarray(4 * RNG.standard_normal((2, 4, 9, 9)).astype(np.float32))
 

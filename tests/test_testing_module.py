@@ -431,6 +431,10 @@ def test_spec_must_be_a_convspec_backward(function):
         (dict(batch=0), "must all be >= 1"),
         (dict(padding=((-1, 0),)), "padding must be >= 0"),
         (dict(stride=(1, 1)), "must have 1 entries each"),
+        # Fields of another kind named the problem only through a raw TypeError or unpacking error.
+        (dict(stride=2), "not of the kinds a ConvSpec holds"),
+        (dict(in_size=[9]), "not of the kinds a ConvSpec holds"),
+        (dict(padding=((0,),)), "not of the kinds a ConvSpec holds"),
     ],
 )
 def test_an_inconsistent_spec_is_refused(change, message):

@@ -163,7 +163,9 @@ def check_output_dir(out: str | Path, what: str = "--out") -> Path:
     """
     if not isinstance(out, (str, Path)):
         raise ValueError(f"{what} must be a folder path (str or pathlib.Path); got {out!r}")
-    if not str(out).strip():  # Path("") is the current folder: the reports would land among the user's files
+    # An empty string would put the reports among the user's files in the current folder. (A
+    # Path("") is Path("."), which names that folder on purpose, and cannot be told apart.)
+    if not str(out).strip():
         raise ValueError(f"{what} must name a folder; got an empty string")
     path = Path(out)
     if path.exists() and not path.is_dir():

@@ -318,8 +318,9 @@ def write_reports(results: list[Result], meta: dict, baseline: str, out: str | P
     Raises
     ------
     ValueError
-        ``out`` is empty (the current folder), a file, under a file, or not
-        writable; checked before anything is drawn or written.
+        ``out`` is an empty string, a file, under a file, or not writable
+        (``Path("")`` is ``Path(".")``, the current folder, and is taken as
+        it); checked before anything is drawn or written.
     """
     out = check_output_dir(out, "`out`")
     paths = {"json": out / "results.json", "csv": out / "results.csv", "markdown": out / "report.md"}

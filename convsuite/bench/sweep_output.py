@@ -249,8 +249,9 @@ def write_sweep(result: SweepResult, out: str | Path) -> dict[str, Path]:
     Raises
     ------
     ValueError
-        ``out`` is empty (the current folder), a file, under a file, or not
-        writable; checked before anything is written.
+        ``out`` is an empty string, a file, under a file, or not writable
+        (``Path("")`` is ``Path(".")``, the current folder, and is taken as
+        it); checked before anything is written.
     """
     out = check_output_dir(out, "`out`")
     files = {"json": out / "sweep.json", "csv": out / "sweep.csv"}

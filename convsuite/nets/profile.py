@@ -187,6 +187,10 @@ def _check_labels(labels, n: int, name: str) -> None:
     """
     shape = getattr(labels, "shape", None)
     dtype = getattr(labels, "dtype", None)
+    try:
+        dtype = None if dtype is None else np.dtype(dtype)
+    except TypeError:  # another library's dtype (a torch tensor's): read the labels as NumPy reads them
+        dtype = None
     if shape is None or dtype is None:  # a list or tuple: read as NumPy reads it
         try:
             as_array = np.asarray(labels)

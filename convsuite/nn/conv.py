@@ -213,13 +213,16 @@ def _activation_mask(y, activation: str):
     The layer must not keep ``y`` itself: the caller owns it and may edit it in
     place (``y -= 1``) before the backward, which would move the mask (the
     separate ``ReLU`` layer keeps its own mask for the same reason).
-    ``"relu"``: a ``uint8`` ``relu_output`` for :func:`convsuite.conv2d_backward`,
-    1 where the gradient passes; a ReLU's output is >= 0 or NaN, so that is
-    where ``y != 0``, one pass (NaN included: torch's threshold_backward passes
-    it). ``"relu6"``: True where the gradient is cut, at or beyond a kink (the
+    ``"relu"``: a ``relu_output`` for :func:`convsuite.conv2d_backward`, 1 where
+    the gradient passes and 0 where it is cut; a ReLU's output is >= 0 or NaN,
+    so that is where ``y != 0``, one pass (NaN included: torch's
+    threshold_backward passes it). It has ``y``'s dtype, so backends that read
+    the mask inside their kernels take it as it is (another dtype would be
+    converted on every backward: the copy those kernels exist to avoid).
+    ``"relu6"``: True where the gradient is cut, at or beyond a kink (the
     output at 0 or 6; torch's hardtanh_backward; a NaN passes).
     """
     xp = array_module(y)
     if activation == "relu":
-        return xp.not_equal(y, 0).view(xp.uint8)
+        return xp.not_equal(y, 0).astype(y.dtype)
     return (y <= 0) | (y >= 6)
