@@ -3,9 +3,10 @@
 The rule (``convsuite._nonfinite``): IEEE arithmetic on the zero-padded input,
 as in PyTorch. A padding tap is a product like any other, so ``inf * 0`` and
 ``NaN * 0`` at a halo tap give NaN, forward and in the weight gradient.
-Checked here by hand on a spelled-out case, against an independent reference
-that multiplies every tap (``tests/_ieee_reference.py``) on random cases with
-NaN, +inf, -inf and zeros injected, and against torch when it is installed.
+Checked here by hand on a spelled-out case, against the float64 reference of
+``convsuite.testing`` (which forms exactly the definition's products, padding
+taps included) on random cases with NaN, +inf, -inf and zeros injected, and
+against torch when it is installed.
 """
 
 from __future__ import annotations
@@ -17,9 +18,14 @@ from hypothesis import strategies as st
 
 import convsuite as cs
 from convsuite._validation import prepare_forward
-from convsuite.testing import backward_tolerances, forward_tolerance
+from convsuite.testing import (
+    assert_within,
+    backward_tolerances,
+    forward_tolerance,
+    reference_backward,
+    reference_forward,
+)
 
-from ._ieee_reference import assert_same_ieee, ieee_backward, ieee_forward
 from .cases import Case, cases
 from .conftest import BACKENDS
 
@@ -27,6 +33,11 @@ CPU_BACKENDS = [n for n, info in sorted(BACKENDS.items()) if info.available and 
 FORWARD = {1: cs.conv1d, 2: cs.conv2d}
 BACKWARD = {1: cs.conv1d_backward, 2: cs.conv2d_backward}
 NAN, INF = float("nan"), float("inf")
+
+
+def assert_same_ieee(actual, expected, tolerance, name: str) -> None:
+    """NaN where NaN, +-inf where +-inf, finite elements within ``tolerance``; ``actual`` in any layout."""
+    assert_within(np.reshape(actual, np.shape(expected)), expected, tolerance, name)
 
 
 # --- the rule, spelled out -------------------------------------------------
@@ -99,11 +110,11 @@ def test_fuzz_every_cpu_backend_against_the_ieee_reference(case: Case, rate, dat
     x, w, b = case.arrays()
     x, w, b = (_inject(rng, a, rate * data.draw(st.sampled_from([0, 1]))) for a in (x, w, b))
     spec = prepare_forward(f"conv{case.ndim}d", case.ndim, x, w, b, convert=False, **case.keywords).spec
-    expected = ieee_forward(spec, x, w, b)
+    expected = reference_forward(spec, x, w, b)
     tolerance = forward_tolerance(spec, *_tolerance_operands(x, w, b))
     y_shape = {"batched": spec.y_shape, "unbatched": spec.y_shape[1:], "signal": spec.out_size}[case.layout]
     grad_y = _inject(rng, rng.standard_normal(y_shape).astype(case.dtype), rate * data.draw(st.sampled_from([0, 1])))
-    expected_grads = ieee_backward(spec, grad_y, x, w)
+    expected_grads = reference_backward(spec, grad_y, x, w)
     grad_tolerances = backward_tolerances(spec, *_tolerance_operands(grad_y, x, w))
     for backend in CPU_BACKENDS:
         y = FORWARD[case.ndim](x, w, b, backend=backend, **case.keywords)
@@ -165,8 +176,8 @@ def test_fuzz_numpy_tap_path_against_the_ieee_reference(case: Case, rate):
         grads = BACKWARD[case.ndim](grad_y, x, w, backend="numpy", **case.keywords)
         cs.clear_plan_cache()
     tolerance = forward_tolerance(spec, *_tolerance_operands(x, w, b))
-    assert_same_ieee(y, ieee_forward(spec, x, w, b), tolerance, "numpy taps forward")
-    expected = ieee_backward(spec, grad_y, x, w)
+    assert_same_ieee(y, reference_forward(spec, x, w, b), tolerance, "numpy taps forward")
+    expected = reference_backward(spec, grad_y, x, w)
     tolerances = backward_tolerances(spec, *_tolerance_operands(grad_y, x, w))
     for name, got, want, tol in zip(("grad_x", "grad_w", "grad_b"), grads, expected, tolerances):
         assert_same_ieee(got, want, tol, f"numpy taps {name}")
