@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from ._validation import _is_int, _show
+from ._validation import _show, int_at_least
 
 __all__ = [
     "NOISE_FLOOR",
@@ -143,14 +143,6 @@ def _as_contender(value: Contender | Callable[[], Any]) -> Contender:
     return value if isinstance(value, Contender) else Contender(value)
 
 
-def _check_count(value: Any, name: str, minimum: int) -> None:
-    """An int >= ``minimum``; a bool, a float (2.5, NaN) or a string is no count."""
-    if not _is_int(value):
-        raise TypeError(f"`{name}` must be an int >= {minimum}; got {_show(value)}")
-    if value < minimum:
-        raise ValueError(f"`{name}` must be an int >= {minimum}; got {_show(value)}")
-
-
 def _is_number(value: Any) -> bool:
     """A real number that is not a bool (NumPy's bool is no ``numbers.Real`` to begin with)."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
@@ -188,9 +180,9 @@ def check_settings(
     ValueError
         A setting out of range (``repeat=0``, ``settle_s=-1``, ``abandon_ratio=0.5``).
     """
-    _check_count(repeat, "repeat", 1)
-    _check_count(rounds, "rounds", 1)
-    _check_count(warmup, "warmup", 0)
+    int_at_least(repeat, "repeat", 1)
+    int_at_least(rounds, "rounds", 1)
+    int_at_least(warmup, "warmup", 0)
     _check_non_negative(settle_s, "settle_s")
     _check_non_negative(min_block_s, "min_block_s")
     if abandon_ratio is None:

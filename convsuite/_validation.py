@@ -61,6 +61,15 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
 
+def int_at_least(value: Any, name: str, minimum: int) -> int:
+    """An int >= ``minimum`` (a count: repeats, rounds, grid sizes); a bool, a float (2.5, NaN) or a string is none."""
+    if not _is_int(value):
+        raise TypeError(f"`{name}` must be an int >= {minimum}; got {_show(value)}")
+    if value < minimum:
+        raise ValueError(f"`{name}` must be an int >= {minimum}; got {_show(value)}")
+    return int(value)
+
+
 def positive_int(value: Any, name: str) -> int:
     """Validate a single positive integer such as ``groups`` or ``in_channels``."""
     if not _is_int(value):

@@ -90,7 +90,12 @@ def _geometry_problem(spec: ConvSpec) -> str:
 
 
 def _real_array(value: Any, name: str, where: str) -> np.ndarray:
-    """``value`` as a float64 array; complex, bool and non-numeric data are refused."""
+    """``value`` as a float64 array; complex, bool and non-numeric data are refused.
+
+    Not ``_validation.as_real_array``: the oracle reads host arrays only (a
+    CuPy array there would be taken as it is) and must take empty ones
+    (``assert_within`` of an empty result).
+    """
     if isinstance(value, np.ma.MaskedArray):
         # np.asarray drops the mask and lets the masked values in unseen.
         raise TypeError(f"{where}: `{name}` is a masked array; pass `{name}.filled(0)` or `{name}.data`")

@@ -370,10 +370,10 @@ def test_run_sweep_refuses_bad_timing_settings_before_running(line_backend, sett
 @pytest.mark.parametrize(
     "count, error, message",
     [
-        (-1, ValueError, r"`forward` must be a count \(an int >= 0\); got -1"),
-        (2.5, TypeError, r"`forward` must be a count \(an int >= 0\); got 2.5"),
-        (float("nan"), TypeError, r"`forward` must be a count"),
-        (True, TypeError, r"`forward` must be a count"),
+        (-1, ValueError, r"`forward` must be an int >= 0; got -1"),
+        (2.5, TypeError, r"`forward` must be an int >= 0; got 2.5"),
+        (float("nan"), TypeError, r"`forward` must be an int >= 0"),
+        (True, TypeError, r"`forward` must be an int >= 0"),
         (10**6, ValueError, r"`forward` asks for more problems than its axes hold"),
     ],
 )

@@ -40,7 +40,7 @@ import numpy as np
 from .. import _registry, _rule, _tuning
 from .._spec import ConvSpec
 from .._timing import _is_number
-from .._validation import _is_int, _show, prepare_forward
+from .._validation import int_at_least, prepare_forward
 
 __all__ = ["Problem", "fit_grid", "measure_problem", "main", "spec_of"]
 
@@ -175,15 +175,6 @@ def _sample(
     return problems
 
 
-def _check_counts(counts: dict[str, object]) -> None:
-    """Every grid count an int >= 0 (a bool, a float or NaN is no count)."""
-    for name, value in counts.items():
-        if not _is_int(value):
-            raise TypeError(f"`{name}` must be a count (an int >= 0); got {_show(value)}")
-        if value < 0:  # a negative quota is never used up: the sampler took every problem instead
-            raise ValueError(f"`{name}` must be a count (an int >= 0); got {_show(value)}")
-
-
 def fit_grid(
     seed: int = 0,
     forward: int = 52,
@@ -225,16 +216,16 @@ def fit_grid(
         A count that is not an int >= 0, or more problems than a family's
         axes hold (its forward and backward problems are distinct).
     """
-    _check_counts(
-        dict(
-            forward=forward,
-            backward=backward,
-            depthwise_forward=depthwise_forward,
-            depthwise_backward=depthwise_backward,
-            first_forward=first_forward,
-            first_backward=first_backward,
-        )
+    counts = dict(
+        forward=forward,
+        backward=backward,
+        depthwise_forward=depthwise_forward,
+        depthwise_backward=depthwise_backward,
+        first_forward=first_forward,
+        first_backward=first_backward,
     )
+    for name, value in counts.items():  # a negative quota is never used up: the sampler took every problem
+        int_at_least(value, name, 0)
     rng = random.Random(seed)
     seen: set = set()
     dense = [
