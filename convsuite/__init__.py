@@ -19,7 +19,8 @@ from . import nets, nn  # networks on top of the functions above (imports numpy 
 from ._api import Explanation, conv1d, conv1d_backward, conv2d, conv2d_backward, explain, plan, tune
 from ._errors import BackendUnavailableError, UnsupportedCaseError
 from ._layers import Conv1D, Conv2D
-from ._plans import Plan, clear_plan_cache
+from ._plan_cache import clear_plan_cache
+from ._plans import Plan
 from ._registry import (
     BackendInfo,
     get_backend,
@@ -32,10 +33,10 @@ from ._registry import (
 from ._spec import ConvSpec
 from ._threads import get_num_threads, set_num_threads
 from ._tuning import TuneResult, clear_tuning_cache, set_autotune, use_autotune
-
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
+    "__version__",
     "BackendInfo",
     "BackendUnavailableError",
     "Conv1D",

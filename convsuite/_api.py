@@ -1,38 +1,33 @@
-"""conv1d / conv2d, their backward passes, plan(), tune() and explain().
+"""The public functions: conv1d / conv2d, their backward passes, plan(), tune() and explain().
 
-Every call is a plan lookup: :func:`_plan_key` gathers everything that
-determines the choice, and a hit in the plan cache runs the stored plan at
-once. A miss validates the call (:mod:`._validation`), chooses a backend and
-algorithm (:mod:`._tuning`: measured, fitted rule or priority), asks the
-backend for its launch and caches the resulting :class:`~._plans.Plan`.
-Nothing here knows an array library by name: the backends' device protocol
-moves operands and results.
+Each function checks what is particular to it and hands the call to the
+planner (:mod:`._planner`): in-memory operands run a cached or newly built
+plan; Dask operands become lazy Dask arrays (:mod:`.distributed`).
 """
 
 from __future__ import annotations
 
-import importlib
 import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
 
 import numpy as np
 
-from . import _capture, _epilogue, _plans, _threads, _tuning, distributed
-from ._errors import UnsupportedCaseError
-from ._plans import Decision, Plan
-from ._registry import home_backend, requested_backend
-from ._spec import ConvSpec
-from ._validation import (
-    as_real_array,
-    check_activation,
-    check_input_grad,
-    check_memory,
-    check_relu_output,
-    prepare_backward,
-    prepare_forward,
-    reserve_memory,
+from . import _epilogue, _select, _tuning, distributed
+from ._planner import (
+    OPS,
+    build,
+    check_algorithm_type,
+    check_params,
+    ndim_of,
+    resolved_params,
+    run_backward,
+    run_forward,
 )
+from ._plans import Decision, Plan
+from ._registry import check_algorithm_exists, home_backend, requested_backend
+from ._spec import ConvSpec
+from ._validation import as_real_array, check_activation, check_input_grad, prepare_forward
 
 __all__ = [
     "Explanation",
@@ -52,320 +47,10 @@ IntOrTuple = Union[int, "tuple[int, ...]"]
 #: An int, a tuple, per-side pairs, or 'valid' / 'same' / 'full'.
 Padding = Union[int, str, "tuple[int | tuple[int, int], ...]"]
 
-_OPS = {1: "conv1d", 2: "conv2d"}
-_CACHE = _plans.cache()
-
-
-def _check_algorithm_type(algorithm: Any) -> None:
-    if not isinstance(algorithm, str):
-        raise TypeError(f"`algorithm` must be a string such as 'auto'; got {algorithm!r}")
-
-
-def _freeze(value: Any) -> Any:
-    """A hashable stand-in for a geometry keyword that keeps its types.
-
-    ``1``, ``True`` and ``1.0`` compare equal in Python but only the first is
-    a valid stride; tagging non-int values with their type keeps an invalid
-    call from hitting a valid call's plan. Unhashable values raise TypeError.
-    """
-    kind = type(value)
-    if kind is int or kind is str:
-        return value
-    if kind is tuple or kind is list:
-        # Plain ints inline: nn layers pass ((1, 1), (1, 1)) paddings, 3 calls instead of 7.
-        return (kind, *[v if type(v) is int else _freeze(v) for v in value])
-    return (kind, value)
-
-
-def _operand_key(array: Any) -> tuple:
-    """Type, shape and dtype of one operand (AttributeError for non-arrays)."""
-    return (type(array), array.shape, array.dtype)
-
-
-def _device_id(array: Any) -> Any:
-    """The ordinal of the device a (non-NumPy) array lives on, e.g. a CuPy array's GPU; None if it has none."""
-    # CuPy: the ordinal its memory pointer holds (``array.device`` builds a Device object on every read).
-    ordinal = getattr(getattr(array, "data", None), "device_id", None)
-    if ordinal is not None:
-        return ordinal
-    device = getattr(array, "device", None)
-    return getattr(device, "id", device)
-
-
-def _plan_key(
-    ndim,
-    direction,
-    a,
-    b,
-    c,
-    stride,
-    padding,
-    dilation,
-    groups,
-    name,
-    source,
-    algorithm,
-    activation=None,
-    input_grad=True,
-) -> tuple:
-    """Everything that determines a plan; raises AttributeError/TypeError when it cannot be keyed."""
-    return (
-        ndim,
-        direction,
-        type(a),
-        # A plan holds kernel handles of the device current when it was built: an array on another
-        # GPU gets its own plan (made and run in that GPU's context, as convsuite.distributed does).
-        None if type(a) is np.ndarray else _device_id(a),
-        a.shape,
-        a.dtype,
-        b.shape,
-        b.dtype,
-        type(b),
-        None if c is None else _operand_key(c),
-        # _freeze inlined for the common plain int: four calls saved on every call.
-        stride if type(stride) is int else _freeze(stride),
-        padding if type(padding) is int else _freeze(padding),
-        dilation if type(dilation) is int else _freeze(dilation),
-        groups if type(groups) is int else _freeze(groups),
-        name,
-        source,
-        algorithm,
-        _threads._requested,  # the thread setting (None: all), read without a call
-        _threads._local.n,  # a Dask task's own count (numba plans size their chunks by it)
-        _tuning.autotune_enabled(),
-        _plans._generation,
-        activation,
-        input_grad,
-        _capture._CAPTURING.get(),  # CUDA-graph capture chooses among capturable kernels only
-    )
-
-
-def _build(
-    ndim,
-    direction,
-    a,
-    b,
-    c,
-    stride,
-    padding,
-    dilation,
-    groups,
-    name,
-    source,
-    algorithm,
-    measure=None,
-    activation=None,
-    params=None,
-    input_grad=True,
-) -> Plan:
-    """Validate, choose and plan one problem (a plan-cache miss); ``params`` pins tunable parameters."""
-    _check_algorithm_type(algorithm)
-    op = _OPS[ndim]
-    grad_y = None
-    if direction == "forward":
-        call = prepare_forward(op, ndim, a, b, c, stride, padding, dilation, groups, convert=False)
-        user_shapes = (tuple(np.shape(a)), tuple(np.shape(b)), None if c is None else tuple(np.shape(c)))
-    else:
-        call, grad_y = prepare_backward(op, ndim, a, b, c, stride, padding, dilation, groups, convert=False)
-        user_shapes = (tuple(np.shape(b)), tuple(np.shape(c)), None)
-    spec = call.spec
-    home = home_backend(call.x)
-    if params is not None:  # explicit parameters: the request names one algorithm; nothing to choose
-        backend, algo, decision = _tuning.choose(spec, direction, name, source, algorithm, home, measure=False)
-        verdict = backend.can_run(spec, algo, direction, params)
-        if verdict is not True:
-            raise UnsupportedCaseError(f"{backend.name}/{algo} cannot run this case with params={params!r}: {verdict}")
-        given = ", ".join(f"{k}={v!r}" for k, v in sorted(params.items()))
-        decision = Decision(
-            decision.source,
-            "request",
-            f"parameters given: {given}",
-            decision.considered,
-            params=tuple(sorted(params.items())),
-        )
-    else:
-        backend, algo, decision = _tuning.choose(spec, direction, name, source, algorithm, home, measure=measure)
-    chosen = dict(decision.params) or None
-    # Copies, outputs and workspace of this first call, against memory available
-    # now, before anything is allocated; later calls re-check only large plans.
-    reserve_memory(call, backend, algo, direction, grad_y)
-    limit = backend.memory_limit()
-    if limit is not None:
-        shapes = [spec.y_shape] if direction == "forward" else [spec.x_shape, spec.w_shape, (spec.out_channels,)]
-        nbytes = sum(int(np.prod(s, dtype=object)) for s in shapes) * spec.itemsize
-        check_memory(nbytes, f"outputs of shapes {shapes}", device=backend.device, limit=limit)
-    # An activation epilogue runs inside the kernel where the backend fuses it,
-    # otherwise after it (Plan._run_forward). Backward, activation="relu" is the
-    # gradient through that ReLU (relu_output=): its mask is applied inside the
-    # kernels where the backend fuses it, otherwise to grad_y first (Plan._run_backward).
-    if direction == "forward":
-        fused = _epilogue.backend_fuses(backend, spec, algo, activation)
-    else:
-        fused = activation == "relu" and _epilogue.backend_fuses_relu_mask(backend, spec, algo)
-    planned = f"{direction}+{activation}" if fused else direction
-    # Without an input gradient, a backend that can leave dX out plans dW and db only;
-    # any other runs its full backward and the plan drops grad_x.
-    if not input_grad and backend.skips_input_grad(spec, algo):
-        planned += "+weights"
-    # Only a parameter set is passed on: a backend of the older contract may take three arguments.
-    launch = backend.plan(spec, algo, planned) if chosen is None else backend.plan(spec, algo, planned, chosen)
-    # Where operands move and results go back: asked of the backends, never by library name.
-    if backend.owns(call.x):
-        to_device = to_caller = None
-    elif home is None:
-        to_device, to_caller = backend.to_device, backend.to_host
-    else:
-
-        def to_device(array, home=home, backend=backend):
-            return backend.to_device(home.to_host(array))
-
-        def to_caller(array, home=home, backend=backend):
-            return home.to_device(backend.to_host(array))
-
-    return Plan(
-        activation=activation,
-        fused_activation=fused,
-        input_grad=input_grad,
-        op=op,
-        direction=direction,
-        spec=spec,
-        backend=backend,
-        algorithm=algo,
-        decision=decision,
-        layout=call.layout,
-        launch=launch,
-        user_shapes=user_shapes,
-        in_type=type(call.x) if home is not None else np.ndarray,
-        xp_in=np if home is None else home.array_module(),
-        contiguous=None if home is None else home.c_contiguity_test(),
-        to_device=to_device,
-        to_caller=to_caller,
-        params=_resolved_params(backend, spec, algo, direction, chosen),
-    )
-
-
-def _resolved_params(backend, spec, algorithm: str, direction: str, params: dict | None) -> dict:
-    """Every tunable parameter's value a plan runs with (empty when the algorithm has none)."""
-    table = backend.algorithm_table()
-    record = None if table is None else table.get(algorithm)
-    if record is None or not record.tunables:
-        return {}
-    return record.resolve(spec, direction, params)
-
-
-def _from_recipe(recipe: _plans.PlanRecipe) -> Plan:
-    """A plan built again from its recipe (a pickled plan, loaded): the same backend, algorithm and parameters."""
-    xp = importlib.import_module(recipe.array_module)
-    dtype = np.dtype(recipe.dtype)
-    # Zero-strided stand-ins in the operands' library, as plan() makes from shapes: nothing allocated.
-    a, b, c = (None if shape is None else xp.broadcast_to(xp.zeros((), dtype), shape) for shape in recipe.shapes)
-    name, source = requested_backend(recipe.backend)  # unknown here: the usual ValueError listing the names
-    geometry = (recipe.stride, recipe.padding, recipe.dilation, recipe.groups, name, source, recipe.algorithm)
-    rebuilt = _build(
-        recipe.ndim,
-        recipe.direction,
-        a,
-        b,
-        c,
-        *geometry,
-        activation=recipe.activation,
-        # Every value pinned, none chosen: no measurement, and the same kernels as the plan pickled.
-        params=dict(recipe.params) or None,
-        input_grad=recipe.input_grad,
-    )
-    rebuilt.decision = recipe.decision  # how the choice was made, not how the copy was rebuilt
-    return rebuilt
-
-
-def _check_params(params: Any, name: str, algorithm: str) -> dict | None:
-    """``params`` as a dict of str keys, or a TypeError/ValueError saying what is accepted."""
-    if params is None:
-        return None
-    if not isinstance(params, Mapping) or not all(isinstance(k, str) for k in params):
-        raise TypeError(f"`params` must be a mapping of parameter names (str) to values, or None; got {params!r}")
-    if name == "auto" or algorithm == "auto":
-        raise ValueError(
-            "`params` sets one algorithm's tunable parameters: name the backend and the algorithm "
-            f"(got backend={name!r}, algorithm={algorithm!r})"
-        )
-    # numpy's ints (from np.arange, a grid) mean the same values; plan keys and messages show plain ints
-    return {k: int(v) if isinstance(v, np.integer) else v for k, v in params.items()}
-
-
-def _planned(
-    ndim,
-    direction,
-    a,
-    b,
-    c,
-    stride,
-    padding,
-    dilation,
-    groups,
-    backend,
-    algorithm,
-    activation=None,
-    input_grad=True,
-    params=None,
-) -> Plan:
-    """The cached plan of a call, built on a miss (``params``: pinned tunables of the named algorithm)."""
-    name, source = requested_backend(backend)
-    geometry = (stride, padding, dilation, groups, name, source, algorithm)
-    try:
-        key = _plan_key(ndim, direction, a, b, c, *geometry, activation, input_grad)
-        if params is not None:
-            key += (tuple(sorted(params.items())),)
-        found = _CACHE.get(key)
-    except (AttributeError, TypeError):  # lists, or unhashable keywords: validate every time
-        key = found = None
-    if found is None:
-        if activation is not None:
-            check_activation(activation)
-        found = _build(ndim, direction, a, b, c, *geometry, activation=activation, input_grad=input_grad, params=params)
-        # Only operands of exactly the array type the plan runs on may take the
-        # fast path later: subclasses (masked arrays) and other array-likes
-        # (__array__, DLPack) are validated and converted on every call.
-        kind = found.in_type
-        if key is not None and type(a) is kind and type(b) is kind and (c is None or type(c) is kind):
-            _CACHE.put(key, found)
-    return found
-
-
-def _as_plan_operands(plan_: Plan, names: tuple[str, ...], operands: tuple) -> tuple:
-    """Operands of another type than the plan's (lists, __array__, DLPack) read as arrays."""
-    kind = plan_.in_type
-    return tuple(a if a is None or type(a) is kind else as_real_array(a, name) for name, a in zip(names, operands))
-
-
-def _forward(ndim, x, w, bias, stride, padding, dilation, groups, backend, algorithm, activation=None):
-    plan_ = _planned(ndim, "forward", x, w, bias, stride, padding, dilation, groups, backend, algorithm, activation)
-    kind = plan_.in_type
-    if type(x) is not kind or type(w) is not kind or (bias is not None and type(bias) is not kind):
-        x, w, bias = _as_plan_operands(plan_, ("x", "w", "bias"), (x, w, bias))
-    return plan_._run_forward(x, w, bias)
-
-
-def _backward(
-    ndim, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm, relu_output=None, input_grad=True
-):
-    # The gradient through a ReLU is its own plan: the backend may read grad_y
-    # through relu_output inside its kernels (fuses_relu_mask), else the plan masks it first.
-    through = None if relu_output is None else "relu"
-    if input_grad is not True and input_grad is not False:
-        input_grad = check_input_grad(input_grad)
-    geometry = (stride, padding, dilation, groups, backend, algorithm)
-    plan_ = _planned(ndim, "backward", grad_y, x, w, *geometry, through, input_grad)
-    kind = plan_.in_type
-    if type(grad_y) is not kind or type(x) is not kind or type(w) is not kind:
-        grad_y, x, w = _as_plan_operands(plan_, ("grad_y", "x", "w"), (grad_y, x, w))
-    if relu_output is not None:
-        relu_output = check_relu_output(relu_output, plan_)
-    return plan_._run_backward(grad_y, x, w, relu_output)
-
 
 def _read_beside_dask(names: tuple[str, ...], operands: tuple) -> tuple:
     """Operands next to a Dask array: Dask ones as they are, array-likes read as the in-memory path reads them."""
-    # The same reader as _as_plan_operands: a list of grad_y or w means what it means beside a NumPy x.
+    # The same reader as as_plan_operands: a list of grad_y or w means what it means beside a NumPy x.
     is_dask = distributed.is_dask_array
     return tuple(a if a is None or is_dask(a) else as_real_array(a, name) for name, a in zip(names, operands))
 
@@ -375,7 +60,7 @@ def _lazy_forward(ndim, x, w, bias, stride, padding, dilation, groups, backend, 
     check_activation(activation)
     w, bias = _read_beside_dask(("w", "bias"), (w, bias))
     args = (stride, padding, dilation, groups, backend, algorithm)
-    y = distributed.conv(_OPS[ndim], ndim, x, w, bias, *args)
+    y = distributed.conv(OPS[ndim], ndim, x, w, bias, *args)
     return y if activation is None else _epilogue.apply_activation_lazy(activation, y)
 
 
@@ -389,7 +74,7 @@ def _lazy_backward(
     if relu_output is not None:
         grad_y = _epilogue.mask_relu_gradient_lazy(grad_y, relu_output)
     args = (grad_y, x, w, stride, padding, dilation, groups, backend, algorithm)
-    grad_x, grad_w, grad_b = distributed.conv_backward(_OPS[ndim], ndim, *args)
+    grad_x, grad_w, grad_b = distributed.conv_backward(OPS[ndim], ndim, *args)
     return (grad_x if input_grad else None), grad_w, grad_b  # lazy: dX's tasks never run
 
 
@@ -476,7 +161,7 @@ def conv1d(
 ) -> Any:
     if distributed.is_dask_array(x):  # Dask in, Dask out (lazy); convsuite.distributed
         return _lazy_forward(1, x, w, bias, stride, padding, dilation, groups, backend, algorithm, activation)
-    return _forward(1, x, w, bias, stride, padding, dilation, groups, backend, algorithm, activation)
+    return run_forward(1, x, w, bias, stride, padding, dilation, groups, backend, algorithm, activation)
 
 
 def conv2d(
@@ -494,7 +179,7 @@ def conv2d(
 ) -> Any:
     if distributed.is_dask_array(x):  # Dask in, Dask out (lazy); convsuite.distributed
         return _lazy_forward(2, x, w, bias, stride, padding, dilation, groups, backend, algorithm, activation)
-    return _forward(2, x, w, bias, stride, padding, dilation, groups, backend, algorithm, activation)
+    return run_forward(2, x, w, bias, stride, padding, dilation, groups, backend, algorithm, activation)
 
 
 conv1d.__doc__ = _FORWARD_DOC.format(
@@ -554,7 +239,7 @@ def conv1d_backward(
     if distributed.is_dask_array(x) or distributed.is_dask_array(grad_y):  # Dask in, Dask out (lazy)
         args = (stride, padding, dilation, groups, backend, algorithm, relu_output, input_grad)
         return _lazy_backward(1, grad_y, x, w, *args)
-    return _backward(1, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm, relu_output, input_grad)
+    return run_backward(1, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm, relu_output, input_grad)
 
 
 def conv2d_backward(
@@ -574,23 +259,11 @@ def conv2d_backward(
     if distributed.is_dask_array(x) or distributed.is_dask_array(grad_y):  # Dask in, Dask out (lazy)
         args = (stride, padding, dilation, groups, backend, algorithm, relu_output, input_grad)
         return _lazy_backward(2, grad_y, x, w, *args)
-    return _backward(2, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm, relu_output, input_grad)
+    return run_backward(2, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm, relu_output, input_grad)
 
 
 conv1d_backward.__doc__ = _BACKWARD_DOC.format(ndim=1)
 conv2d_backward.__doc__ = _BACKWARD_DOC.format(ndim=2)
-
-
-def _op_of(w: Any, *, is_shape: bool = False) -> int:
-    """1 or 2 spatial dimensions, told by the rank of ``w`` (an array, or a shape when ``is_shape``)."""
-    rank = len(w) if is_shape else as_real_array(w, "w").ndim
-    ndim = {1: 1, 3: 1, 2: 2, 4: 2}.get(rank)
-    if ndim is None:
-        raise ValueError(
-            "`w` must have rank 3 (conv1d), 4 (conv2d), or 1/2 for a plain signal/image; "
-            f"got shape {tuple(w) if is_shape else tuple(np.shape(w))}"
-        )
-    return ndim
 
 
 def _check_direction(direction: Any) -> None:
@@ -719,16 +392,16 @@ def explain(
     Explanation
         Printable; its fields give the choice, how it was decided and the skipped backends.
     """
-    _check_algorithm_type(algorithm)
+    check_algorithm_type(algorithm)
     _check_direction(direction)
     _check_in_memory({"x": x, "w": w, "bias": bias}, "explain", accepted="")
-    ndim = _op_of(w)
-    op = _OPS[ndim]
+    ndim = ndim_of(w)
+    op = OPS[ndim]
     call = prepare_forward(op, ndim, x, w, bias, stride, padding, dilation, groups, convert=False)
     name, source = requested_backend(backend)
     home = home_backend(call.x)
-    chosen, algo, decision = _tuning.choose(call.spec, direction, name, source, algorithm, home, measure=False)
-    params = _resolved_params(chosen, call.spec, algo, direction, dict(decision.params) or None)
+    chosen, algo, decision = _select.choose(call.spec, direction, name, source, algorithm, home, measure=False)
+    params = resolved_params(chosen, call.spec, algo, direction, dict(decision.params) or None)
     return _explanation(op, direction, chosen.name, algo, decision, call.spec, params)
 
 
@@ -846,19 +519,19 @@ def plan(
     if dtype not in (np.float32, np.float64):
         raise TypeError(f"`dtype` must be 'float32' or 'float64'; got {received!r}")
     xs, ws, bs = _operands_for(x, w, bias, dtype)
-    ndim = _op_of(w, is_shape=True) if isinstance(w, tuple) else _op_of(ws)
+    ndim = ndim_of(w, is_shape=True) if isinstance(w, tuple) else ndim_of(ws)
     name, source = requested_backend(backend)
-    _check_algorithm_type(algorithm)
-    params = _check_params(params, name, algorithm)
+    check_algorithm_type(algorithm)
+    params = check_params(params, name, algorithm)
     geometry = (stride, padding, dilation, groups, name, source, algorithm)
     if direction == "forward":
-        return _build(ndim, direction, xs, ws, bs, *geometry, params=params)
-    call = prepare_forward(_OPS[ndim], ndim, xs, ws, None, stride, padding, dilation, groups, convert=False)
+        return build(ndim, direction, xs, ws, bs, *geometry, params=params)
+    call = prepare_forward(OPS[ndim], ndim, xs, ws, None, stride, padding, dilation, groups, convert=False)
     # A zero-strided grad_y stand-in in the array library of x (a CuPy x needs a CuPy grad_y).
     home = home_backend(xs)
     xp = np if home is None else home.array_module()
     gy = xp.broadcast_to(xp.zeros((), xs.dtype), call.user_shape(call.spec.y_shape))
-    return _build(ndim, direction, gy, xs, ws, *geometry, params=params)
+    return build(ndim, direction, gy, xs, ws, *geometry, params=params)
 
 
 def tune(
@@ -899,16 +572,14 @@ def tune(
         The winner, its parameters, the table of ``(backend, algorithm,
         median_s, spread, status)`` and the table of the configurations searched.
     """
-    _check_algorithm_type(algorithm)
+    check_algorithm_type(algorithm)
     _check_direction(direction)
     _check_backward_bias(direction, bias)
     _check_in_memory({"x": x, "w": w, "bias": bias}, "tune", accepted="")
     budget_s = _tuning.check_budget(budget_s)
-    ndim = _op_of(w)
-    call = prepare_forward(_OPS[ndim], ndim, x, w, bias, stride, padding, dilation, groups, convert=False)
+    ndim = ndim_of(w)
+    call = prepare_forward(OPS[ndim], ndim, x, w, bias, stride, padding, dilation, groups, convert=False)
     name, _ = requested_backend(backend)
     if name == "auto" and algorithm != "auto":
-        from ._registry import check_algorithm_exists
-
         check_algorithm_exists(algorithm)
     return _tuning.tune_now(call.spec, direction, name, algorithm, home_backend(call.x), budget_s)

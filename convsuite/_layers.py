@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from . import _api, distributed
+from . import _api, _planner, _registry, distributed
 from ._registry import _check_name, get_backend
 from ._validation import as_int_tuple, float_dtype, parse_padding, positive_int, weight_generator, weight_shape
 
@@ -115,9 +115,9 @@ class _ConvLayer:
 
     def _plan(self, direction: str, a, b, c):
         """The layer's plan for these operands under the current settings (built once)."""
-        name, source = _api.requested_backend(self.backend)
+        name, source = _registry.requested_backend(self.backend)
         try:
-            key = _api._plan_key(
+            key = _planner.plan_key(
                 self._ndim,
                 direction,
                 a,
@@ -135,7 +135,7 @@ class _ConvLayer:
             key = None
         found = self._plans.get(key) if key is not None else None
         if found is None:
-            found = _api._planned(
+            found = _planner.planned(
                 self._ndim,
                 direction,
                 a,
@@ -172,7 +172,7 @@ class _ConvLayer:
         kind = plan.in_type
         if type(x) is not kind or type(weight) is not kind or (bias is not None and type(bias) is not kind):
             # A list or another array-like (x, or weights the user assigned): read as conv2d reads it.
-            x, weight, bias = _api._as_plan_operands(plan, ("x", "weight", "bias"), (x, weight, bias))
+            x, weight, bias = _planner.as_plan_operands(plan, ("x", "weight", "bias"), (x, weight, bias))
         y = plan._run_forward(x, weight, bias)
         return y if back is None else back(y)
 
@@ -190,7 +190,7 @@ class _ConvLayer:
         plan = self._plan("backward", grad_y, x, weight)
         kind = plan.in_type
         if type(grad_y) is not kind or type(x) is not kind or type(weight) is not kind:
-            grad_y, x, weight = _api._as_plan_operands(plan, ("grad_y", "x", "weight"), (grad_y, x, weight))
+            grad_y, x, weight = _planner.as_plan_operands(plan, ("grad_y", "x", "weight"), (grad_y, x, weight))
         grads = plan._run_backward(grad_y, x, weight)
         grad_x, grad_w, grad_b = grads if back is None else (back(g) for g in grads)
         return grad_x, grad_w, (grad_b if self.bias is not None else None)

@@ -2,30 +2,22 @@
 
 A :class:`Plan` holds everything a call needs that depends only on the
 problem and the settings: the validated :class:`~convsuite._spec.ConvSpec`,
-the chosen backend and algorithm (and why), the backend's launch callable
-(from :meth:`Backend.plan`, with its geometry and kernel handles), where the
-operands must move and how the result is shaped for the caller.
-
-:class:`PlanCache` maps a key of everything that determines those (op,
-direction, operand shapes, dtypes and array types, the geometry keywords as
-given, the requested backend and which setting asked for it, the algorithm,
-the thread count, the autotune state and a settings generation) to its plan.
-A hit costs a dictionary lookup; the cache is a bounded LRU, safe to share
-between threads, and emptied (generation bumped) whenever a setting that
-could change a choice changes: backends registered or removed,
-``set_backend``, ``set_autotune``, the tuning cache cleared.
+the chosen backend and algorithm (and why, a :class:`Decision`), the
+backend's launch callable (from :meth:`Backend.plan`, with its geometry and
+kernel handles), where the operands must move and how the result is shaped
+for the caller. :mod:`convsuite._planner` builds plans and
+:mod:`convsuite._plan_cache` keeps them.
 
 A plan holds launch closures and kernel handles, which are not data: it
 pickles (and deep-copies) as its :class:`PlanRecipe`, the arguments that
-build it again, and is planned afresh when loaded (:func:`_rebuild`).
+build it again, and is planned afresh when loaded by the function the
+planner handed it (``rebuild``), so this module needs nothing above it.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -34,103 +26,7 @@ from ._spec import ConvSpec
 from ._validation import SMALL_CALL_BYTES, check_call_memory
 from .backends.base import Backend
 
-__all__ = [
-    "Decision",
-    "Plan",
-    "PlanCache",
-    "PlanRecipe",
-    "clear_plan_cache",
-    "generation",
-    "invalidate",
-    "plan_cache_info",
-]
-
-#: Plans kept at once; a network of a few hundred layers fits, and a plan is small.
-DEFAULT_MAX_PLANS = 1024
-
-_generation = 0
-_generation_lock = threading.Lock()
-
-
-def generation() -> int:
-    """The settings generation: part of every plan key, bumped by :func:`invalidate`."""
-    return _generation
-
-
-class PlanCache:
-    """A bounded, thread-safe LRU of plans by key.
-
-    Lookups take no lock: ``OrderedDict.get`` and ``move_to_end`` are single
-    C calls under the GIL. Insertion and eviction take the lock so that two
-    threads building plans at once cannot both evict.
-    """
-
-    def __init__(self, maxsize: int = DEFAULT_MAX_PLANS) -> None:
-        self.maxsize = maxsize
-        self._plans: OrderedDict[Hashable, Plan] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    def get(self, key: Hashable) -> Plan | None:
-        """The plan under ``key`` (marked most recently used), or None."""
-        plan = self._plans.get(key)
-        if plan is None:
-            self.misses += 1
-            return None
-        self.hits += 1
-        try:
-            self._plans.move_to_end(key)
-        except KeyError:  # evicted or cleared by another thread meanwhile: still a valid plan
-            pass
-        return plan
-
-    def put(self, key: Hashable, plan: Plan) -> None:
-        """Remember ``plan``, evicting the least recently used beyond ``maxsize``."""
-        with self._lock:
-            self._plans[key] = plan
-            self._plans.move_to_end(key)
-            while len(self._plans) > self.maxsize:
-                self._plans.popitem(last=False)
-
-    def clear(self) -> None:
-        """Forget every plan."""
-        with self._lock:
-            self._plans.clear()
-
-    def __len__(self) -> int:
-        return len(self._plans)
-
-
-_CACHE = PlanCache()
-
-
-def cache() -> PlanCache:
-    """The process-wide plan cache."""
-    return _CACHE
-
-
-def invalidate() -> None:
-    """A setting changed: bump the generation and drop every cached plan."""
-    global _generation
-    with _generation_lock:
-        _generation += 1
-    _CACHE.clear()
-
-
-def clear_plan_cache() -> None:
-    """Drop every cached plan, so the next call validates and chooses again.
-
-    Settings changes made through convsuite's functions do this by
-    themselves; call it after changing something convsuite cannot see, such
-    as a registered backend object's own state.
-    """
-    invalidate()
-
-
-def plan_cache_info() -> dict[str, int]:
-    """Hits, misses, current size and capacity of the plan cache."""
-    return {"hits": _CACHE.hits, "misses": _CACHE.misses, "size": len(_CACHE), "maxsize": _CACHE.maxsize}
+__all__ = ["Decision", "Plan", "PlanRecipe"]
 
 
 @dataclass(frozen=True)
@@ -227,26 +123,6 @@ class PlanRecipe:
     decision: Decision
 
 
-def _registry_name(backend: Backend) -> str:
-    """The name ``backend`` is registered under: its own ``name``, unless registered under another."""
-    from . import _registry  # imports this module
-
-    names = _registry.backend_names()
-    if backend.name in names and _registry.get_backend(backend.name) is backend:
-        return backend.name
-    for name in names:
-        if _registry.get_backend(name) is backend:
-            return name
-    return backend.name  # no longer registered: loading names it, and says it is unknown
-
-
-def _rebuild(recipe: PlanRecipe) -> Plan:
-    """A pickled plan, loaded: its recipe planned again (see :meth:`Plan.__reduce__`)."""
-    from . import _api  # imports this module
-
-    return _api._from_recipe(recipe)
-
-
 class Plan:
     """A validated, chosen convolution, ready to run on operands of its shapes.
 
@@ -305,6 +181,8 @@ class Plan:
         "_requested_activation",
         "_fused_activation",
         "_input_grad",
+        "_registry_name",
+        "_rebuild",
     )
 
     def __init__(
@@ -328,8 +206,14 @@ class Plan:
         fused_activation: bool = False,
         params: dict | None = None,
         input_grad: bool = True,
+        registry_name: str | None = None,
+        rebuild: Callable[[PlanRecipe], Plan] | None = None,
     ) -> None:
         self.params = dict(params or {})
+        # The name the backend is registered under (a recipe names it) and the function that plans a recipe
+        # again: handed in by the planner, which sits above this module.
+        self._registry_name = backend.name if registry_name is None else registry_name
+        self._rebuild = rebuild
         self.op, self.direction, self.spec = op, direction, spec
         self.backend, self.algorithm, self.decision = backend, algorithm, decision
         self.layout = layout
@@ -615,7 +499,7 @@ class Plan:
             padding=spec.padding,
             dilation=spec.dilation,
             groups=spec.groups,
-            backend=_registry_name(self.backend),
+            backend=self._registry_name,
             algorithm=self.algorithm,
             params=tuple(sorted(self.params.items())),
             activation=self._requested_activation,
@@ -626,7 +510,9 @@ class Plan:
 
     def __reduce__(self):
         """Pickle (and deep-copy) as :meth:`recipe`: launch closures and kernel handles are not data."""
-        return (_rebuild, (self.recipe(),))
+        if self._rebuild is None:
+            raise TypeError("this plan was built without a rebuild function, so it cannot be pickled or copied")
+        return (self._rebuild, (self.recipe(),))
 
     def __repr__(self) -> str:
         s = self.spec

@@ -24,7 +24,7 @@ from typing import Iterator
 
 import numpy as np
 
-from . import _plans
+from . import _plan_cache
 from ._environ import environment_reader
 from ._errors import BackendUnavailableError, UnsupportedCaseError
 from ._spec import ConvSpec
@@ -39,6 +39,8 @@ __all__ = [
     "get_backend",
     "list_backends",
     "register_backend",
+    "registry_name",
+    "request_candidates",
     "select",
     "set_backend",
     "unregister_backend",
@@ -109,7 +111,7 @@ def register_backend(backend: Backend | str, *, name: str | None = None, replace
         if name in _table and not replace:
             raise ValueError(f"a backend named {name!r} is already registered; pass replace=True")
         _table[name] = backend
-    _plans.invalidate()
+    _plan_cache.invalidate()
 
 
 def unregister_backend(name: str) -> None:
@@ -121,7 +123,7 @@ def unregister_backend(name: str) -> None:
         del _table[name]
         if _global_choice == name:
             _global_choice = None
-    _plans.invalidate()
+    _plan_cache.invalidate()
 
 
 def backend_names() -> list[str]:
@@ -231,7 +233,7 @@ def set_backend(name: str | None) -> None:
     if name is not None:
         _check_name(name, "`set_backend` name")
     _global_choice = None if name in (None, "auto") else name
-    _plans.invalidate()
+    _plan_cache.invalidate()
 
 
 def requested_backend(explicit: str | None) -> tuple[str, str]:
@@ -384,3 +386,37 @@ def candidates(
         if refusals and not any(b is backend for b, _ in able):
             considered.append((backend.name, f"cannot run this case ({'; '.join(refusals)})"))
     return able, considered
+
+
+def request_candidates(
+    spec: ConvSpec, direction: str, name: str, algorithm: str, device: str
+) -> tuple[list[tuple[Backend, str]], list[tuple[str, str]]]:
+    """Candidates of a request: one named backend's algorithms, or every backend on the data's device.
+
+    A named backend that is unavailable raises :class:`BackendUnavailableError`;
+    for ``"auto"`` with nothing on the data's device, any device will do.
+    """
+    if name != "auto":
+        backend = get_backend(name)
+        verdict = backend.available()
+        if verdict is not True:
+            raise BackendUnavailableError(f"backend {name!r} is unavailable: {verdict}")
+        names = selectable(backend) if algorithm == "auto" else (algorithm,)
+        verdicts = {a: backend.can_run(spec, a, direction) for a in names}
+        pairs = [(backend, a) for a, verdict in verdicts.items() if verdict is True]
+        return pairs, [(f"{name}/{a}", str(verdict)) for a, verdict in verdicts.items() if verdict is not True]
+    pairs, considered = candidates(spec, algorithm, direction, device)
+    if not pairs:
+        pairs, considered = candidates(spec, algorithm, direction, None)
+    return pairs, considered
+
+
+def registry_name(backend: Backend) -> str:
+    """The name ``backend`` is registered under: its own ``name``, unless registered under another."""
+    names = backend_names()
+    if backend.name in names and get_backend(backend.name) is backend:
+        return backend.name
+    for name in names:
+        if get_backend(name) is backend:
+            return name
+    return backend.name  # no longer registered: a recipe naming it says it is unknown when loaded

@@ -25,6 +25,7 @@ import warnings
 from importlib import resources
 from typing import Any, Sequence
 
+from . import _plan_cache
 from ._spec import ConvSpec
 
 __all__ = ["NEIGHBOURS", "Ranking", "features", "load_table", "rank", "table_path"]
@@ -106,11 +107,9 @@ def _checked(device: str, table: dict) -> dict | None:
 
 def set_table(device: str, table: dict | None) -> None:
     """Replace the table of ``device`` in this process (tests; a freshly fitted map)."""
-    from . import _plans
-
     with _lock:
         _tables[device] = table
-    _plans.invalidate()
+    _plan_cache.invalidate()
 
 
 class Ranking(tuple):

@@ -1,4 +1,4 @@
-"""Choosing a backend and algorithm: measured (autotune), by the fitted rule, or by priority.
+"""Measured choice: autotune, :func:`tune` and the persistent tuning cache.
 
 With autotune on (:func:`set_autotune`, :func:`use_autotune`,
 ``CONVSUITE_AUTOTUNE=1``) the first call of a new problem times every backend
@@ -27,8 +27,8 @@ parameters are stored with it. The budget is ``budget_s`` of :func:`tune`,
 or ``CONVSUITE_TUNE_BUDGET`` seconds per problem under autotune (default
 :data:`AUTOTUNE_BUDGET_S`; 0 searches no parameters).
 
-Without autotune, ``backend="auto"`` uses the fitted rule (:mod:`._rule`);
-where there is no fitted data it takes backends by priority.
+The policy that decides when to measure, and what to do without a
+measurement, is :mod:`._select`.
 """
 
 from __future__ import annotations
@@ -42,15 +42,15 @@ import threading
 import warnings
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
 
-from . import _plans, _registry, _rule
-from ._errors import BackendUnavailableError, UnsupportedCaseError
+from . import _plan_cache, _registry
+from ._errors import UnsupportedCaseError
 from ._param_search import search_parameters
 from ._plans import Decision
 from ._spec import ConvSpec
@@ -66,7 +66,6 @@ __all__ = [
     "autotune_budget",
     "autotune_enabled",
     "cache_file",
-    "choose",
     "clear_tuning_cache",
     "set_autotune",
     "use_autotune",
@@ -128,7 +127,7 @@ def set_autotune(enabled: bool | None) -> None:
     _global = None if enabled is None else bool(enabled)
     if enabled is None:
         _from_env = None  # read the environment again
-    _plans.invalidate()
+    _plan_cache.invalidate()
 
 
 @contextmanager
@@ -229,7 +228,7 @@ def _versions() -> str:
     """Versions of the libraries whose code is timed, as one string."""
     from importlib import metadata
 
-    from . import __version__
+    from ._version import __version__
 
     parts = [f"convsuite={__version__}", f"python={platform.python_version()}", f"numpy={np.__version__}"]
     for dist in ("numba", "Cython", "cupy-cuda13x", "cupy-cuda12x"):
@@ -429,7 +428,7 @@ def clear_tuning_cache() -> None:
     """Forget every measured choice, in this process and on disk."""
     with _memory_lock:
         _memory.clear()
-    _plans.invalidate()
+    _plan_cache.invalidate()
     directory = cache_dir()
     if not directory.is_dir():  # nothing was ever written there (or CONVSUITE_CACHE_DIR names a file)
         return
@@ -640,11 +639,11 @@ def single_core_on_a_tie(ranked: list[str], timings: dict, single_core: dict[str
 # --- choosing -----------------------------------------------------------------
 
 
-def _request(name: str, algorithm: str) -> str:
+def request_label(name: str, algorithm: str) -> str:
     return f"{name}/{algorithm}"
 
 
-def _data_device(home: Backend | None) -> str:
+def data_device(home: Backend | None) -> str:
     return "cpu" if home is None else home.device
 
 
@@ -739,7 +738,7 @@ def _decision_of(entry: dict, device: str, how: str) -> Decision:
     return Decision("", "measurement", reason, (), table, params, param_table)
 
 
-def _measured(
+def measured_choice(
     spec: ConvSpec, direction: str, pairs: list[tuple[Backend, str]], request: str, device: str, *, measure: bool
 ) -> tuple[tuple[Backend, str], Decision] | None:
     """A measured choice from the cache or, if ``measure``, from timing now."""
@@ -769,12 +768,12 @@ def tune_now(
     budget_s: float = TUNE_BUDGET_S,
 ) -> TuneResult:
     """Measure every candidate of the request now (and search parameters), store the winner, return the table."""
-    device = _data_device(home)
-    pairs, considered = _pairs(spec, direction, name, algorithm, device)
+    device = data_device(home)
+    pairs, considered = _registry.request_candidates(spec, direction, name, algorithm, device)
     if not pairs:
         reasons = "; ".join(f"{who}: {why}" for who, why in considered) or "no backend offers one"
         raise UnsupportedCaseError(f"no candidate can run this case ({reasons})")
-    request = _request(name, algorithm)
+    request = request_label(name, algorithm)
     entry = _tune_entry(spec, direction, pairs, budget_s)
     if entry is None:
         rows = measure_candidates(spec, direction, contenders(pairs))
@@ -782,7 +781,7 @@ def tune_now(
     device_backend = next((b for b, _ in pairs if b.device == device), None)
     key = f"{fingerprint(device, device_backend)}|{problem_key(spec, direction, request)}"
     _store(key, entry)
-    _plans.invalidate()
+    _plan_cache.invalidate()
     return TuneResult(
         entry["backend"],
         entry["algorithm"],
@@ -795,100 +794,7 @@ def tune_now(
     )
 
 
-def _pairs(
-    spec: ConvSpec, direction: str, name: str, algorithm: str, device: str
-) -> tuple[list[tuple[Backend, str]], list[tuple[str, str]]]:
-    """Candidates of a request: one named backend's algorithms, or every backend on the data's device."""
-    if name != "auto":
-        backend = _registry.get_backend(name)
-        verdict = backend.available()
-        if verdict is not True:
-            raise BackendUnavailableError(f"backend {name!r} is unavailable: {verdict}")
-        names = _registry.selectable(backend) if algorithm == "auto" else (algorithm,)
-        verdicts = {a: backend.can_run(spec, a, direction) for a in names}
-        pairs = [(backend, a) for a, verdict in verdicts.items() if verdict is True]
-        return pairs, [(f"{name}/{a}", str(verdict)) for a, verdict in verdicts.items() if verdict is not True]
-    pairs, considered = _registry.candidates(spec, algorithm, direction, device)
-    if not pairs:  # nothing on the data's device: any device will do
-        pairs, considered = _registry.candidates(spec, algorithm, direction, None)
-    return pairs, considered
-
-
 def contenders(pairs: Sequence[tuple[Backend, str]]) -> list[tuple[Backend, str]]:
     """The candidates worth timing: backends that declare ``contender = False`` are left out."""
     timed = [(b, a) for b, a in pairs if getattr(b, "contender", True)]
     return timed or list(pairs)
-
-
-def choose(
-    spec: ConvSpec,
-    direction: str,
-    name: str,
-    source: str,
-    algorithm: str,
-    home: Backend | None,
-    *,
-    measure: bool | None = None,
-) -> tuple[Backend, str, Decision]:
-    """The backend and algorithm for one problem, and how they were decided.
-
-    ``measure=None`` measures when autotune is on; ``False`` only consults
-    the tuning cache (``explain`` runs nothing).
-    """
-    tuning = autotune_enabled()
-    if measure is None:
-        measure = tuning
-    device = _data_device(home)
-    request = _request(name, algorithm)
-
-    if name != "auto":
-        chosen = _registry.select(spec, name, algorithm, direction, source)
-        backend = chosen.backend
-        if tuning and (algorithm == "auto" or backend.tunables(chosen.algorithm)):
-            pairs = _pairs(spec, direction, name, algorithm, device)[0]
-            if _worth_measuring(pairs):
-                found = _measured(spec, direction, pairs, request, device, measure=measure)
-                if found is not None:
-                    (backend, algo), decision = found
-                    return backend, algo, _with_source(decision, source, chosen.considered)
-        decided_by = "rule" if algorithm == "auto" and len(backend.algorithms) > 1 else "request"
-        return backend, chosen.algorithm, Decision(source, decided_by, chosen.reason, chosen.considered)
-
-    if algorithm != "auto":
-        _registry.check_algorithm_exists(algorithm)
-    pairs, considered = _pairs(spec, direction, name, algorithm, device)
-    if not pairs:
-        details = "; ".join(f"{n}: {why}" for n, why in considered)
-        raise UnsupportedCaseError(f"no backend can run this {direction} case ({details})")
-    if tuning and _worth_measuring(contenders(pairs)):
-        found = _measured(spec, direction, pairs, request, device, measure=measure)
-        if found is not None:
-            (backend, algo), decision = found
-            return backend, algo, _with_source(decision, source, tuple(considered))
-    labels = {f"{b.name}/{a}": (b, a) for b, a in pairs}
-    ranking = _rule.rank(spec, direction, list(labels), pairs[0][0].device)
-    if ranking and ranking[0][1] is not None:
-        label, score = ranking[0]
-        backend, algo = labels[label]
-        others = ", ".join(f"{lbl} x{s:.2f}" for lbl, s in ranking[1:4] if s is not None)
-        reason = (
-            f"fitted rule: predicted x{score:.2f} of the best on its {len(ranking.neighbours)} nearest "
-            f"measured problems ({', '.join(ranking.neighbours)})" + (f"; next: {others}" if others else "")
-        )
-        return backend, algo, Decision(source, "rule", reason, tuple(considered))
-    first = pairs[0][0]
-    algo, why = first.choose_algorithm(spec, direction)
-    if (first, algo) not in pairs:
-        algo = next(a for b, a in pairs if b is first)
-    reason = f"highest-priority backend that is available and can run the case (no fitted rule data); algorithm: {why}"
-    return first, algo, Decision(source, "priority", reason, tuple(considered))
-
-
-def _worth_measuring(pairs: Sequence[tuple[Backend, str]]) -> bool:
-    """Whether timing can choose anything: several candidates, or one with tunable parameters."""
-    return len(pairs) > 1 or any(b.tunables(a) for b, a in pairs)
-
-
-def _with_source(decision: Decision, source: str, considered) -> Decision:
-    """The decision with who asked, and the skipped backends, filled in."""
-    return replace(decision, source=source, considered=tuple(considered))

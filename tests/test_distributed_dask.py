@@ -319,12 +319,11 @@ def test_a_task_on_a_worker_uses_one_thread_unless_the_worker_chose(client):
 
 
 def test_chunks_run_under_the_task_thread_count(monkeypatch):
-    from convsuite import _api
     from convsuite.distributed import _blocks
 
     seen = []
 
-    def conv1d(*args, **kwargs):
+    def forward(*args, **kwargs):
         seen.append(cs.get_num_threads())
         return np.zeros((1, 1, 4))
 
@@ -332,7 +331,7 @@ def test_chunks_run_under_the_task_thread_count(monkeypatch):
         seen.append(cs.get_num_threads())
         return np.zeros((1, 1, 4))
 
-    monkeypatch.setattr(_api, "conv1d", conv1d)
+    monkeypatch.setattr(_blocks, "_forward", forward)
     monkeypatch.setattr(_blocks, "_forward_in_place", in_place)
     monkeypatch.setattr(_blocks, "_in_dask_worker", lambda: True)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
@@ -475,16 +474,16 @@ def test_blocks_in_place_keep_non_finite_values_where_the_single_call_has_them(k
 
 def test_in_place_parts_are_not_chosen_or_tuned_again(monkeypatch, in_place_blocks):
     """Under autotune only the block (on its slab's shape) may be measured; its parts reuse its pick."""
-    from convsuite import _tuning
+    from convsuite import _select
 
     calls = []
-    original = _tuning.choose
+    original = _select.choose
 
     def recording(spec, direction, *args, measure=None, **kwargs):
         calls.append((spec.in_size[0], measure))
         return original(spec, direction, *args, measure=measure, **kwargs)
 
-    monkeypatch.setattr(_tuning, "choose", recording)
+    monkeypatch.setattr(_select, "choose", recording)
     rng = np.random.default_rng(41)
     x, w = rng.standard_normal(1001).astype(np.float32), rng.standard_normal(31).astype(np.float32)
     cs.clear_plan_cache()
@@ -523,17 +522,17 @@ def test_in_place_block_whose_part_is_declined_falls_back_to_the_glued_slab(monk
 
 def test_in_place_parts_of_equal_chunks_are_planned_once(monkeypatch, in_place_blocks):
     """Equal chunks have equal parts: through the plan cache each part shape is built once, not per block."""
-    from convsuite import _api
+    from convsuite import _planner
 
     built = []
-    original = _api._build
+    original = _planner.build
 
     def counting(ndim, direction, a, *args, **kwargs):
         padding = args[3]  # after w, bias and stride
         built.append((a.shape, padding, tuple(sorted((kwargs.get("params") or {}).items()))))
         return original(ndim, direction, a, *args, **kwargs)
 
-    monkeypatch.setattr(_api, "_build", counting)
+    monkeypatch.setattr(_planner, "build", counting)
     rng = np.random.default_rng(43)
     x, w = rng.standard_normal(20_000).astype(np.float32), rng.standard_normal(31).astype(np.float32)
     cs.clear_plan_cache()

@@ -124,7 +124,7 @@ def test_each_gpu_gets_its_own_plan():
             y = cs.conv2d(cupy.asarray(x), cupy.asarray(w), cupy.asarray(b), padding=1, backend="cupy")
             assert y.device.id == device
             assert_within(y.get(), expected, tol, f"cs.conv2d on GPU {device}")
-    from convsuite._plans import plan_cache_info
+    from convsuite._plan_cache import plan_cache_info
 
     assert plan_cache_info()["size"] == 2
 

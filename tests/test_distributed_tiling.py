@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 import convsuite as cs
 from convsuite._spec import output_length
+from convsuite._tiling import even_bounds, output_bounds_for_input_chunks, pieces
 from convsuite.distributed import is_dask_array
-from convsuite.distributed._tiling import even_bounds, output_bounds_for_input_chunks, pieces
 
 
 @given(

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import convsuite as cs
-from convsuite import _plans
-from convsuite._plans import PlanCache
+from convsuite import _plan_cache
+from convsuite._plan_cache import PlanCache
 from convsuite.backends.base import Backend
 from convsuite.testing import reference_forward
 
@@ -21,7 +21,7 @@ B = RNG.standard_normal(6).astype(np.float32)
 
 
 def _info():
-    return _plans.plan_cache_info()
+    return _plan_cache.plan_cache_info()
 
 
 def test_second_call_is_a_hit_and_agrees():
@@ -80,7 +80,7 @@ def test_settings_changes_invalidate(change, tmp_path, monkeypatch):
     cs.conv2d(X, W, padding=1)
     size_before = _info()["size"]
     assert size_before >= 1
-    generation = _plans.generation()
+    generation = _plan_cache.generation()
     if change == "set_backend":
         cs.set_backend("numpy")
         cs.set_backend(None)
@@ -92,7 +92,7 @@ def test_settings_changes_invalidate(change, tmp_path, monkeypatch):
         cs.set_autotune(None)
     else:
         cs.clear_tuning_cache()
-    assert _plans.generation() > generation
+    assert _plan_cache.generation() > generation
     assert _info()["size"] == 0
 
 

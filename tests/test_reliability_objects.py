@@ -149,9 +149,9 @@ def test_plan_pickle_keeps_pinned_parameters(backend):
 
 
 def test_plan_pickle_keeps_the_activation_epilogue():
-    from convsuite import _api
+    from convsuite import _planner
 
-    original = _api._planned(2, "forward", X, W, B, 1, 1, 1, 1, "numpy", "auto", activation="relu6")
+    original = _planner.planned(2, "forward", X, W, B, 1, 1, 1, 1, "numpy", "auto", activation="relu6")
     loaded = pickle.loads(pickle.dumps(original))
     want = original(X, W, B)
     assert want.min() == 0 and want.max() == 6  # the epilogue ran

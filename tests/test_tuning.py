@@ -305,7 +305,7 @@ def test_corrupt_cache_is_ignored_with_a_warning_and_rewritten(cache_dir, monkey
 def test_a_version_change_makes_entries_stale(cache_dir, monkeypatch):
     cs.tune(X, W, padding=1)
     _tuning._memory.clear()
-    monkeypatch.setattr(convsuite, "__version__", "999.0")
+    monkeypatch.setattr(convsuite._version, "__version__", "999.0")
     monkeypatch.setattr(_tuning, "_fingerprints", {})
     with cs.use_autotune(True):
         assert cs.explain(X, W, padding=1).decided_by != "measurement"

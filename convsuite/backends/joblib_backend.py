@@ -11,7 +11,7 @@ The Cython kernels release the GIL, so plain threads run them in parallel.
 One call is cut into independent pieces of work: batch slices when the batch
 is large enough to keep every worker busy, else output rows (2-D) or output
 segments (1-D) of the images, each with the input rows it reads (its halo)
-and its own padding (:mod:`convsuite.distributed._tiling`). No joblib
+and its own padding (:mod:`convsuite._tiling`). No joblib
 backend is named here, so ``joblib.parallel_config(backend=...)`` picks
 threads, processes (loky) or a Dask cluster; with no configuration active
 the default is threads, with :func:`convsuite.get_num_threads` workers.
@@ -41,13 +41,13 @@ import numpy as np
 from .._spec import ConvSpec
 from .._thread_pools import shared_pool
 from .._threads import get_num_threads
-from ..distributed._tiling import even_bounds, pieces
+from .._tiling import even_bounds, pieces
 from .base import Algorithm, Backend, Launch, Tunable, Verdict
+from .cython_backend import CythonBackend
 
 __all__ = ["JoblibBackend", "PieceTask", "backward_piece", "forward_piece"]
 
 #: The Cython backend whose algorithms run on the pieces.
-_CYTHON = "cython"
 #: Pieces per worker: a few, so that a slow worker (a shared machine) is balanced by the others.
 PIECES_PER_WORKER = 2
 #: Cython algorithms that call BLAS: one limit to one BLAS thread is held over all their pieces.
@@ -62,10 +62,10 @@ _PIECES = Tunable(
 )
 
 
-def _cython():
-    from .._registry import get_backend
-
-    return get_backend(_CYTHON)
+@functools.cache
+def _cython() -> CythonBackend:
+    """The Cython backend whose kernels the pieces run: this rung's own instance, so it needs no registry."""
+    return CythonBackend()
 
 
 @dataclass(frozen=True)

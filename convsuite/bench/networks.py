@@ -371,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         parser.error("the anchor is torch CPU: pip install torch")
     torch.set_num_threads(args.threads)
-    from ..cli import cpu_description
+    from .machine import cpu_description
 
     backends = _cpu_backends(args.backends)
     report = {

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
-from .. import _registry, _tuning
+from .. import _registry, _select, _tuning
 from .crossover import DEFAULT_SKIP, Problem, _load, _machine, measure_problem, spec_of
 
 __all__ = ["RULE_TARGET", "TUNED_TARGET", "held_out", "main", "regrets"]
@@ -79,7 +79,7 @@ def _rule_pick(problem: Problem, device: str) -> tuple[str, str, str]:
     # device backend that would own the user's arrays (as cs.conv2d on CuPy arrays).
     home = None if device == "cpu" else _device_backend(device)
     with _tuning.use_autotune(False):
-        backend, algorithm, decision = _tuning.choose(spec, problem.direction, "auto", "regret", "auto", home)
+        backend, algorithm, decision = _select.choose(spec, problem.direction, "auto", "regret", "auto", home)
     return f"{backend.name}/{algorithm}", decision.decided_by, decision.reason
 
 

@@ -26,8 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import _buffers, _threads
+from .. import _buffers, _planner, _threads
 from .._arrays import is_cupy_array
+from .._errors import UnsupportedCaseError
+from .._tiling import pieces
 
 __all__ = [
     "BlockGeometry",
@@ -95,12 +97,18 @@ def _on(xp, array):
     return xp.asarray(array)
 
 
-def _api(ndim: int, direction: str):
-    """The public single-array function for this rank and direction."""
-    from .. import _api
+def _forward(geometry: BlockGeometry, x, w, bias):
+    """One in-memory forward call of the block's geometry, through the planner (cached plans)."""
+    k = geometry.keywords
+    geometry_args = (k["stride"], geometry.padding, k["dilation"], k["groups"], k["backend"], k["algorithm"])
+    return _planner.run_forward(geometry.ndim, x, w, bias, *geometry_args)
 
-    name = f"conv{ndim}d" if direction == "forward" else f"conv{ndim}d_backward"
-    return getattr(_api, name)
+
+def _backward(geometry: BlockGeometry, grad_y, x, w):
+    """One in-memory backward call of the block's geometry, through the planner (cached plans)."""
+    k = geometry.keywords
+    geometry_args = (k["stride"], geometry.padding, k["dilation"], k["groups"], k["backend"], k["algorithm"])
+    return _planner.run_backward(geometry.ndim, grad_y, x, w, *geometry_args)
 
 
 def _in_dask_worker() -> bool:
@@ -180,14 +188,10 @@ def _forward_in_place(parts, geometry: BlockGeometry, operands: Operands):
     outputs at each end, whose windows cross into a neighbour's halo or the
     padding, are computed from a small glued slab. Each part is a plain
     convolution with the block's stride and dilation and the padding that
-    part still needs (:func:`~convsuite.distributed._tiling.pieces` on the
+    part still needs (:func:`~convsuite._tiling.pieces` on the
     slab's own coordinates), so every output is computed from the same taps
     as in one call.
     """
-    from .._api import _planned
-    from .._errors import UnsupportedCaseError
-    from ._tiling import pieces
-
     ndim, keywords = geometry.ndim, geometry.keywords
     split = 0  # spatial index of the split axis: the signal's, or the rows
     stride, dilation = keywords["stride"][split], keywords["dilation"][split]
@@ -213,7 +217,7 @@ def _forward_in_place(parts, geometry: BlockGeometry, operands: Operands):
     # shape: the parts are too small or too large for "auto" to pick the same, and another
     # algorithm may sum the taps in another order (a result off in the last bit).
     slab = xp.broadcast_to(xp.zeros((), dtype=w.dtype), (1, parts[0].shape[1], *_slab_shape(parts, split)))
-    whole = _planned(
+    whole = _planner.planned(
         ndim,
         "forward",
         slab,
@@ -239,7 +243,7 @@ def _forward_in_place(parts, geometry: BlockGeometry, operands: Operands):
         # Through the plan cache: equal chunks have equal parts, so only a worker's first
         # block builds them (two builds were ~0.5 ms of every block).
         try:
-            plan = _planned(
+            plan = _planner.planned(
                 ndim,
                 "forward",
                 x,
@@ -285,9 +289,8 @@ def forward_block(inputs, geometry: BlockGeometry, operands: Operands, batch: in
             return out
     x = _assemble(inputs, geometry.ndim)
     xp = _xp(x)
-    conv = _api(geometry.ndim, "forward")
     with _task_threads():
-        return conv(x, _on(xp, w), _on(xp, operands.bias), padding=geometry.padding, **geometry.keywords)
+        return _forward(geometry, x, _on(xp, w), _on(xp, operands.bias))
 
 
 def _lifted(inputs, missing: int):
@@ -318,9 +321,8 @@ def backward_block(grad_y, inputs, geometry: BlockGeometry, operands: Operands, 
         grad_b = grad_y.sum(axis=(0, *spatial))
         return xp.zeros(x_shape, dtype=w.dtype), xp.zeros_like(w), grad_b
     x = _assemble(inputs, geometry.ndim)
-    backward = _api(geometry.ndim, "backward")
     with _task_threads():
-        return backward(grad_y, x, w, padding=geometry.padding, **geometry.keywords)
+        return _backward(geometry, grad_y, x, w)
 
 
 def take(result, index: int, add_axis: bool = False):

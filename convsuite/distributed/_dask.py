@@ -2,7 +2,7 @@
 
 The graph has one task per output block. Output chunk boundaries follow the
 input chunks, aligned with the stride in padded coordinates
-(:func:`~convsuite.distributed._tiling.output_bounds_for_input_chunks`), so a
+(:func:`~convsuite._tiling.output_bounds_for_input_chunks`), so a
 block reads its own input chunk plus exactly the halo its windows reach, cut
 from however many neighbouring chunks that takes (kernels wider than a chunk
 included). The channel axis is one chunk (the reduction needs every channel
@@ -29,9 +29,9 @@ from dask.highlevelgraph import HighLevelGraph
 
 from .._arrays import is_cupy_array
 from .._registry import requested_backend
+from .._tiling import output_bounds_for_input_chunks, overlapping_chunks, pieces
 from .._validation import prepare_forward
 from . import _blocks
-from ._tiling import output_bounds_for_input_chunks, overlapping_chunks, pieces
 
 __all__ = ["conv", "conv_backward"]
 
@@ -181,7 +181,7 @@ def _block_inputs(name, spatial_chunks, lead, combo, layer, prefix):
 
 
 def _keywords(spec, backend, algorithm):
-    """Keywords for the public API inside a task; settings are resolved here, on the client.
+    """Keywords of the planner inside a task; settings are resolved here, on the client.
 
     The backend's availability is the workers' business (a GPU worker may
     run what the client cannot): a task that cannot run raises that error

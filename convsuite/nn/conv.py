@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .. import _api
+from .. import _api, _planner
 from .._registry import _check_name, check_algorithm_exists
 from .._validation import as_int_tuple, float_dtype, parse_padding, positive_int, weight_generator, weight_shape
 from ._xp import array_module
@@ -59,7 +59,7 @@ class _Conv(Module):
         # Named settings checked now, as the layers of convsuite.Conv2D do (not at the first call).
         if backend is not None:
             _check_name(backend, "`backend`")
-        _api._check_algorithm_type(algorithm)
+        _planner.check_algorithm_type(algorithm)
         if algorithm != "auto":  # the check imports every backend to list their algorithms
             check_algorithm_exists(algorithm)
         self.backend = backend
