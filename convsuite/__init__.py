@@ -18,7 +18,6 @@ _shorten_openblas_spin()
 from . import nets, nn  # networks on top of the functions above (imports numpy only)
 from ._api import Explanation, conv1d, conv1d_backward, conv2d, conv2d_backward, explain, plan, tune
 from ._errors import BackendUnavailableError, UnsupportedCaseError
-from ._layers import Conv1D, Conv2D
 from ._plan_cache import clear_plan_cache
 from ._plans import Plan
 from ._registry import (
@@ -34,6 +33,7 @@ from ._spec import ConvSpec
 from ._threads import get_num_threads, set_num_threads
 from ._tuning import TuneResult, clear_tuning_cache, set_autotune, use_autotune
 from ._version import __version__
+from .nn import Conv1D, Conv2D  # the one layer family: convsuite.Conv2D is convsuite.nn.Conv2D
 
 __all__ = [
     "__version__",

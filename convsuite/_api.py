@@ -50,7 +50,7 @@ Padding = Union[int, str, "tuple[int | tuple[int, int], ...]"]
 
 def _read_beside_dask(names: tuple[str, ...], operands: tuple) -> tuple:
     """Operands next to a Dask array: Dask ones as they are, array-likes read as the in-memory path reads them."""
-    # The same reader as as_plan_operands: a list of grad_y or w means what it means beside a NumPy x.
+    # The same reader as the in-memory path: a list of grad_y or w means what it means beside a NumPy x.
     is_dask = distributed.is_dask_array
     return tuple(a if a is None or is_dask(a) else as_real_array(a, name) for name, a in zip(names, operands))
 

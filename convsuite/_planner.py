@@ -21,7 +21,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from . import _capture, _epilogue, _plan_cache, _select, _threads, _tuning
+from ._arrays import is_cupy_array
 from ._errors import UnsupportedCaseError
+from ._interop import result_converter
 from ._plans import Decision, Plan, PlanRecipe
 from ._registry import home_backend, registry_name, requested_backend
 from ._validation import (
@@ -33,11 +35,11 @@ from ._validation import (
     prepare_backward,
     prepare_forward,
     reserve_memory,
+    result_dtype,
 )
 
 __all__ = [
     "OPS",
-    "as_plan_operands",
     "backward",
     "build",
     "check_algorithm_type",
@@ -48,6 +50,7 @@ __all__ = [
     "ndim_of",
     "plan_key",
     "planned",
+    "read_operand",
     "resolved_params",
     "run_backward",
     "run_forward",
@@ -164,13 +167,21 @@ def build(
     check_algorithm_type(algorithm)
     op = OPS[ndim]
     grad_y = None
+    # Shapes of the arrays the plan computes with, never an object's own ``.shape`` (which need not match its data).
+    a, b = (
+        read_operand(a, "x" if direction == "forward" else "grad_y"),
+        read_operand(b, "w" if direction == "forward" else "x"),
+    )
+    c = read_operand(c, "bias" if direction == "forward" else "w")
     if direction == "forward":
         call = prepare_forward(op, ndim, a, b, c, stride, padding, dilation, groups, convert=False)
-        user_shapes = (tuple(np.shape(a)), tuple(np.shape(b)), None if c is None else tuple(np.shape(c)))
+        user_shapes = (tuple(a.shape), tuple(b.shape), None if c is None else tuple(c.shape))
     else:
         call, grad_y = prepare_backward(op, ndim, a, b, c, stride, padding, dilation, groups, convert=False)
-        user_shapes = (tuple(np.shape(b)), tuple(np.shape(c)), None)
+        user_shapes = (tuple(b.shape), tuple(c.shape), None)
     spec = call.spec
+    # float16 operands compute in float32 (spec.dtype) and their results are converted back once.
+    result = result_dtype(call.x, call.w, call.bias, grad_y)
     home = home_backend(call.x)
     if params is not None:  # explicit parameters: the request names one algorithm; nothing to choose
         backend, algo, decision = _select.choose(spec, direction, name, source, algorithm, home, measure=False)
@@ -245,6 +256,7 @@ def build(
         params=resolved_params(backend, spec, algo, direction, chosen),
         registry_name=registry_name(backend),
         rebuild=from_recipe,
+        result_dtype=None if result == spec.dtype else result,
     )
 
 
@@ -326,45 +338,65 @@ def planned(
         if activation is not None:
             check_activation(activation)
         found = build(ndim, direction, a, b, c, *geometry, activation=activation, input_grad=input_grad, params=params)
-        # Only operands of exactly the array type the plan runs on may take the
-        # fast path later: subclasses (masked arrays) and other array-likes
-        # (__array__, DLPack) are validated and converted on every call.
+        # Only operands of exactly the array type the plan runs on are keyed (the callers read the others into
+        # arrays first; a subclass reaching here through plan objects is validated on every call).
         kind = found.in_type
         if key is not None and type(a) is kind and type(b) is kind and (c is None or type(c) is kind):
             _CACHE.put(key, found)
     return found
 
 
-def as_plan_operands(plan_: Plan, names: tuple[str, ...], operands: tuple) -> tuple:
-    """Operands of another type than the plan's (lists, __array__, DLPack) read as arrays."""
-    kind = plan_.in_type
-    return tuple(a if a is None or type(a) is kind else as_real_array(a, name) for name, a in zip(names, operands))
+def read_operand(value, name: str):
+    """An operand as an array, read exactly once: NumPy and CuPy arrays as they are, anything else converted.
+
+    Lists, objects with ``__array__`` or ``__dlpack__`` and torch tensors are
+    read here, before validation and planning, and everything after uses the
+    array read: an object whose data (or ``.shape``) changes between reads
+    cannot give a key of one shape and data of another.
+    """
+    if value is None or type(value) is np.ndarray or is_cupy_array(value):
+        return value
+    return as_real_array(value, name)
 
 
 def run_forward(ndim, x, w, bias, stride, padding, dilation, groups, backend, algorithm, activation=None):
+    """One in-memory forward call: operands read once, the cached plan run, the result in the caller's kind."""
+    back = None
+    if type(x) is not np.ndarray:  # the hot path (NumPy operands) pays three type checks
+        back = result_converter(x)
+        x = read_operand(x, "x")
+    if type(w) is not np.ndarray:
+        w = read_operand(w, "w")
+    if bias is not None and type(bias) is not np.ndarray:
+        bias = read_operand(bias, "bias")
     plan_ = planned(ndim, "forward", x, w, bias, stride, padding, dilation, groups, backend, algorithm, activation)
-    kind = plan_.in_type
-    if type(x) is not kind or type(w) is not kind or (bias is not None and type(bias) is not kind):
-        x, w, bias = as_plan_operands(plan_, ("x", "w", "bias"), (x, w, bias))
-    return plan_._run_forward(x, w, bias)
+    y = plan_._run_forward(x, w, bias)
+    return y if back is None else back(y)
 
 
 def run_backward(
     ndim, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm, relu_output=None, input_grad=True
 ):
+    """One in-memory backward call: operands read once, the cached plan run, gradients in the caller's kind."""
     # The gradient through a ReLU is its own plan: the backend may read grad_y
     # through relu_output inside its kernels (fuses_relu_mask), else the plan masks it first.
     through = None if relu_output is None else "relu"
     if input_grad is not True and input_grad is not False:
         input_grad = check_input_grad(input_grad)
+    back = None
+    if type(x) is not np.ndarray:
+        back = result_converter(x)
+        x = read_operand(x, "x")
+    if type(grad_y) is not np.ndarray:
+        grad_y = read_operand(grad_y, "grad_y")
+    if type(w) is not np.ndarray:
+        w = read_operand(w, "w")
     geometry = (stride, padding, dilation, groups, backend, algorithm)
     plan_ = planned(ndim, "backward", grad_y, x, w, *geometry, through, input_grad)
-    kind = plan_.in_type
-    if type(grad_y) is not kind or type(x) is not kind or type(w) is not kind:
-        grad_y, x, w = as_plan_operands(plan_, ("grad_y", "x", "w"), (grad_y, x, w))
     if relu_output is not None:
         relu_output = check_relu_output(relu_output, plan_)
-    return plan_._run_backward(grad_y, x, w, relu_output)
+    grads = plan_._run_backward(grad_y, x, w, relu_output)
+    return grads if back is None else tuple(None if g is None else back(g) for g in grads)
 
 
 def ndim_of(w: Any, *, is_shape: bool = False) -> int:

@@ -183,6 +183,7 @@ class Plan:
         "_input_grad",
         "_registry_name",
         "_rebuild",
+        "_result_dtype",
     )
 
     def __init__(
@@ -208,12 +209,15 @@ class Plan:
         input_grad: bool = True,
         registry_name: str | None = None,
         rebuild: Callable[[PlanRecipe], Plan] | None = None,
+        result_dtype: Any = None,
     ) -> None:
         self.params = dict(params or {})
         # The name the backend is registered under (a recipe names it) and the function that plans a recipe
         # again: handed in by the planner, which sits above this module.
         self._registry_name = backend.name if registry_name is None else registry_name
         self._rebuild = rebuild
+        # float16 operands: computed in float32 (self.dtype), the results converted to this dtype once.
+        self._result_dtype = None if result_dtype is None else np.dtype(result_dtype)
         self.op, self.direction, self.spec = op, direction, spec
         self.backend, self.algorithm, self.decision = backend, algorithm, decision
         self.layout = layout
@@ -301,11 +305,18 @@ class Plan:
 
     @property
     def accepts_out(self) -> bool:
-        """Whether a forward call can write into a caller's ``out=``: the result stays on the backend's device."""
-        return self.direction == "forward" and self._to_caller is None
+        """Whether a forward call can write into a caller's ``out=``: the result stays on the backend's device
+        in the dtype it is computed in.
+        """
+        return self.direction == "forward" and self._to_caller is None and self._result_dtype is None
 
     def _check_out(self, out):
         """``out`` as the canonical output buffer; ValueError/TypeError naming what it must be."""
+        if self._result_dtype is not None and self.direction == "forward":
+            raise ValueError(
+                f"`out` is not taken by a plan of {self._result_dtype} operands (computed in {self.dtype}, "
+                "converted once at the end); pass none"
+            )
         if not self.accepts_out:
             raise ValueError(
                 f"`out` needs the operands on the {self.backend.name} backend's device (this plan moves "
@@ -379,6 +390,8 @@ class Plan:
             return given
         if self.layout != "batched":
             out = out.reshape(self._user_y_shape)
+        if self._result_dtype is not None:
+            out = out.astype(self._result_dtype)
         return out if self._to_caller is None else self._to_caller(out)
 
     def _run_backward(self, grad_y, x, w, relu_output=None):
@@ -413,6 +426,8 @@ class Plan:
             _nonfinite.fix_backward(spec, grad_y, grad_w, grad_b, self._xp_out, relu_output)
         grad_x = grad_x.reshape(self._x_shape) if self._input_grad else None
         grads = (grad_x, grad_w.reshape(self._grad_w_shape), grad_b)
+        if self._result_dtype is not None:
+            grads = tuple(None if g is None else g.astype(self._result_dtype) for g in grads)
         return grads if self._to_caller is None else tuple(None if g is None else self._to_caller(g) for g in grads)
 
     # --- the public, checked entry point ---------------------------------------
@@ -432,9 +447,12 @@ class Plan:
             )
         dtype = array.dtype
         # Byte order is not a dtype ('>f4' is float32, converted with the copy a layout change makes), as in conv2d.
-        if dtype.kind not in "iuf" or (self.dtype == np.float32 and not (dtype.kind == "f" and dtype.itemsize == 4)):
+        wanted = self.dtype if self._result_dtype is None else self._result_dtype
+        if dtype.kind not in "iuf" or (
+            wanted.itemsize < 8 and not (dtype.kind == "f" and dtype.itemsize == wanted.itemsize)
+        ):
             raise TypeError(
-                f"`{name}` must have dtype {self.dtype} for this plan; got {array.dtype} "
+                f"`{name}` must have dtype {wanted} for this plan; got {array.dtype} "
                 "(build another plan for other dtypes)"
             )
 

@@ -154,6 +154,8 @@ def _from_foreign(value: Any, name: str):
             f"should contribute: pass `{name}.filled(0)` (masked elements as zeros) or "
             f"`{name}.data` (the raw values)"
         )
+    if _is_torch_tensor(value):
+        return _from_torch(value, name)
     if getattr(value, "requires_grad", False) is True:
         # A torch tensor in an autograd graph: torch refuses .numpy() on it, and
         # convsuite's result would not be part of that graph anyway.
@@ -173,6 +175,43 @@ def _from_foreign(value: Any, name: str):
             f"with __array__ or __dlpack__ on the CPU, or nested lists of numbers); got "
             f"{_show(value)} ({exc})"
         ) from None
+
+
+def _is_torch_tensor(value: Any) -> bool:
+    """True for a torch tensor, told without importing torch."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _from_torch(tensor: Any, name: str):
+    """A torch tensor read zero-copy through DLPack: a NumPy array (CPU) or a CuPy array (CUDA).
+
+    bfloat16, which NumPy has no dtype for, is read as float32 (the dtype it is
+    computed in anyway); the result goes back as bfloat16 (``_interop``).
+    """
+    if tensor.requires_grad:
+        raise TypeError(
+            f"`{name}` is a {type(tensor).__name__} that requires grad; convsuite's functions do not "
+            f"record autograd graphs: pass `{name}.detach()`, or use convsuite.torch's modules, whose "
+            "backward runs through torch.autograd"
+        )
+    torch = sys.modules["torch"]
+    if tensor.dtype == torch.bfloat16:
+        tensor = tensor.float()
+    if tensor.device.type == "cuda":
+        try:
+            import cupy
+        except ImportError:
+            raise TypeError(
+                f"`{name}` is a CUDA tensor; reading it needs CuPy (pip install cupy-cuda13x), or pass `{name}.cpu()`"
+            ) from None
+        return cupy.from_dlpack(tensor)
+    if tensor.device.type != "cpu":
+        raise TypeError(f"`{name}` is a tensor on device {tensor.device}; convsuite reads CPU and CUDA tensors")
+    try:
+        return np.from_dlpack(tensor)
+    except (TypeError, RuntimeError, BufferError) as exc:  # dtypes NumPy cannot hold (complex32, quantised)
+        raise TypeError(f"`{name}` must be a tensor of real numbers; got dtype {tensor.dtype} ({exc})") from None
 
 
 def as_real_array(value: Any, name: str):
@@ -216,16 +255,25 @@ def as_real_array(value: Any, name: str):
     return array
 
 
-def compute_dtype(*arrays) -> np.dtype:
-    """float32 only when every operand is float32; otherwise float64.
+def result_dtype(*arrays) -> np.dtype:
+    """The dtype of the results: NumPy's promotion of the operands' dtypes, integers read as float64.
 
-    Integer and other real inputs are read as float64 (NumPy's promotion), so a
-    float32 input meeting a float64 or integer one computes in float64.
+    float16 with float16 gives float16, float16 with float32 gives float32,
+    float32 with float64 (or an integer) gives float64 — as ``np.result_type``
+    does for floats, the one rule for mixed widths on every backend.
     """
     # kind and size, not dtype equality: a big-endian '>f4' array is float32 too.
-    if all(a.dtype.kind == "f" and a.dtype.itemsize == 4 for a in arrays if a is not None):
-        return np.dtype(np.float32)
-    return np.dtype(np.float64)
+    widest = max((a.dtype.itemsize if a.dtype.kind == "f" else 8) for a in arrays if a is not None)
+    return np.dtype({2: np.float16, 4: np.float32}.get(widest, np.float64))
+
+
+def compute_dtype(*arrays) -> np.dtype:
+    """The dtype the kernels compute in: float32 for float16/float32 results, else float64.
+
+    Half-precision results are computed in float32 and converted once at the
+    end (as torch computes float16 convolutions on the CPU).
+    """
+    return np.dtype(np.float64) if result_dtype(*arrays) == np.float64 else np.dtype(np.float32)
 
 
 def check_index_bounds(ndim, in_size, kernel, stride, dilation, pads) -> None:

@@ -196,7 +196,8 @@ def test_mixed_and_integer_dtypes(backend):
     assert cs.conv2d(x, w32, backend=backend).dtype == np.float64
     assert cs.conv2d(x.astype(np.float32), w32, backend=backend).dtype == np.float32
     assert cs.conv2d(x.astype(np.float32), w32.astype(np.float64), backend=backend).dtype == np.float64
-    assert cs.conv2d(x.astype(np.float16), w32, backend=backend).dtype == np.float64
+    assert cs.conv2d(x.astype(np.float16), w32, backend=backend).dtype == np.float32  # NumPy promotion
+    assert cs.conv2d(x.astype(np.float16), w32.astype(np.float16), backend=backend).dtype == np.float16
     y = cs.conv2d(x, w32, backend=backend)
     expected = np.array([[x[b, :, i : i + 3, j : j + 3].sum() for j in range(4)] for b in range(2) for i in range(4)])
     np.testing.assert_array_equal(y[:, 0].reshape(-1, 4), expected.reshape(-1, 4))

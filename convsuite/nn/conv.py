@@ -1,4 +1,15 @@
-"""Convolution layers: every call goes through ``convsuite.conv1d/conv2d`` and their backward."""
+"""Convolution layers: every call goes through ``convsuite.conv1d/conv2d`` and their backward.
+
+These are the package's one layer family: ``convsuite.Conv2D`` *is*
+``convsuite.nn.Conv2D``. A layer is a :class:`~convsuite.nn.Module` (its
+weights are :class:`~convsuite.nn.Parameter` objects, which read as arrays),
+and it also keeps the plain-array conveniences of a stand-alone layer: built
+with a device backend (``backend="cupy"``) it keeps its weights on that
+device and takes NumPy inputs too (NumPy in, NumPy out); ``backward(grad_y,
+x)`` returns the three gradients for that input without touching the
+accumulated ones; a Dask input gives a lazy Dask output. Plans live in the
+package's plan cache, keyed on the arrays each call computes with.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +18,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .. import _api, _planner
-from .._registry import _check_name, check_algorithm_exists
+from .. import _api, _planner, distributed
+from .._registry import _check_name, check_algorithm_exists, get_backend
 from .._validation import as_int_tuple, float_dtype, parse_padding, positive_int, weight_generator, weight_shape
 from ._xp import array_module
 from .module import Module, Parameter
@@ -34,11 +45,11 @@ class _Conv(Module):
         dilation=1,
         groups: int = 1,
         bias: bool = True,
-        *,
         backend: str | None = None,
-        algorithm: str = "auto",
         dtype: Any = "float32",
         seed=None,
+        *,
+        algorithm: str = "auto",
     ) -> None:
         super().__init__()
         nd = self._ndim
@@ -73,6 +84,14 @@ class _Conv(Module):
         shape = weight_shape(self.out_channels, self.in_channels, self.groups, self.kernel_size, dtype)
         self.weight = Parameter(rng.uniform(-bound, bound, size=shape).astype(dtype))
         self.bias = Parameter(rng.uniform(-bound, bound, size=self.out_channels).astype(dtype)) if bias else None
+        chosen = None if backend is None else get_backend(backend)
+        device = None
+        if chosen is not None and chosen.device != "cpu" and chosen.available() is True:
+            # A layer pinned to a device backend keeps its weights there: no copy per call.
+            device = chosen
+            for param in self.parameters():
+                param.data = chosen.to_device(param.data)
+        object.__setattr__(self, "_device_backend", device)  # a setting, not module state
         self._x = None
         self._act_mask = None  # a fused activation's gradient mask, the layer's own (see forward)
         self._activation = None
@@ -87,6 +106,37 @@ class _Conv(Module):
             algorithm=self.algorithm,
         )
 
+    @property
+    def dtype(self) -> np.dtype:
+        """The dtype of the weights (float32 or float64)."""
+        return self.weight.data.dtype
+
+    def _on_weight_device(self, *arrays):
+        """Inputs moved to the device the weights live on, and a function to bring results back (or None).
+
+        Only a layer built with a device backend moves anything: its NumPy
+        inputs go to the device and its results come back (NumPy in, NumPy
+        out). Dask inputs stay lazy; their blocks are moved where they run.
+        """
+        device = self.__dict__.get("_device_backend")
+        if device is None or any(distributed.is_dask_array(a) or device.owns(a) for a in arrays):
+            return arrays, None
+        return tuple(device.to_device(_planner.read_operand(a, "x")) for a in arrays), device.to_host
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Configuration and parameters; the device backend by name, the cached input left out."""
+        state = self.__dict__.copy()
+        device = state.get("_device_backend")
+        state["_device_backend"] = None if device is None else self.backend
+        state.update(_x=None, _act_mask=None, _activation=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`__getstate__`'s state, finding the device backend by its name."""
+        self.__dict__.update(state)
+        device = state.get("_device_backend")
+        self.__dict__["_device_backend"] = None if device is None else get_backend(device)
+
     def forward(self, x, activation: str | None = None):
         """Convolve ``x`` of shape ``(B, C, ...)`` with the layer's weights.
 
@@ -97,6 +147,7 @@ class _Conv(Module):
         """
         conv = _api.conv1d if self._ndim == 1 else _api.conv2d
         keep = self._need_cache()
+        (x,), back = self._on_weight_device(x)
         bias = None if self.bias is None else self.bias.data
         y = conv(x, self.weight.data, bias, activation=activation, **self._keywords())
         # Plain caches, not state: set without Module.__setattr__'s bookkeeping (~1 us each).
@@ -104,16 +155,22 @@ class _Conv(Module):
         cache["_x"] = x if keep else None
         cache["_act_mask"] = _activation_mask(y, activation) if (keep and activation is not None) else None
         cache["_activation"] = activation if keep else None
-        return y
+        return y if back is None else back(y)
 
     skips_input_grad = True
 
-    def backward(self, grad_y, input_grad: bool = True):
+    def backward(self, grad_y, x=None, *, input_grad: bool = True):
         """Gradient with respect to the input; weight and bias gradients accumulate.
 
         ``input_grad=False`` returns None and leaves the input gradient's work
         out where the backend can (``convsuite.conv2d_backward(..., input_grad=False)``).
+
+        With ``x`` given (the stand-alone form), returns ``(grad_x, grad_w,
+        grad_b)`` of this layer at input ``x`` (``grad_b`` None without a
+        bias) and accumulates nothing; no forward pass is needed first.
         """
+        if x is not None:
+            return self._gradients_at(grad_y, x, input_grad)
         if self._x is None:
             raise RuntimeError(f"{type(self).__name__}.backward needs a forward pass with gradients enabled first")
         conv_backward = _api.conv1d_backward if self._ndim == 1 else _api.conv2d_backward
@@ -124,15 +181,25 @@ class _Conv(Module):
             cut = self._act_mask
             xp = array_module(cut)
             grad_y = xp.where(cut, xp.zeros((), dtype=grad_y.dtype), grad_y)
+        (grad_y,), back = self._on_weight_device(grad_y)
         grad_x, grad_w, grad_b = conv_backward(
             grad_y, self._x, self.weight.data, relu_output=relu_output, input_grad=input_grad, **self._keywords()
         )
         self.weight.accumulate(grad_w)
         if self.bias is not None:
             self.bias.accumulate(grad_b)
-        return grad_x
+        return grad_x if back is None or grad_x is None else back(grad_x)
+
+    def _gradients_at(self, grad_y, x, input_grad):
+        """``(grad_x, grad_w, grad_b)`` at input ``x``, nothing accumulated (``grad_b`` None without a bias)."""
+        conv_backward = _api.conv1d_backward if self._ndim == 1 else _api.conv2d_backward
+        (grad_y, x), back = self._on_weight_device(grad_y, x)
+        grads = conv_backward(grad_y, x, self.weight.data, input_grad=input_grad, **self._keywords())
+        grad_x, grad_w, grad_b = grads if back is None else (None if g is None else back(g) for g in grads)
+        return grad_x, grad_w, (grad_b if self.bias is not None else None)
 
     def _moved(self, device: str) -> None:
+        self.__dict__["_device_backend"] = None  # moved by hand: the arrays' device rules from now on
         self._x = None
         self._act_mask = None
         self._activation = None
@@ -165,12 +232,16 @@ class Conv1D(_Conv):
     stride, padding, dilation, groups
         As for :func:`convsuite.conv1d` (padding also ``'same'``, per-side pairs).
     bias : bool, default True
+        Whether the layer learns an additive bias.
     backend : str, optional
-        Backend of every call (default: the usual selection).
-    algorithm : str, default 'auto'
+        Backend of every call (default: the usual selection). A device
+        backend (``"cupy"``) that is available keeps the weights on its device.
     dtype : {'float32', 'float64'}, default 'float32'
     seed : int or numpy.random.Generator, optional
-        Seed of PyTorch's default initialisation.
+        Seed of PyTorch's default initialisation,
+        ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` for weight and bias.
+    algorithm : str, default 'auto'
+        Pin one of the backend's algorithms (keyword only).
 
     Attributes
     ----------
@@ -191,12 +262,16 @@ class Conv2D(_Conv):
     stride, padding, dilation, groups
         As for :func:`convsuite.conv2d` (padding also ``'same'``, per-side pairs).
     bias : bool, default True
+        Whether the layer learns an additive bias.
     backend : str, optional
-        Backend of every call (default: the usual selection).
-    algorithm : str, default 'auto'
+        Backend of every call (default: the usual selection). A device
+        backend (``"cupy"``) that is available keeps the weights on its device.
     dtype : {'float32', 'float64'}, default 'float32'
     seed : int or numpy.random.Generator, optional
-        Seed of PyTorch's default initialisation.
+        Seed of PyTorch's default initialisation,
+        ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` for weight and bias.
+    algorithm : str, default 'auto'
+        Pin one of the backend's algorithms (keyword only).
 
     Attributes
     ----------

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .._arrays import is_cupy_array
-from .._validation import _show, check_input_grad
+from .._validation import _show, as_real_array, check_input_grad
 from . import _timing
 from ._xp import array_module, to_numpy
 
@@ -84,6 +84,10 @@ def grad_enabled() -> bool:
 class Parameter:
     """A learnable array and its accumulated gradient.
 
+    A parameter reads as its array: ``np.asarray(p)``, ``p.shape``,
+    ``p.dtype``, ``p[...] = 0``, ``p.get()`` (CuPy) and the array's other
+    public attributes go to :attr:`data`, as a torch ``Parameter`` is a tensor.
+
     Attributes
     ----------
     data : ndarray
@@ -113,6 +117,11 @@ class Parameter:
         """Shape of :attr:`data`."""
         return tuple(self.data.shape)
 
+    @property
+    def dtype(self) -> np.dtype:
+        """The dtype of :attr:`data`."""
+        return self._data.dtype
+
     def accumulate(self, grad) -> None:
         """Add ``grad`` into :attr:`grad`."""
         if self.grad is None:
@@ -120,8 +129,67 @@ class Parameter:
         else:
             self.grad += grad
 
+    # --- reading as the array it holds -------------------------------------
+
+    def __array__(self, dtype=None, copy=None):
+        # NumPy data as it is (no copy unless asked); CuPy data refuses an implicit copy to the host, as CuPy does.
+        if copy:
+            return np.array(self._data, dtype=dtype, copy=True)
+        return np.asarray(self._data, dtype=dtype)
+
+    def __dlpack__(self, *args, **kwargs):
+        return self._data.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self._data.__dlpack_device__()
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __getitem__(self, key):
+        return self._data[key]
+
+    def __setitem__(self, key, value) -> None:
+        self._data[key] = value  # in place: the same array, so a captured graph still reads it
+
+    def __neg__(self):
+        return -self._data
+
+    def __abs__(self):
+        return abs(self._data)
+
+    def __getattr__(self, name: str):
+        # Only public names (get, copy, ndim, T, ...): protocol names (__deepcopy__, __setstate__) must
+        # find the Parameter's own, and _data is absent only while an unpickled Parameter is being filled.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._data, name)
+
     def __repr__(self) -> str:
         return f"Parameter(shape={self.shape}, dtype={self.data.dtype})"
+
+
+def _arithmetic(op: str):
+    """``Parameter.__op__``, ``__rop__`` and ``__iop__``: as the array's (a new array), and in place on it."""
+
+    def plain(self, other):
+        return getattr(self._data, f"__{op}__")(other)
+
+    def reflected(self, other):
+        return getattr(self._data, f"__r{op}__")(other)
+
+    def in_place(self, other):
+        getattr(self._data, f"__i{op}__")(other)  # the same array: optimisers and captured graphs still see it
+        return self
+
+    return plain, reflected, in_place
+
+
+for _op in ("add", "sub", "mul", "truediv", "floordiv", "pow", "matmul"):
+    for _prefix, _method in zip(("", "r", "i"), _arithmetic(_op)):
+        _method.__name__ = f"__{_prefix}{_op}__"
+        setattr(Parameter, _method.__name__, _method)
+del _op, _prefix, _method
 
 
 class Module:
@@ -155,6 +223,10 @@ class Module:
         if name in self._buffers and not isinstance(value, (Parameter, Module)):
             object.__setattr__(self, name, value)  # a buffer stays a buffer when reassigned
             _generation[0] += 1
+            return
+        if name in self._parameters and value is not None and not isinstance(value, (Parameter, Module)):
+            # An array (or list) assigned to a parameter's name becomes its value: the parameter stays one.
+            self._parameters[name].data = as_real_array(value, name)
             return
         target = None
         if isinstance(value, Parameter):
