@@ -88,8 +88,9 @@ _FORWARD_DOC = """{ndim}-D convolution (deep-learning cross-correlation, as in P
     x : array_like
         Input ``(B, C, {sp})``; also ``(C, {sp})`` without a batch axis, or a
         plain {plain} ``({sp})`` together with a plain kernel ``w ({ks})``.
-        Array-likes: NumPy and CuPy arrays, objects with ``__array__`` or
-        (CPU) ``__dlpack__``, nested lists. Masked arrays and tensors that
+        Array-likes: NumPy and CuPy arrays, torch tensors (CPU, or CUDA with
+        CuPy), objects with ``__array__`` or (CPU) ``__dlpack__``, nested
+        lists; each is read once per call. Masked arrays and tensors that
         require grad are refused (TypeError); byte order does not matter.
         A Dask array gives a lazy Dask array (see :mod:`convsuite.distributed`).
     w : array_like
@@ -123,10 +124,13 @@ _FORWARD_DOC = """{ndim}-D convolution (deep-learning cross-correlation, as in P
 
     Returns
     -------
-    y : ndarray
-        ``(B, M, {so})`` (or without the axes the input left out), float32 if
-        every input is float32, else float64; NumPy in gives NumPy out, CuPy in
-        gives CuPy out.
+    y : ndarray or tensor
+        ``(B, M, {so})`` (or without the axes the input left out), of the
+        kind of ``x``: NumPy in gives NumPy out, CuPy in gives CuPy out, a
+        torch tensor gives a torch tensor on its device (zero-copy, DLPack).
+        Its dtype is NumPy's promotion of the operands' (integers read as
+        float64): float32 with float32 gives float32, with float64 float64;
+        float16 and bfloat16 keep their dtype and are computed in float32.
 
     Raises
     ------
