@@ -20,6 +20,7 @@ from ._api import Explanation, conv1d, conv1d_backward, conv2d, conv2d_backward,
 from ._errors import BackendUnavailableError, UnsupportedCaseError
 from ._plan_cache import clear_plan_cache
 from ._plans import Plan
+from ._precision import get_precision, set_precision, use_precision
 from ._registry import (
     BackendInfo,
     get_backend,
@@ -55,6 +56,7 @@ __all__ = [
     "explain",
     "get_backend",
     "get_num_threads",
+    "get_precision",
     "list_backends",
     "plan",
     "nets",
@@ -63,8 +65,10 @@ __all__ = [
     "set_autotune",
     "set_backend",
     "set_num_threads",
+    "set_precision",
     "tune",
     "unregister_backend",
     "use_autotune",
     "use_backend",
+    "use_precision",
 ]

@@ -8,7 +8,7 @@ plan; Dask operands become lazy Dask arrays (:mod:`.distributed`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Union
 
 import numpy as np
@@ -25,6 +25,7 @@ from ._planner import (
     run_forward,
 )
 from ._plans import Decision, Plan
+from ._precision import get_precision
 from ._registry import check_algorithm_exists, home_backend, requested_backend
 from ._spec import ConvSpec
 from ._validation import as_real_array, check_activation, check_input_grad, prepare_forward
@@ -329,6 +330,11 @@ class Explanation:
     param_table : tuple
         For measured parameters, ``("backend/algorithm", params, median_s, spread,
         status)`` of every configuration searched, fastest first.
+    precision : str
+        The float32 precision class of the chosen algorithm (``"highest"``,
+        ``"high"``, ``"medium"``; see :func:`convsuite.set_precision`).
+    policy : str
+        The precision policy in force, which bounded what ``auto`` could choose.
     """
 
     op: str
@@ -344,6 +350,8 @@ class Explanation:
     params: dict = field(default_factory=dict)
     params_source: str = ""
     param_table: tuple = ()
+    precision: str = "highest"
+    policy: str = "highest"
 
     def __str__(self) -> str:
         s = self.spec
@@ -353,6 +361,8 @@ class Explanation:
             f"backend {self.backend!r}, algorithm {self.algorithm!r} (decided by {self.decided_by})",
             f"why: {self.reason}",
         ]
+        if s.dtype == "float32":
+            lines.append(f"precision: {self.precision} (the algorithm's class; the policy in force is {self.policy!r})")
         best = min((row[2] for row in self.measured if row[2] is not None), default=None)  # ratios to the fastest
         for backend, algorithm, median, spread, status in self.measured:
             if median is None:
@@ -406,7 +416,10 @@ def explain(
     home = home_backend(call.x)
     chosen, algo, decision = _select.choose(call.spec, direction, name, source, algorithm, home, measure=False)
     params = resolved_params(chosen, call.spec, algo, direction, dict(decision.params) or None)
-    return _explanation(op, direction, chosen.name, algo, decision, call.spec, params)
+    record = (chosen.algorithm_table() or {}).get(algo)
+    explanation = _explanation(op, direction, chosen.name, algo, decision, call.spec, params)
+    precision = "highest" if record is None else record.precision
+    return replace(explanation, precision=precision, policy=get_precision())
 
 
 def _explanation(

@@ -25,6 +25,7 @@ from ._arrays import is_cupy_array
 from ._errors import UnsupportedCaseError
 from ._interop import result_converter
 from ._plans import Decision, Plan, PlanRecipe
+from ._precision import get_precision
 from ._registry import home_backend, registry_name, requested_backend
 from ._validation import (
     as_real_array,
@@ -142,6 +143,7 @@ def plan_key(
         activation,
         input_grad,
         _capture._CAPTURING.get(),  # CUDA-graph capture chooses among capturable kernels only
+        get_precision(),  # the precision policy bounds what auto may choose
     )
 
 

@@ -19,7 +19,7 @@ import importlib
 import threading
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 import numpy as np
@@ -27,6 +27,7 @@ import numpy as np
 from . import _plan_cache
 from ._environ import environment_reader
 from ._errors import BackendUnavailableError, UnsupportedCaseError
+from ._precision import admits, get_precision
 from ._spec import ConvSpec
 from .backends.base import Backend, Verdict
 
@@ -174,10 +175,16 @@ class BackendInfo:
     algorithms: tuple[str, ...]
     priority: int
     description: str
+    #: The float32 precision class of each algorithm (see :mod:`convsuite._precision`).
+    precision: dict = field(default_factory=dict)
 
     def __str__(self) -> str:
         state = "available" if self.available else f"unavailable: {self.reason}"
-        return f"{self.name} ({self.device}): {state}; algorithms: {', '.join(self.algorithms)}"
+        names = [
+            a if self.precision.get(a, "highest") == "highest" else f"{a} [{self.precision[a]}]"
+            for a in self.algorithms
+        ]
+        return f"{self.name} ({self.device}): {state}; algorithms: {', '.join(names)}"
 
 
 def list_backends() -> list[BackendInfo]:
@@ -187,8 +194,9 @@ def list_backends() -> list[BackendInfo]:
     -------
     list of BackendInfo
         ``name``, ``device`` (``"cpu"``/``"gpu"``), ``available``, ``reason``
-        (why it is unavailable, else None), ``algorithms``, ``priority`` and a
-        one-line ``description``.
+        (why it is unavailable, else None), ``algorithms``, ``priority``, a
+        one-line ``description`` and each algorithm's float32 ``precision``
+        class.
     """
     rows = []
     for backend in _by_priority():
@@ -202,6 +210,7 @@ def list_backends() -> list[BackendInfo]:
                 algorithms=tuple(backend.algorithms),
                 priority=backend.priority,
                 description=backend.description,
+                precision={name: record.precision for name, record in (backend.algorithm_table() or {}).items()},
             )
         )
     return rows
@@ -347,10 +356,16 @@ def home_backend(array: object) -> Backend | None:
 
 def selectable(backend: Backend) -> list[str]:
     """The algorithms of ``backend`` that ``algorithm="auto"`` may pick: all but those whose record says their
-    results are not bit-reproducible (``Algorithm.deterministic``); those run only when named.
+    results are not bit-reproducible (``Algorithm.deterministic``), or whose precision class the policy in
+    force does not admit (``Algorithm.precision``, :mod:`._precision`); those run only when named.
     """
     table = backend.algorithm_table() or {}
-    return [a for a in backend.algorithms if a not in table or table[a].deterministic]
+    policy = get_precision()
+    return [
+        a
+        for a in backend.algorithms
+        if a not in table or (table[a].deterministic and admits(policy, table[a].precision))
+    ]
 
 
 def candidates(

@@ -53,6 +53,7 @@ from . import _plan_cache, _registry
 from ._errors import UnsupportedCaseError
 from ._param_search import search_parameters
 from ._plans import Decision
+from ._precision import get_precision
 from ._spec import ConvSpec
 from ._threads import get_num_threads
 from ._timing import NOISE_FLOOR, Contender, confirm_close_call, measure_side_by_side
@@ -278,10 +279,13 @@ def fingerprint(device: str, backend: Backend | None = None) -> str:
 
 
 def problem_key(spec: ConvSpec, direction: str, request: str) -> str:
-    """The problem and what was asked for, as a string."""
+    """The problem and what was asked for, as a string (float32: with the precision policy, which bounds the
+    candidates).
+    """
+    policy = f"|precision={get_precision()}" if spec.dtype == "float32" else ""
     return (
         f"{direction}|x{spec.x_shape}|w{spec.w_shape}|bias={spec.has_bias}|{spec.dtype}|s{spec.stride}"
-        f"|p{spec.padding}|d{spec.dilation}|g{spec.groups}|{request}"
+        f"|p{spec.padding}|d{spec.dilation}|g{spec.groups}|{request}{policy}"
     )
 
 

@@ -20,6 +20,16 @@ from convsuite.backends.cupy_backend import CupyBackend
 GPU = CupyBackend()
 
 
+@pytest.fixture(autouse=True)
+def _tensor_cores_admitted():
+    """The hand rule's classes as written, tensor-core lines included: under the 'high' precision policy.
+
+    ``test_highest_precision_takes_the_next_line_of_the_rule`` checks the default policy.
+    """
+    with cs.use_precision("high"):
+        yield
+
+
 def _spec(x_shape, w_shape, dtype=np.float32, **kw):
     """The validated spec of a call with these shapes (no data: np.empty)."""
     return cs.explain(np.empty(x_shape, dtype), np.empty(w_shape, dtype), backend="numpy", **kw).spec
@@ -303,3 +313,16 @@ def test_rule_picks_run_and_are_deterministic_on_a_spread_of_cases():
             name, why = GPU.choose_algorithm(spec, direction)
             assert GPU.can_run(spec, name, direction) is True, (spec, direction, name)
             assert RECORDS[name].deterministic and why, (name, why)
+
+
+@pytest.mark.parametrize("direction, cases", [("forward", FORWARD_CLASSES), ("backward", BACKWARD_CLASSES)])
+def test_highest_precision_takes_the_next_line_of_the_rule(direction, cases):
+    """Under 'highest' (the default) auto never picks a TF32 algorithm; every other class keeps its pick."""
+    with cs.use_precision("highest"):
+        for what, x_shape, w_shape, kw, expected, *_ in cases:
+            spec = _spec(x_shape, w_shape, **kw)
+            name, why = GPU.choose_algorithm(spec, direction)
+            assert RECORDS[name].precision == "highest", (what, name)
+            assert GPU.can_run(spec, name, direction) is True
+            if RECORDS[expected].precision == "highest":
+                assert name == expected, (what, name, why)

@@ -21,6 +21,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "leaves",
         (
             "_version",
+            "_precision",
             "_interop",
             "_errors",
             "_environ",

@@ -2037,13 +2037,15 @@ RECORDS: dict[str, Algorithm] = {
         Algorithm(
             "tf32x3",
             "float32 implicit GEMM on the tensor cores: each operand split into two TF32 parts, three MMAs per "
-            "product (float32 accuracy), 64x128 / 128x128 tiles of 32x64 warp tiles; backward: dX the same way "
+            "product (error-compensated TF32, precision class 'high'), 64x128 / 128x128 tiles of 32x64 warp tiles; "
+            "backward: dX the same way "
             "(stride 1; else fused_gemm's gather), split-K dW on the tensor cores",
             _plan_tf32x3,
             directions=_BOTH,
             check=_check_tf32x3,
             tunables=TF32X3_TUNABLES,
             constraint=_constraint_tf32x3,
+            precision="high",
         ),
         Algorithm(
             "tf32x3_image",
@@ -2051,6 +2053,7 @@ RECORDS: dict[str, Algorithm] = {
             "weights split once per block in MMA fragment order, pixels x channels MMA tiles, persistent blocks",
             _plan_tf32x3_image,
             check=_check_tf32x3_image,
+            precision="high",
         ),
         Algorithm(
             "register_tiled",

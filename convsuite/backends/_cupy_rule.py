@@ -146,7 +146,7 @@ REGISTER_TILED_BLOCKS = 64
 REGISTER_TILED_SEVERAL_CHANNELS_BLOCKS = 16
 
 #: Output channels per group from which tf32x3 (error-compensated TF32 on the
-#: tensor cores, float32 accuracy) replaces igemm_big on layers with
+#: tensor cores, the "high" precision class) replaces igemm_big on layers with
 #: BIG_ENOUGH tiles, forward: its 64-row block tile is full (backward, its
 #: weight gradient takes row tiles that fit the layer: ``_backward_rules``).
 #: tf32x3: forward 1.57x igemm_big on 3x3 C32->64 64x64 B=64, 1.61x on C64->64 56x56, 1.75x on
@@ -318,7 +318,7 @@ def _gemm_rules(spec: ConvSpec, s: ConvSpec, tiles: int) -> list[tuple[str, str]
     mg = s.out_channels_per_group
     if tiles >= BIG_ENOUGH and mg >= TF32X3_FROM and not _is_pointwise(s):
         rules.append(
-            ("tf32x3", f"{tiles} big block tiles, {mg} output channels per group: tensor cores, float32 accuracy")
+            ("tf32x3", f"{tiles} big block tiles, {mg} output channels per group: tensor cores, error-compensated TF32")
         )
     if tiles >= BIG_ENOUGH:
         rules.append(("igemm_big", f"{tiles} big block tiles of work: the pipelined 8x8-per-thread implicit GEMM"))

@@ -147,6 +147,11 @@ class Algorithm:
         bit-reproducible from run to run). Such an algorithm runs only when
         asked for by name: ``algorithm="auto"``, its rule and measured
         selection never pick it (:func:`convsuite._registry.selectable`).
+    precision : {"highest", "high", "medium"}
+        Its float32 accuracy class (:mod:`convsuite._precision`): ``"highest"``
+        for IEEE float32 arithmetic, ``"high"`` for error-compensated TF32,
+        ``"medium"`` for one TF32 product. ``auto`` picks it only under a
+        policy that admits its class.
     """
 
     name: str
@@ -158,6 +163,13 @@ class Algorithm:
     tunables: tuple[Tunable, ...] = field(default=())
     constraint: Constraint | None = None
     deterministic: bool = True
+    precision: str = "highest"
+
+    def __post_init__(self) -> None:
+        if self.precision not in ("highest", "high", "medium"):
+            raise ValueError(
+                f"Algorithm {self.name!r}: `precision` must be 'highest', 'high' or 'medium'; got {self.precision!r}"
+            )
 
     def can_run(self, spec: ConvSpec, direction: str, params: Mapping[str, Any] | None = None) -> Verdict:
         """Whether this algorithm runs ``spec`` in ``direction`` (with ``params``, default the defaults), or why not."""

@@ -24,8 +24,9 @@ forward
     6. small stride-1 layers (at most 32 channels per group in and out, under
        128 big tiles): ``tiled_shared``.
     7. float32 with at least 128 big block tiles of work and 64 output
-       channels per group: ``tf32x3`` (error-compensated TF32 on the tensor
-       cores, float32 accuracy; it declines reductions under 32 products).
+       channels per group, under a precision policy of "high" or "medium":
+       ``tf32x3`` (error-compensated TF32 on the tensor cores; it declines
+       reductions under 32 products).
     8. float32 with at least 128 big block tiles of work: ``igemm_big`` (pipelined
        128x128 / 64x128 implicit GEMM).
     9. otherwise: ``fused_gemm`` (64x64 implicit GEMM, any dtype).
@@ -62,6 +63,7 @@ from collections import OrderedDict
 
 from .._capture import capturing
 from .._epilogue import ACTIVATION_CODES
+from .._precision import admits, get_precision
 from .._spec import ConvSpec
 from . import _cupy_runtime as rt
 from ._cupy_algorithms import (
@@ -268,8 +270,18 @@ class CupyBackend(Backend):
         return algorithm in _IEEE_FORWARD
 
     def choose_algorithm(self, spec: ConvSpec, direction: str) -> tuple[str, str]:
-        """The algorithm of the first class rule that applies and can run (:func:`._cupy_rule.choose`), with why."""
-        return choose(spec, direction, self.can_run)
+        """The algorithm of the first class rule that applies, can run and is admitted by the precision policy
+        (:func:`._cupy_rule.choose`), with why.
+        """
+        policy = get_precision()
+
+        def admitted(spec: ConvSpec, name: str, direction: str) -> Verdict:
+            precision = RECORDS[name].precision
+            if not admits(policy, precision):
+                return f"{name} is of precision class {precision!r}; the policy is {policy!r}"
+            return self.can_run(spec, name, direction)
+
+        return choose(spec, direction, admitted)
 
     # --- running ---------------------------------------------------------
 
