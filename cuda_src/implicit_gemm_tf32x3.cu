@@ -2,12 +2,14 @@
 //
 // Each float32 operand v is split into two TF32 numbers, big = tf32(v) and
 // small = tf32(v - big) (v - big is exact in float32), and every product is
-// taken as big*big + big*small + small*big: three m16n8k8 TF32 MMAs with a
-// float32 accumulator (small*small, ~2^-22 of the product, is dropped). The
-// result carries ~2^-21 relative error per product instead of TF32's 2^-11,
-// so it meets the float32 tolerance of the conformance tests for reductions
-// of 32 products or more (the backend declines shorter ones), while the
-// tensor cores do the work: a TF32 MMA issues 8x the multiply-adds of FFMA
+// taken as big*big + big*small + small*big: three m16n8k8 TF32 MMAs, summed
+// per k-step into a zeroed tile that the float32 accumulator then takes with
+// rounded adds (tx_mma3 in tf32x3.cuh says why: the MMAs' own sums round
+// toward zero); small*small, ~2^-22 of the product, is dropped. The result
+// carries ~2^-21 relative error per product instead of TF32's 2^-11, so it
+// meets the float32 tolerance of the conformance tests for reductions of 32
+// products or more (the backend declines shorter ones), while the tensor
+// cores do the work: a TF32 MMA issues 8x the multiply-adds of FFMA
 // per SM, so three of them still beat the FP32 pipe ~2.7x at peak.
 //
 // Non-finite and huge operands cannot be split (inf - inf is NaN, and
@@ -84,11 +86,7 @@ __device__ __forceinline__ void tx_stage_mma(const unsigned (*Ab)[BM + TX_PAD], 
         const unsigned b_big[2] = {Bb[tq][col], Bb[tq + 4][col]};
         const unsigned b_small[2] = {Bs[tq][col], Bs[tq + 4][col]};
 #pragma unroll
-        for (int i = 0; i < MI; ++i) {
-            tx_mma(acc[i][j], a_big[i], b_small);
-            tx_mma(acc[i][j], a_small[i], b_big);
-            tx_mma(acc[i][j], a_big[i], b_big);
-        }
+        for (int i = 0; i < MI; ++i) tx_mma3(acc[i][j], a_big[i], a_small[i], b_big, b_small);
     }
 }
 
@@ -119,12 +117,31 @@ __device__ __forceinline__ void tx_stage_mma_fwd(const unsigned (*Ab)[TX_AROW], 
         unsigned b_big[2], b_small[2];
         tx_split(Bm[tq][col], b_big[0], b_small[0]);
         tx_split(Bm[tq + 4][col], b_big[1], b_small[1]);
+#if CS_TX_PROMOTE
+        // tx_mma3's promotion, with the four row tiles' MMAs alternating as below.
+        float t[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) t[i][e] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) tx_mma(t[i], a_big[i], b_small);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) tx_mma(t[i], a_small[i], b_big);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) tx_mma(t[i], a_big[i], b_big);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] += t[i][e];
+#else
 #pragma unroll
         for (int i = 0; i < 4; ++i) tx_mma(acc[i][j], a_big[i], b_small);
 #pragma unroll
         for (int i = 0; i < 4; ++i) tx_mma(acc[i][j], a_small[i], b_big);
 #pragma unroll
         for (int i = 0; i < 4; ++i) tx_mma(acc[i][j], a_big[i], b_big);
+#endif
     }
 }
 

@@ -4,6 +4,10 @@
 // and one m16n8k8 TF32 MMA. Needs sm_80 (mma.sync .tf32).
 #pragma once
 
+#if !defined(CS_TX_PROMOTE)
+#error "compile with the -D options of convsuite.backends._cuda_sources.compile_options() (CS_TX_PROMOTE)"
+#endif
+
 // One TF32 value (as its 32-bit pattern) rounded to nearest, ties away from
 // zero, from a finite float below 2^126: what cvt.rna.tf32.f32 gives, in two
 // integer operations (sm_90 has no conversion instruction: the cvt is
@@ -24,6 +28,29 @@ __device__ __forceinline__ void tx_mma(float d[4], const unsigned a[4], const un
         "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// d += a * b taken as big*small + small*big + big*big (the corrections first, the big product last).
+// With CS_TX_PROMOTE (the default) the three MMAs sum into a zeroed tile, which d then takes with
+// float32 adds, rounded to nearest. The tensor cores round the sum of an MMA toward zero, so three
+// MMAs a k-step into d itself lose up to an ulp of d's running sum each, always in the same
+// direction: over a long reduction that bias outgrows float32's rounding (2304-4608 products: 17-26x
+// cuDNN-FP32's error). Against one k-step's own sum the bias is that of 24 products, and the running
+// sum takes round-to-nearest adds, as an FMA reduction does.
+__device__ __forceinline__ void tx_mma3(float d[4], const unsigned ab[4], const unsigned as[4], const unsigned bb[2],
+                                        const unsigned bs[2]) {
+#if CS_TX_PROMOTE
+    float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    tx_mma(t, ab, bs);
+    tx_mma(t, as, bb);
+    tx_mma(t, ab, bb);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) d[e] += t[e];
+#else
+    tx_mma(d, ab, bs);
+    tx_mma(d, as, bb);
+    tx_mma(d, ab, bb);
+#endif
 }
 
 // Four 8 x 4 matrices of 32-bit words from shared memory (ldmatrix, sm_75+), one

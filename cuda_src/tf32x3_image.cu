@@ -139,9 +139,7 @@ __global__ void __launch_bounds__(384, 2)
 #pragma unroll
                             for (int j = 0; j < NT; ++j) {
                                 const unsigned b_big[2] = {bw[j].x, bw[j].y}, b_small[2] = {bw[j].z, bw[j].w};
-                                tx_mma(acc[i][j], ab, b_small);   // big * small
-                                tx_mma(acc[i][j], as, b_big);     // small * big
-                                tx_mma(acc[i][j], ab, b_big);     // big * big, last
+                                tx_mma3(acc[i][j], ab, as, b_big, b_small);
                             }
                         }
                     }

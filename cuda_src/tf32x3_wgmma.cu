@@ -23,7 +23,8 @@
 //
 // Block tile: 128 output pixels (two wgmma row halves of 64) x 64 output
 // channels (the wgmma's N), one warpgroup of 128 threads, 64 float32
-// accumulators per thread. The reduction runs as tf32x3's CHUNKED gather: one
+// accumulators per thread (and, promoted, 64 more for the k-steps' own sums). The reduction runs as
+// tf32x3's CHUNKED gather: one
 // tap of 8 consecutive channels per k-step, S shared-memory stages filled by
 // cp.async S - 2 steps ahead (the stage a wgmma may still be reading is not
 // refilled until the wgmma.wait_group of the step after it). Each k-step: 4
@@ -62,11 +63,12 @@ __device__ __forceinline__ unsigned long long tw_desc(unsigned addr) {
            ((unsigned long long)(256 >> 4) << 32);
 }
 
-// d += a * B for a 64 x 64 x 8 TF32 product: a from registers (mma.sync's m16n8k8 A fragment per
-// warp, rows 16 * warp + ...), B (8 x 64) from shared memory through `desc`.
-__device__ __forceinline__ void tw_mma(float (&d)[32], const unsigned (&a)[4], unsigned long long desc) {
+// d = a * B (+ d when `accumulate`) for a 64 x 64 x 8 TF32 product: a from registers (mma.sync's
+// m16n8k8 A fragment per warp, rows 16 * warp + ...), B (8 x 64) from shared memory through `desc`.
+__device__ __forceinline__ void tw_mma(float (&d)[32], const unsigned (&a)[4], unsigned long long desc,
+                                       int accumulate = 1) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
@@ -75,7 +77,7 @@ __device__ __forceinline__ void tw_mma(float (&d)[32], const unsigned (&a)[4], u
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
 }
 __device__ __forceinline__ void tw_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void tw_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -94,7 +96,16 @@ __device__ __forceinline__ void tw_fence_proxy() { asm volatile("fence.proxy.asy
 // two k-steps, and the weights copied through L2 only (docs/measurements/tf32x3-wgmma-2026-11-27-h100.md):
 // the weights through L1 made the kernel 1.4-1.8x faster on every layer measured, S = 5 and 4 blocks
 // 1.00-1.02x on the 3x3 layers and 1.05-1.40x on the 1x1 and the strided 5x5.
+// Promoted accumulation (CS_TX_PROMOTE, tx_mma3 in tf32x3.cuh says why) holds a second tile of 64
+// accumulators per thread, the k-steps' own sums: two blocks per multiprocessor then fit its registers.
+#if CS_TX_PROMOTE
+#define TW_MIN_BLOCKS 2
+#else
 #define TW_MIN_BLOCKS 4
+#endif
+// K-steps whose wgmma sums collect in the zeroed tile before the float32 accumulator takes them: the
+// tile is read after a wait for every group in flight, so fewer, longer chunks keep the pipeline full.
+#define TW_CHUNK 4
 
 template <typename T, int ACT>
 __global__ void __launch_bounds__(TW_THREADS, TW_MIN_BLOCKS)
@@ -164,12 +175,24 @@ __global__ void __launch_bounds__(TW_THREADS, TW_MIN_BLOCKS)
         for (int h = 0; h < 2; ++h)
 #pragma unroll
             for (int e = 0; e < 32; ++e) acc[h][e] = 0.0f;
+#if CS_TX_PROMOTE
+        float part[2][32] = {};   // this chunk's wgmma sums, started afresh by its first k-step (scale-d 0)
+        auto promote = [&]() {
+            tw_wait<0>();
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int e = 0; e < 32; ++e) acc[h][e] += part[h][e];
+        };
+#else
+        float (&part)[2][32] = acc;
+#endif
         const unsigned long long desc0 = tw_desc((unsigned)__cvta_generic_to_shared(tw_stage_words));
 
         // One k-step from stage j on the A registers (xbig, xsmall): load and split the
         // fragments, issue the six wgmmas as one group, and leave at most one group in flight
         // (so the other register set, read by the group before, is free again).
-        auto kstep = [&](int j, unsigned (&xbig)[2][4], unsigned (&xsmall)[2][4]) {
+        auto kstep = [&](int j, unsigned (&xbig)[2][4], unsigned (&xsmall)[2][4], int accumulate) {
             const float* xs = reinterpret_cast<const float*>(stage(j) + 2 * TW_W_WORDS);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
@@ -184,9 +207,9 @@ __global__ void __launch_bounds__(TW_THREADS, TW_MIN_BLOCKS)
             tw_fence();
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                tw_mma(acc[h], xbig[h], small);
-                tw_mma(acc[h], xsmall[h], big);
-                tw_mma(acc[h], xbig[h], big);
+                tw_mma(part[h], xbig[h], small, accumulate);
+                tw_mma(part[h], xsmall[h], big);
+                tw_mma(part[h], xbig[h], big);
             }
             tw_commit();
             tw_wait<1>();
@@ -210,11 +233,15 @@ __global__ void __launch_bounds__(TW_THREADS, TW_MIN_BLOCKS)
         unsigned xbig0[2][4], xsmall0[2][4], xbig1[2][4], xsmall1[2][4];
         for (int t = 0; t < steps; t += 2) {   // two k-steps a turn: the register sets alternate
             arrive(t);
-            kstep(t % S, xbig0, xsmall0);
+            // Promoted, a chunk's first k-step starts its sums afresh; without promotion every wgmma adds.
+            kstep(t % S, xbig0, xsmall0, CS_TX_PROMOTE && t % TW_CHUNK == 0 ? 0 : 1);
             if (t + 1 < steps) {
                 arrive(t + 1);
-                kstep((t + 1) % S, xbig1, xsmall1);
+                kstep((t + 1) % S, xbig1, xsmall1, 1);
             }
+#if CS_TX_PROMOTE
+            if ((t + 2) % TW_CHUNK == 0 || t + 2 >= steps) promote();
+#endif
         }
         tw_wait<0>();
         cp_async_wait<0>();   // the empty trailing groups, so no copy outlives the block

@@ -63,6 +63,9 @@ DEFINES = {
     # tf32x3's wgmma forward (tf32x3_wgmma.cu): cp.async stages in dynamic shared memory, sized from
     # the same value (_cupy_algorithms.TF32X3_WGMMA_SMEM)
     "CS_TW_STAGES": 5,
+    # tf32x3 (every kernel): 1 sums each k-step's three MMAs in a zeroed tile that the float32
+    # accumulator takes with rounded adds (tx_mma3 in tf32x3.cuh); 0 accumulates in the MMAs themselves
+    "CS_TX_PROMOTE": 1,
 }
 
 #: The ``-D`` constants a tunable parameter may set per configuration: name ->
