@@ -52,6 +52,10 @@ def choose(
                 if found is not None:
                     (backend, algo), decision = found
                     return backend, algo, _with_source(decision, source, chosen.considered)
+        if algorithm == "auto" and len(backend.algorithms) > 1:
+            fitted = _fitted_choice(spec, direction, name, device, source, chosen.considered)
+            if fitted is not None:
+                return fitted
         decided_by = "rule" if algorithm == "auto" and len(backend.algorithms) > 1 else "request"
         return backend, chosen.algorithm, Decision(source, decided_by, chosen.reason, chosen.considered)
 
@@ -66,16 +70,9 @@ def choose(
         if found is not None:
             (backend, algo), decision = found
             return backend, algo, _with_source(decision, source, tuple(considered))
-    labels = {f"{b.name}/{a}": (b, a) for b, a in pairs}
-    ranking = _rule.rank(spec, direction, list(labels), pairs[0][0].device)
-    if ranking and ranking[0][1] is not None:
-        label, score = ranking[0]
-        backend, algo = labels[label]
-        others = ", ".join(f"{lbl} x{s:.2f}" for lbl, s in ranking[1:4] if s is not None)
-        reason = (
-            f"fitted rule: predicted x{score:.2f} of the best on its {len(ranking.neighbours)} nearest "
-            f"measured problems ({', '.join(ranking.neighbours)})" + (f"; next: {others}" if others else "")
-        )
+    ranked = _ranked(spec, direction, pairs)
+    if ranked is not None:
+        backend, algo, reason = ranked
         return backend, algo, Decision(source, "rule", reason, tuple(considered))
     first = pairs[0][0]
     algo, why = first.choose_algorithm(spec, direction)
@@ -93,3 +90,31 @@ def _worth_measuring(pairs: Sequence[tuple[Backend, str]]) -> bool:
 def _with_source(decision: Decision, source: str, considered) -> Decision:
     """The decision with who asked, and the skipped backends, filled in."""
     return replace(decision, source=source, considered=tuple(considered))
+
+
+def _ranked(spec: ConvSpec, direction: str, pairs: Sequence[tuple[Backend, str]]) -> tuple[Backend, str, str] | None:
+    """The fitted rule's first among ``pairs`` and why, or None where its table has nothing to say."""
+    labels = {f"{b.name}/{a}": (b, a) for b, a in pairs}
+    ranking = _rule.rank(spec, direction, list(labels), pairs[0][0].device)
+    if not ranking or ranking[0][1] is None:
+        return None
+    label, score = ranking[0]
+    backend, algo = labels[label]
+    others = ", ".join(f"{lbl} x{s:.2f}" for lbl, s in ranking[1:4] if s is not None)
+    reason = (
+        f"fitted rule: predicted x{score:.2f} of the best on its {len(ranking.neighbours)} nearest "
+        f"measured problems ({', '.join(ranking.neighbours)})" + (f"; next: {others}" if others else "")
+    )
+    return backend, algo, reason
+
+
+def _fitted_choice(spec, direction, name, device, source, considered) -> tuple[Backend, str, Decision] | None:
+    """A named backend's algorithm by the fitted rule (among its algorithms that can run), if its table knows them."""
+    pairs = _registry.request_candidates(spec, direction, name, "auto", device)[0]
+    if len(pairs) < 2:
+        return None
+    ranked = _ranked(spec, direction, pairs)
+    if ranked is None:
+        return None
+    backend, algo, reason = ranked
+    return backend, algo, Decision(source, "rule", reason, tuple(considered))

@@ -326,3 +326,18 @@ def test_highest_precision_takes_the_next_line_of_the_rule(direction, cases):
             assert GPU.can_run(spec, name, direction) is True
             if RECORDS[expected].precision == "highest":
                 assert name == expected, (what, name, why)
+
+
+@pytest.mark.parametrize(
+    "x_shape, w_shape, kw",
+    [
+        ((32, 256, 1000), (256, 256, 7), dict(padding=3)),  # a speech encoder's K=7 layer
+        ((8, 512, 400), (512, 512, 3), dict(padding=2, dilation=2)),  # a dilated residual layer
+        ((32, 768, 49), (768, 48, 128), dict(padding=64, groups=16)),  # a grouped positional conv
+    ],
+)
+def test_one_d_layers_with_channels_go_to_the_implicit_gemms(x_shape, w_shape, kw):
+    """blocked walks one signal per channel pair: a layer of hundreds of channels is a GEMM's work."""
+    name, why = _pick(x_shape, w_shape, **kw)
+    assert name in ("tf32x3", "igemm_big", "fused_gemm"), (name, why)
+    assert _pick((1, 8, 100_000), (8, 8, 31))[0] == "blocked"  # few channels: still the signal kernel

@@ -212,6 +212,13 @@ TILED_SHARED_MOST = 32
 TILED_SHARED_LEAST_TAPS = 25
 
 
+#: Input x output channel pairs (per group) up to which a stride-1 1-D layer takes ``blocked``, the
+#: kernel of one long signal: it walks each (input, output) channel pair's signal with one thread
+#: per outputs, so the work per output grows with the pairs while the implicit GEMMs tile them
+#: (speech layers of 256-1024 channels ran 0.08-0.37x cuDNN on it). Measured on 1 to 8 x 8.
+BLOCKED_MOST_PAIRS = 64
+
+
 def big_tiles(s: ConvSpec) -> int:
     """Block tiles of igemm_big over the forward output (B*Ho*Wo columns, M/g rows per group)."""
     rows = 64 if s.out_channels_per_group <= 64 else 128
@@ -261,10 +268,10 @@ def _pointwise_class(s: ConvSpec, tiles: int) -> list[tuple[str, str]]:
 def _forward_rules(spec: ConvSpec, s: ConvSpec, tiles: int) -> list[tuple[str, str]]:
     """The forward classes, first match first (a 1-D case blocked declines falls through to the 2-D ones)."""
     rules = []
-    if spec.ndim == 1 and spec.stride == (1,):
+    if spec.ndim == 1 and spec.stride == (1,) and s.channels_per_group * s.out_channels_per_group <= BLOCKED_MOST_PAIRS:
         # i11 and targets-1121: blocked 4-9x the other 1-D kernels on 10^7-10^9 samples;
         # within x1.24 of the fastest on regret-gpu.md's 21 us signals.
-        rules.append(("blocked", "1-D, stride 1: register-blocked kernel, bound by memory bandwidth"))
+        rules.append(("blocked", "1-D, stride 1, few channels: register-blocked kernel, bound by memory bandwidth"))
     if _is_pointwise(s):
         return rules + _pointwise_class(s, tiles)
     cg, mg = s.channels_per_group, s.out_channels_per_group
