@@ -34,7 +34,11 @@ from ._buffers import poisoned_outputs
 from ._spec import ConvSpec
 
 __all__ = [
+    "PRECISION_CLASS_BOUNDS",
+    "assert_precision_class",
     "poisoned_outputs",
+    "precision_bound",
+    "relative_l2_error",
     "reference_forward",
     "reference_backward",
     "forward_tolerance",
@@ -484,4 +488,100 @@ def assert_within(actual, expected, tolerance, name: str = "result") -> None:
         raise AssertionError(
             f"{name}: {int(bad.sum())} of {actual.size} elements out of tolerance; first at "
             f"{index}: got {got!r}, expected {want!r}, tolerance {bound:.3g}"
+        )
+
+
+#: What each float32 precision class (:mod:`convsuite._precision`) may reach, as the relative L2
+#: error of a result against float64 on random normal operands: ``(a * sqrt(n) + b) * u`` with
+#: ``n`` the reduction length and ``u = 2**-24`` (float32's unit roundoff), plus ``c`` for classes
+#: whose products are not exact. A float32 sum of ``n`` random-sign products errs by about
+#: ``u * sqrt(n)`` times a constant below one (cuDNN-FP32: 0.27-0.30 on reductions of 2048-4608,
+#: H200), and the result's own rounding adds about ``u``. 'highest' allows ``1.0 * u * sqrt(n)``
+#: (3x that), 'high' twice it: error-compensated TF32 carries ~2^-21 per product, but only a
+#: rounded accumulation keeps it in this class (a truncating one, 5-8x, does not). 'medium' is one
+#: TF32 product: its operands alone carry 2^-11 each.
+PRECISION_CLASS_BOUNDS = {
+    "highest": (1.0, 1.0, 0.0),
+    "high": (2.0, 1.0, 0.0),
+    "medium": (2.0, 1.0, 2.0**-10),
+}
+
+
+def relative_l2_error(actual, expected) -> float:
+    """``||actual - expected|| / ||expected||`` in float64 (the norm of the difference if expected is 0).
+
+    Parameters
+    ----------
+    actual, expected : array_like
+        Real arrays of the same shape, finite.
+
+    Returns
+    -------
+    float
+    """
+    actual = _real_array(actual, "actual", "relative_l2_error").astype(np.float64)
+    expected = _real_array(expected, "expected", "relative_l2_error").astype(np.float64)
+    if actual.shape != expected.shape:
+        raise ValueError(f"relative_l2_error: shapes differ: {actual.shape} and {expected.shape}")
+    if not (np.isfinite(actual).all() and np.isfinite(expected).all()):
+        raise ValueError("relative_l2_error: the arrays must be finite (compare specials with assert_within)")
+    norm = float(np.linalg.norm(expected))
+    difference = float(np.linalg.norm(actual - expected))
+    return difference / norm if norm else difference
+
+
+def precision_bound(reduction_length: int, precision: str) -> float:
+    """The relative L2 error a result of ``precision`` class may reach on a reduction of that length.
+
+    Parameters
+    ----------
+    reduction_length : int
+        Products summed per output (``spec.reduction_length`` forward; see :func:`backward_tolerances`
+        for the gradients' lengths).
+    precision : {"highest", "high", "medium"}
+
+    Returns
+    -------
+    float
+        See :data:`PRECISION_CLASS_BOUNDS`.
+    """
+    if precision not in PRECISION_CLASS_BOUNDS:
+        raise ValueError(
+            f"`precision` must be one of {', '.join(map(repr, PRECISION_CLASS_BOUNDS))}; got {precision!r}"
+        )
+    if (
+        isinstance(reduction_length, bool)
+        or not isinstance(reduction_length, (int, np.integer))
+        or reduction_length < 1
+    ):
+        raise ValueError(f"`reduction_length` must be an int >= 1; got {reduction_length!r}")
+    a, b, c = PRECISION_CLASS_BOUNDS[precision]
+    return (a * float(np.sqrt(reduction_length)) + b) * 2.0**-24 + c
+
+
+def assert_precision_class(actual, expected, reduction_length: int, precision: str, name: str = "result") -> None:
+    """Raise AssertionError when ``actual`` errs beyond what its precision class allows.
+
+    Parameters
+    ----------
+    actual, expected : array_like
+        A float32 computation's result and its float64 reference, finite.
+    reduction_length : int
+        Products summed per output.
+    precision : {"highest", "high", "medium"}
+        The class the computation claims.
+    name : str, optional
+        What is checked, for the message.
+
+    Raises
+    ------
+    AssertionError
+        The relative L2 error passes :func:`precision_bound`.
+    """
+    error = relative_l2_error(actual, expected)
+    bound = precision_bound(reduction_length, precision)
+    if not error <= bound:
+        raise AssertionError(
+            f"{name}: relative L2 error {error:.3g} exceeds the {precision!r} class's {bound:.3g} "
+            f"on a reduction of {reduction_length} ({error / bound:.1f}x its bound)"
         )
