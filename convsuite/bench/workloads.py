@@ -3,7 +3,8 @@
 The source of truth is ``workloads.json`` (a copy of the shared seed file);
 this module turns each entry into :class:`Case` objects sized for a device:
 ``cpu_batch`` instead of ``batch`` on the CPU, 1-D signals up to 1e7 samples
-on the CPU and 1e9 on a GPU.
+on the CPU and 1e9 on a GPU. The real-network zoo (``data/zoo.json``, read by
+:mod:`convsuite.bench.zoo`) gives the workloads ``"zoo"`` and ``"zoo:<network>"``.
 """
 
 from __future__ import annotations
@@ -18,8 +19,15 @@ from typing import Any
 import numpy as np
 
 from .._spec import ConvSpec
+from .._validation import positive_int
+from .zoo import zoo_layers, zoo_networks
 
-__all__ = ["Case", "seed_workloads", "layer", "workload_names", "get_workload"]
+__all__ = ["Case", "ZOO_BATCH", "seed_workloads", "layer", "workload_names", "get_workload", "zoo_cases"]
+
+#: Batch of the zoo's cases when none is given: a GPU needs a batch to fill its
+#: multiprocessors on the 7x7 layers, and 4 keeps one CPU pass over all ~400
+#: layers to minutes on two cores.
+ZOO_BATCH = {"cpu": 4, "gpu": 32}
 
 
 @lru_cache(maxsize=1)
@@ -211,6 +219,98 @@ def _default_cases(device: str) -> list[Case]:
     ]
 
 
+def _check_device(device: Any) -> str:
+    """``device`` itself if it is "cpu" or "gpu"."""
+    if device not in ("cpu", "gpu"):
+        raise ValueError(f"`device` must be 'cpu' or 'gpu'; got {device!r}")
+    return device
+
+
+def _zoo_case_name(entry: dict, network: str | None) -> str:
+    """``net/shortest.module.path KxK C->M HxW`` plus stride, dilation and groups where not 1."""
+    paths = [p for p in entry["paths"] if network is None or p.partition(":")[0] == network]
+    net, _, path = min(paths, key=lambda p: (len(p.partition(":")[2]), p)).partition(":")
+
+    def dims(values) -> str:  # a square stride or dilation as one number, a kernel always in full
+        return "x".join(map(str, values))
+
+    def step(values) -> str:
+        return str(values[0]) if len(set(values)) == 1 else dims(values)
+
+    if entry["op"] == "conv2d":
+        name = f"{net}/{path} {dims(entry['kernel'])} {entry['C']}->{entry['M']} {entry['H']}x{entry['W']}"
+    else:
+        name = f"{net}/{path} k{entry['kernel'][0]} {entry['C']}->{entry['M']} L{entry['W']}"
+    extras = [("s", step(entry["stride"]), entry["stride"]), ("d", step(entry["dilation"]), entry["dilation"])]
+    name += "".join(f" {tag}{text}" for tag, text, values in extras if max(values) > 1)
+    return name + (f" g{entry['groups']}" if entry["groups"] > 1 else "")
+
+
+def zoo_cases(
+    batch: int | None = None, network: str | None = None, direction: str = "forward", device: str = "cpu"
+) -> list[Case]:
+    """The real-network zoo's distinct layers as cases.
+
+    Parameters
+    ----------
+    batch : int, optional
+        Batch size of every case; default ``ZOO_BATCH[device]`` (32 on a
+        GPU, 4 on the CPU).
+    network : str, optional
+        One of :func:`convsuite.bench.zoo.zoo_networks`: only its layers,
+        named after its own module paths. Default: every layer of the zoo.
+    direction : {"forward", "backward"}, optional
+        The direction of every case.
+    device : {"cpu", "gpu"}, optional
+        Only chooses the default batch.
+
+    Returns
+    -------
+    list of Case
+        One case per distinct layer, in the zoo's order, of workload
+        ``"zoo"`` or ``"zoo:<network>"``, named after the layer's shortest
+        module path and its geometry, e.g. ``"resnet18/layer1.0.conv1 3x3
+        64->64 56x56"``; ``note`` gives its class and occurrence count.
+        Padding is passed per side, as the network has it.
+
+    Raises
+    ------
+    ValueError, TypeError
+        For an unknown network, direction or device, or a batch that is not
+        a positive int.
+    """
+    device = _check_device(device)
+    batch = ZOO_BATCH[device] if batch is None else positive_int(batch, "batch")
+    if direction not in ("forward", "backward"):
+        raise ValueError(f"`direction` must be 'forward' or 'backward'; got {direction!r}")
+    cases = []
+    for entry in zoo_layers(network):
+        spatial = [entry["H"], entry["W"]] if entry["op"] == "conv2d" else [entry["W"]]
+        others = [n for n in entry["networks"] if n != network]
+        where = (
+            f"in {network}" + (f" (also {', '.join(others)})" if others else "")
+            if network
+            else f"in {', '.join(others)}"
+        )
+        cases.append(
+            Case(
+                "zoo" if network is None else f"zoo:{network}",
+                _zoo_case_name(entry, network),
+                entry["op"],
+                (batch, entry["C"], *spatial),
+                (entry["M"], entry["C"] // entry["groups"], *entry["kernel"]),
+                stride=tuple(entry["stride"]),
+                padding=tuple(tuple(pair) for pair in entry["padding"]),
+                groups=entry["groups"],
+                bias=entry["bias"],
+                direction=direction,
+                note=f"{entry['class']}; {entry['count']} {where}",
+                dilation=tuple(entry["dilation"]),
+            )
+        )
+    return cases
+
+
 _BUILDERS = {
     "default": _default_cases,
     "conv1d-signal": _signal_cases,
@@ -222,14 +322,24 @@ _BUILDERS = {
 
 
 def workload_names() -> list[str]:
-    """Names accepted by :func:`get_workload` and ``convsuite compare --workload``."""
-    return list(_BUILDERS)
+    """Names accepted by :func:`get_workload` and ``convsuite compare --workload``.
+
+    The seed reports' workloads, then ``"zoo"`` (every distinct layer of the
+    real-network zoo) and ``"zoo:<network>"`` for each of its networks.
+    """
+    return [*_BUILDERS, "zoo", *(f"zoo:{net}" for net in zoo_networks())]
 
 
 def get_workload(name: str, device: str = "cpu") -> list[Case]:
-    """The cases of workload ``name`` sized for ``device`` (``"cpu"`` or ``"gpu"``)."""
-    if not isinstance(name, str) or name not in _BUILDERS:  # a list would be an unhashable key
-        raise ValueError(f"`workload` must be one of {', '.join(workload_names())}; got {name!r}")
-    if device not in ("cpu", "gpu"):
-        raise ValueError(f"`device` must be 'cpu' or 'gpu'; got {device!r}")
+    """The cases of workload ``name`` sized for ``device`` (``"cpu"`` or ``"gpu"``).
+
+    The zoo's workloads run forward at ``ZOO_BATCH[device]``; call
+    :func:`zoo_cases` for another batch or direction.
+    """
+    names = workload_names()
+    if not isinstance(name, str) or name not in names:  # a list would be an unhashable key
+        raise ValueError(f"`workload` must be one of {', '.join(names)}; got {name!r}")
+    device = _check_device(device)
+    if name == "zoo" or name.startswith("zoo:"):
+        return zoo_cases(network=name.partition(":")[2] or None, device=device)
     return _BUILDERS[name](device)
