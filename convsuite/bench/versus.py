@@ -23,10 +23,11 @@ summary of any such rows.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
-import statistics
 import sys
+import zlib
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -69,13 +70,13 @@ class LayerResult:
 
     @property
     def ratio(self) -> float | None:
-        """torch's time over convsuite's (> 1: convsuite is faster); None when either is missing."""
+        """Torch's time over convsuite's (> 1: convsuite is faster); None when either is missing."""
         ours, theirs = self.times.get("convsuite"), self.times.get("torch")
         return None if not ours or not theirs else theirs / ours
 
     @property
     def best_ratio(self) -> float | None:
-        """torch's time over the fastest pinned algorithm's (what a perfect choice would give)."""
+        """Torch's time over the fastest pinned algorithm's (what a perfect choice would give)."""
         pinned = [t for name, t in self.times.items() if "/" in name]
         theirs = self.times.get("torch")
         return None if not pinned or not theirs else theirs / min(pinned)
@@ -145,7 +146,7 @@ class _TorchEvents:
 
 
 def _torch_call(case: Case, spec, x, w, bias, grad_y, device: str) -> Callable[[], Any]:
-    """torch's forward, or its autograd backward (dX, dW, db) of a forward taken once."""
+    """Torch's forward, or its autograd backward (dX, dW, db) of a forward taken once."""
     torch = _torch_module()
     where = "cuda" if device == "gpu" else "cpu"
     conv = torch.nn.functional.conv1d if spec.ndim == 1 else torch.nn.functional.conv2d
@@ -215,6 +216,50 @@ def _relative_error(got, want: list[np.ndarray]) -> float:
     return worst
 
 
+def _operands(case: Case, device: str):
+    """float32 operands of ``case`` (normal, seeded by the case): x, w, bias (or None), grad_y (backward)."""
+    rng = np.random.default_rng(zlib.crc32(case.name.encode()))
+    x = rng.standard_normal(case.x_shape, dtype=np.float32)
+    w = rng.standard_normal(case.w_shape, dtype=np.float32) / np.float32(math.sqrt(math.prod(case.w_shape[1:])))
+    bias = rng.standard_normal(case.w_shape[0], dtype=np.float32) if case.bias else None
+    grad_y = None
+    if case.direction == "backward":
+        import convsuite as cs
+
+        shape = cs.explain(x, w, **case.keywords).spec.y_shape
+        grad_y = rng.standard_normal(shape, dtype=np.float32)
+    return x, w, bias, grad_y
+
+
+def sample(cases: Sequence[Case], per_network: int) -> list[Case]:
+    """At most ``per_network`` cases of each network, spread over its layer classes (round robin, the
+    most work first within a class), in a fixed order: a smaller zoo that keeps every class of every network.
+    """
+    if isinstance(per_network, bool) or not isinstance(per_network, int) or per_network < 1:
+        raise ValueError(f"`per_network` must be an int >= 1; got {per_network!r}")
+    import convsuite as cs
+
+    def work(case: Case) -> int:
+        return cs.explain(
+            np.empty(case.x_shape, np.float32), np.empty(case.w_shape, np.float32), **case.keywords
+        ).spec.macs
+
+    taken: dict[str, int] = {}
+    chosen: list[Case] = []
+    by_network: dict[str, dict[str, list[Case]]] = {}
+    for case in cases:
+        owner = case.networks[0] if case.networks else case.workload
+        by_network.setdefault(owner, {}).setdefault(case.layer_class, []).append(case)
+    for owner, classes in sorted(by_network.items()):
+        queues = [sorted(members, key=work, reverse=True) for _, members in sorted(classes.items())]
+        while taken.get(owner, 0) < per_network and any(queues):
+            for queue in queues:
+                if queue and taken.get(owner, 0) < per_network:
+                    chosen.append(queue.pop(0))
+                    taken[owner] = taken.get(owner, 0) + 1
+    return chosen
+
+
 def _convsuite_call(case: Case, operands, algorithm: str = "auto", backend: str | None = None):
     import convsuite as cs
 
@@ -282,21 +327,10 @@ def compare_layers(
     for index, case in enumerate(cases):
         if progress is not None:
             progress(index, len(cases), case.name)
-        x, w, bias, rng = case.arrays("float32")
+        x, w, bias, grad_y = _operands(case, device)
         spec = cs.explain(x, w, bias, **case.keywords).spec
-        grad_y = None
-        if case.direction == "backward":
-            grad_y = rng.standard_normal(spec.y_shape).astype(np.float32).reshape(
-                (spec.y_shape if len(case.x_shape) == spec.ndim + 2 else spec.y_shape[1:])
-            )
         operands = tuple(None if a is None else to_device(a) for a in (x, w, bias, grad_y))
-        row = LayerResult(
-            case.name,
-            getattr(case, "layer_class", "") or case.family or "",
-            getattr(case, "network", "") or case.workload,
-            case.direction,
-            case.batch,
-        )
+        row = LayerResult(case.name, case.layer_class, ",".join(case.networks), case.direction, case.batch)
         explained = cs.explain(x, w, bias, direction=case.direction, **case.keywords)
         row.chosen = f"{explained.backend}/{explained.algorithm}"
         contenders = {
@@ -330,43 +364,40 @@ def compare_layers(
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m convsuite.bench.versus", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workload", default="zoo", help="a workload name (zoo, zoo:NETWORK, default, ...)")
+    parser.add_argument("--network", help="one network of the zoo (default: every one)")
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
-    parser.add_argument("--batch", type=int, action="append", help="batch sizes (zoo); repeatable")
+    parser.add_argument("--batch", type=int, action="append", help="batch size (repeatable; default 32 GPU, 4 CPU)")
     parser.add_argument("--direction", choices=("forward", "backward", "both"), default="forward")
+    parser.add_argument("--per-network", type=int, help="at most N layers per network, spread over its classes")
     parser.add_argument("--every-algorithm-of", metavar="BACKEND", help="also time each algorithm of BACKEND")
     parser.add_argument("--precision", choices=("highest", "high", "medium"))
     parser.add_argument("--torch-tf32", action="store_true", help="let cuDNN use TF32")
     parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--limit", type=int, help="the first N layers only")
     parser.add_argument("--out", help="write the rows as JSON here")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command line: measure, print the summary, write the rows."""
+    """The command line: measure the zoo's layers, print the summary, write the rows."""
     args = _parser().parse_args(argv)
     # Passive OpenMP waits before torch or numba start their pools: spinning runtimes starve each other.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import convsuite as cs
     from convsuite._files import atomic_write_json
 
-    from .workloads import get_workload
+    from .workloads import zoo_cases
 
-    cases: list[Case] = []
+    if args.out:
+        from convsuite._files import check_output_file
+
+        check_output_file(args.out, "--out")
     directions = ("forward", "backward") if args.direction == "both" else (args.direction,)
-    batches = args.batch or [None]
-    for batch in batches:
+    cases: list[Case] = []
+    for batch in args.batch or [None]:
         for direction in directions:
-            found = get_workload(args.workload, args.device, batch=batch) if batch else get_workload(
-                args.workload, args.device
-            )
-            cases += [c for c in found if c.direction == direction] if any(
-                c.direction == direction for c in found
-            ) else [replace_direction(c, direction) for c in found]
-    if args.limit:
-        cases = cases[: args.limit]
-    scope = cs.use_precision(args.precision) if args.precision else _nothing()
+            found = zoo_cases(batch, args.network, direction, args.device)
+            cases += sample(found, args.per_network) if args.per_network else found
+    scope = cs.use_precision(args.precision) if args.precision else contextlib.nullcontext()
     with scope:
         rows = compare_layers(
             cases,
@@ -383,24 +414,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def replace_direction(case: Case, direction: str) -> Case:
-    """The case in another direction."""
-    from dataclasses import replace
-
-    return replace(case, direction=direction)
-
-
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
-
-
 if __name__ == "__main__":
     raise SystemExit(main())
-
-
-def _median(values):
-    return statistics.median(values)

@@ -72,6 +72,9 @@ class Case:
     dilation: Any = 1
     #: Cases of one family differ only in size (a sweep); plots join them by a line.
     family: str = ""
+    #: A real network's layer: its class (:func:`convsuite.bench.zoo.layer_class`) and the networks it occurs in.
+    layer_class: str = ""
+    networks: tuple = ()
 
     @property
     def keywords(self) -> dict:
@@ -306,6 +309,8 @@ def zoo_cases(
                 direction=direction,
                 note=f"{entry['class']}; {entry['count']} {where}",
                 dilation=tuple(entry["dilation"]),
+                layer_class=entry["class"],
+                networks=tuple(entry["networks"]),
             )
         )
     return cases
