@@ -5,19 +5,32 @@ LeNet-5 on scikit-learn's bundled 8x8 digits (no download), shows a
 progress bar with the running loss, prints the test accuracy on the
 held-out split and writes ``DIR/train.json`` and the trained weights,
 ``DIR/lenet5-VARIANT.npz`` (``net.load_state_dict(numpy.load(path))``).
+
+Both files are checked before training and written atomically. Exit status:
+0 trained and saved; 1 the training diverged (the loss or a weight stopped
+being a finite number: ``train.json`` says ``"status": "diverged"`` and where,
+and no weights are written); 2 a usage error (before training), or a file
+that could not be written where asked (then it is saved next to it or in the
+temporary folder, and one line says where).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import io
 import os
 import sys
 from pathlib import Path
 
+from convsuite._files import atomic_write_bytes, atomic_write_json, check_writable_file
 from convsuite.bench._arguments import gpu_unavailable, positive, positive_float
 
-__all__ = ["add_train_parser", "cmd_train"]
+__all__ = ["EXIT_DIVERGED", "EXIT_NOT_SAVED", "add_train_parser", "cmd_train"]
+
+#: Exit status of a run that diverged (its train.json says so; no weights are written).
+EXIT_DIVERGED = 1
+#: Exit status of a finished run whose files could not go where asked (saved elsewhere, said in one line).
+EXIT_NOT_SAVED = 2
 
 
 def _seed(text: str) -> int:
@@ -110,7 +123,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     import convsuite
     from convsuite import nn
-    from convsuite.nets.train import TrainConfig, train_lenet5
+    from convsuite.nets.train import TrainConfig, TrainingDiverged, train_lenet5
 
     names = [b.name for b in convsuite.list_backends()]
     if args.backend is not None and args.backend not in names + ["auto"]:
@@ -144,6 +157,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     problem = _out_problem(out)
     if problem is not None:
         return _usage_error(f"--out {str(out)!r} {problem}")
+    # Each file is checked too, so that a folder in the way of one does not throw a finished run away.
+    files = {"weights": out / f"lenet5-{config.variant}.npz", "report": out / "train.json"}
+    try:
+        for path in files.values():
+            check_writable_file(path, "--out")
+    except ValueError as exc:
+        return _usage_error(str(exc))
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(
@@ -159,11 +179,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         def progress(step: int, total: int, loss: float) -> None:
             bar.update(task, completed=step, total=total, loss=loss)
 
-        result = train_lenet5(config, progress=progress)
-    print(
-        f"test accuracy {result.test_accuracy:.4f} on {result.sizes['test']} held-out digits "
-        f"after {config.epochs} epochs ({result.seconds:.1f} s)"
-    )
+        try:
+            result = train_lenet5(config, progress=progress)
+        except TrainingDiverged as diverged:
+            result = diverged
     report = {
         "network": "lenet5",
         "variant": config.variant,
@@ -174,18 +193,44 @@ def cmd_train(args: argparse.Namespace) -> int:
         "batch": config.batch,
         "seed": config.seed,
         "optimizer": {"name": "SGD", "lr": config.lr, "momentum": config.momentum, "weight_decay": config.weight_decay},
-        "train_size": result.sizes["train"],
-        "test_size": result.sizes["test"],
-        "test_accuracy": result.test_accuracy,
-        "test_accuracy_per_epoch": result.test_accuracy_per_epoch,
-        "loss_per_epoch": result.loss_per_epoch,
-        "seconds": result.seconds,
-        "layer_seconds": result.layer_seconds(),
-        "category_seconds": {d: result.layer_times.by_category(d) for d in ("forward", "backward")},
     }
-    weights = out / f"lenet5-{config.variant}.npz"
-    np.savez(weights, **{k: nn._xp.to_numpy(v) for k, v in result.network.state_dict().items()})
-    report["weights"] = weights.name
-    (out / "train.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {out / 'train.json'} and {weights} (load with net.load_state_dict(numpy.load(path)))")
-    return 0
+    if isinstance(result, TrainingDiverged):
+        # The record says what happened, and no weights are written: they are not numbers any more.
+        report.update(
+            status="diverged",
+            error=str(result),
+            diverged_at={"epoch": result.epoch, "step": result.step, "loss": result.loss, "what": result.what},
+            test_accuracy_per_epoch=result.test_accuracy_per_epoch,
+            loss_per_epoch=result.loss_per_epoch,
+        )
+        saved = atomic_write_json(files["report"], report, fallback=True)
+        print(f"convsuite train: error: {result}", file=sys.stderr)
+        print(f"wrote {saved.path} (status: diverged; no weights saved)", file=sys.stderr)
+        if saved.warning:
+            print(f"convsuite train: warning: {saved.warning}", file=sys.stderr)
+        return EXIT_DIVERGED
+    print(
+        f"test accuracy {result.test_accuracy:.4f} on {result.sizes['test']} held-out digits "
+        f"after {config.epochs} epochs ({result.seconds:.1f} s)"
+    )
+    report.update(
+        status="ok",
+        train_size=result.sizes["train"],
+        test_size=result.sizes["test"],
+        test_accuracy=result.test_accuracy,
+        test_accuracy_per_epoch=result.test_accuracy_per_epoch,
+        loss_per_epoch=result.loss_per_epoch,
+        seconds=result.seconds,
+        layer_seconds=result.layer_seconds(),
+        category_seconds={d: result.layer_times.by_category(d) for d in ("forward", "backward")},
+    )
+    buffer = io.BytesIO()
+    np.savez(buffer, **{k: nn._xp.to_numpy(v) for k, v in result.network.state_dict().items()})
+    weights = atomic_write_bytes(files["weights"], buffer.getvalue(), fallback=True)
+    report["weights"] = weights.path.name if weights.path.parent == out else str(weights.path)
+    saved = atomic_write_json(files["report"], report, fallback=True)
+    print(f"wrote {saved.path} and {weights.path} (load with net.load_state_dict(numpy.load(path)))")
+    problems = [s.warning for s in (weights, saved) if s.warning]
+    for line in problems:
+        print(f"convsuite train: warning: {line}", file=sys.stderr)
+    return EXIT_NOT_SAVED if problems else 0

@@ -6,7 +6,9 @@ naming nothing, or a late failure (after a whole training run).
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
 import sys
 import warnings
 
@@ -364,3 +366,96 @@ def test_a_slice_of_a_sequential_is_a_sequential():
     x = np.random.default_rng(0).standard_normal((2, 1, 5, 5)).astype(np.float32)
     np.testing.assert_allclose(head(x), np.maximum(net[0](x), 0), rtol=1e-6, atol=1e-6)
     assert isinstance(net[-1], nn.Flatten)
+
+
+# --- outputs checked before training; a diverged run reported as such; files written atomically ---------------
+
+
+def _strict_json(text: str):
+    """Parse as strict JSON: NaN, Infinity and -Infinity are refused."""
+
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _train(out, *options: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``convsuite train lenet5`` in its own process, on numpy, one epoch."""
+    argv = [sys.executable, "-m", "convsuite", "train", "lenet5", "--backend", "numpy", "--epochs", "1"]
+    return subprocess.run([*argv, *options, "--out", str(out)], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("blocked", ["train.json", "lenet5-classic.npz"])
+def test_train_checks_each_output_file_before_training(blocked, tmp_path, no_training, capsys):
+    """A folder where a file goes made the run train fully, then fail with IsADirectoryError."""
+    (tmp_path / blocked).mkdir()
+    assert main(["train", "lenet5", "--backend", "numpy", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"convsuite train: error: --out '{tmp_path / blocked}' is a folder") and not no_training
+
+
+def test_train_with_a_folder_in_the_way_stops_before_training_in_a_real_process(tmp_path):
+    (tmp_path / "train.json").mkdir()
+    result = _train(tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "train.json' is a folder, not a file that can be written" in result.stderr
+    assert "Traceback" not in result.stderr and "test accuracy" not in result.stdout  # nothing was trained
+
+
+def test_a_diverged_run_says_so_exits_1_and_writes_strict_json(tmp_path):
+    """--lr 1e6 trained NaN weights to chance accuracy, exited 0 and wrote a bare NaN into train.json."""
+    result = _train(tmp_path, "--lr", "1e6")
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert "convsuite train: error: training diverged at epoch 1, step" in result.stderr
+    assert "(lr=1e+06) is likely too large" in result.stderr and "test accuracy" not in result.stdout
+    report = _strict_json((tmp_path / "train.json").read_text())
+    assert report["status"] == "diverged" and report["diverged_at"]["what"] == "loss"
+    assert report["diverged_at"]["loss"] is None and "diverged_at.loss" in report["non_finite"]["values"]
+    assert not (tmp_path / "lenet5-classic.npz").exists()  # NaN weights are not saved
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning", "ignore:invalid value:RuntimeWarning")
+def test_train_lenet5_raises_training_diverged_on_a_non_finite_loss():
+    with pytest.raises(train_module.TrainingDiverged, match="training diverged at epoch 1, step") as info:
+        nets.train_lenet5(nets.TrainConfig(backend="numpy", epochs=2, lr=1e6))
+    assert info.value.what == "loss" and not math.isfinite(info.value.loss) and info.value.loss_per_epoch == []
+
+
+def test_a_weight_that_overflows_after_the_last_finite_loss_stops_the_run(monkeypatch):
+    """The last step of an epoch can overflow a weight after its loss was finite: the epoch's check catches it."""
+    steps = []
+    original = nn.SGD.step
+
+    def overflowing_step(self):
+        original(self)
+        steps.append(1)
+        if len(steps) == 43:  # the last step of the first epoch (1347 digits in batches of 32)
+            self.params[0].data[...] = np.inf
+
+    monkeypatch.setattr(nn.SGD, "step", overflowing_step)
+    with pytest.raises(train_module.TrainingDiverged, match="parameter '.*' has non-finite values") as info:
+        nets.train_lenet5(nets.TrainConfig(backend="numpy", epochs=2))
+    assert info.value.epoch == 1 and info.value.step == 43 and math.isfinite(info.value.loss)
+    assert len(info.value.loss_per_epoch) == 1  # the epoch finished; its accuracy was not measured on inf weights
+
+
+def test_a_train_json_that_cannot_be_written_is_saved_elsewhere_and_said(tmp_path, monkeypatch, capsys):
+    from convsuite import _files
+
+    original = _files._replace_atomically
+
+    def full_for_train_json(target, data):
+        if target.name == "train.json":
+            raise OSError(28, "No space left on device")
+        original(target, data)
+
+    monkeypatch.setattr(_files, "_replace_atomically", full_for_train_json)
+    assert main(["train", "lenet5", "--backend", "numpy", "--epochs", "1", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    line = [x for x in err.splitlines() if "warning" in x]
+    assert len(line) == 1 and f"could not write {tmp_path / 'train.json'} (No space left on device)" in line[0]
+    fallback = line[0].split("saved it to ")[1].removesuffix(" instead")
+    report = _strict_json(open(fallback).read())
+    assert report["status"] == "ok" and 0 <= report["test_accuracy"] <= 1 and report["weights"] == "lenet5-classic.npz"
+    assert (tmp_path / "lenet5-classic.npz").exists() and not (tmp_path / "train.json").exists()

@@ -16,7 +16,7 @@ from .data import load_digits_split
 from .lenet import LENET5_VARIANTS, lenet5
 from .profile import _check_batch
 
-__all__ = ["TrainConfig", "evaluate", "train_lenet5"]
+__all__ = ["TrainConfig", "TrainingDiverged", "evaluate", "train_lenet5"]
 
 #: scikit-learn's bound on ``random_state`` (the split of the digits): seeds are below it.
 SEED_LIMIT = 2**32
@@ -86,6 +86,45 @@ class TrainConfig:
         }
         for name, value in normal.items():
             object.__setattr__(self, name, value)  # frozen: the dataclass way to set a field here
+
+
+class TrainingDiverged(FloatingPointError):
+    """Training stopped because the loss or the weights stopped being finite numbers.
+
+    A run whose loss turned NaN goes on "training" NaN weights to a chance
+    accuracy; it is stopped at the first non-finite loss (or weight, checked
+    after each epoch) instead, and reported as what it is.
+
+    Attributes
+    ----------
+    epoch, step : int
+        Where it was noticed: the epoch (from 1) and the step (from 1, over all epochs).
+    loss : float
+        The last loss (NaN or infinite when the loss diverged).
+    what : str
+        ``"loss"`` or the name of the first parameter that is not finite.
+    config : TrainConfig
+    loss_per_epoch, test_accuracy_per_epoch : list of float
+        Of the epochs that finished before it diverged.
+    """
+
+    def __init__(self, *, epoch: int, step: int, loss: float, what: str, config: TrainConfig, history: tuple) -> None:
+        self.epoch, self.step, self.loss, self.what, self.config = epoch, step, loss, what, config
+        self.loss_per_epoch, self.test_accuracy_per_epoch = list(history[0]), list(history[1])
+        became = f"the loss became {loss!r}" if what == "loss" else f"parameter {what!r} has non-finite values"
+        super().__init__(
+            f"training diverged at epoch {epoch}, step {step}: {became}; the learning rate "
+            f"(lr={config.lr:g}) is likely too large for this network: try a smaller one"
+        )
+
+
+def _first_non_finite(network: nn.Module) -> str | None:
+    """The name of the first parameter with a NaN or infinite value, or None."""
+    for name, value in network.state_dict().items():
+        xp = nn._xp.array_module(value)
+        if not bool(xp.isfinite(value).all()):
+            return name
+    return None
 
 
 @dataclass
@@ -176,6 +215,12 @@ def train_lenet5(
     -------
     TrainResult
         The trained network, test accuracy, loss per epoch and per-layer times.
+
+    Raises
+    ------
+    TrainingDiverged
+        The loss became NaN or infinite (checked every step), or a weight
+        did (checked after every epoch): the run is stopped there.
     """
     if not isinstance(config, TrainConfig):  # its fields were checked when it was made
         raise TypeError(f"`config` must be a TrainConfig; got {type(config).__name__}")
@@ -206,6 +251,15 @@ def train_lenet5(
                 y = _on_device(data.y_train[index], config.device)
                 optimiser.zero_grad()
                 loss = float(criterion(network(x), y))
+                if not math.isfinite(loss):  # every later step would only train NaN weights
+                    raise TrainingDiverged(
+                        epoch=epoch + 1,
+                        step=step + 1,
+                        loss=loss,
+                        what="loss",
+                        config=config,
+                        history=(losses, accuracies),
+                    )
                 network.backward(criterion.backward(), input_grad=False)  # the images need none
                 optimiser.step()
                 epoch_loss += loss * len(index)
@@ -214,6 +268,11 @@ def train_lenet5(
                 if progress is not None:
                     progress(step, total_steps, running)
             losses.append(epoch_loss / len(order))
+            broken = _first_non_finite(network)  # the last step can overflow a weight after a finite loss
+            if broken is not None:
+                raise TrainingDiverged(
+                    epoch=epoch + 1, step=step, loss=running, what=broken, config=config, history=(losses, accuracies)
+                )
             accuracies.append(evaluate(network, data.x_test, data.y_test, device=config.device))
     seconds = time.perf_counter() - start
     return TrainResult(
