@@ -36,3 +36,20 @@ def _poison_outputs():
     """Every output buffer starts as NaN, so an unwritten element fails its check."""
     with poisoned_outputs():
         yield
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """One line for every skip, grouped by reason (what is missing on this machine), not one line each."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    reasons: dict[str, int] = {}
+    for report in skipped:
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        # Group by what is missing: the text before the first detail in parentheses or after a colon.
+        key = reason.split(" (")[0].split(": ", 1)[-1] if "unavailable" in reason else reason.split(" (")[0]
+        reasons[key] = reasons.get(key, 0) + 1
+    parts = [f"{count} {reason}" for reason, count in sorted(reasons.items(), key=lambda item: -item[1])]
+    terminalreporter.write_line(f"skipped {len(skipped)}: " + "; ".join(parts))

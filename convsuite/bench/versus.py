@@ -278,10 +278,11 @@ def compare_layers(
     device: str = "cpu",
     repeat: int = 20,
     rounds: int = 4,
-    every_algorithm_of: str | None = None,
+    every_algorithm_of: str | Sequence[str] | None = None,
     torch_tf32: bool = False,
     errors: bool = True,
     progress: Callable[[int, int, str], None] | None = None,
+    done: Callable[[list[LayerResult]], None] | None = None,
 ) -> list[LayerResult]:
     """Time convsuite (auto) and torch side by side on every case; see the module's description.
 
@@ -292,14 +293,16 @@ def compare_layers(
     device : {"cpu", "gpu"}
     repeat, rounds : int
         Timed calls per contender, in alternating blocks.
-    every_algorithm_of : str, optional
-        A backend whose every algorithm that can run a case is timed too, pinned by name.
+    every_algorithm_of : str or sequence of str, optional
+        Backends whose every algorithm that can run a case is timed too, pinned by name.
     torch_tf32 : bool
         Let cuDNN use TF32 (torch's default for convolutions); off by default (strict float32).
     errors : bool
         Record each contender's error against float64.
     progress : callable, optional
         ``progress(index, total, name)`` before each case.
+    done : callable, optional
+        ``done(rows)`` after each case with every row so far (to save finished work as it comes).
 
     Returns
     -------
@@ -322,7 +325,8 @@ def compare_layers(
         from convsuite._timing import wall_timer
 
         to_device, timer, torch_timer = (lambda a: a), wall_timer, wall_timer
-    pinned_backend = None if every_algorithm_of is None else cs.get_backend(every_algorithm_of)
+    names = [every_algorithm_of] if isinstance(every_algorithm_of, str) else list(every_algorithm_of or ())
+    pinned_backends = [cs.get_backend(name) for name in names]
     rows = []
     for index, case in enumerate(cases):
         if progress is not None:
@@ -337,7 +341,10 @@ def compare_layers(
             "convsuite": Contender(_convsuite_call(case, operands), timer),
             "torch": Contender(_torch_call(case, spec, x, w, bias, grad_y, device), torch_timer),
         }
-        if pinned_backend is not None:
+        for pinned_backend in pinned_backends:
+            if pinned_backend.available() is not True:
+                row.skipped[pinned_backend.name] = str(pinned_backend.available())
+                continue
             for name in pinned_backend.algorithms:
                 verdict = pinned_backend.can_run(spec, name, case.direction)
                 if verdict is True:
@@ -359,6 +366,8 @@ def compare_layers(
             for name, contender in runnable.items():
                 row.errors[name] = _relative_error(contender.run(), want)
         rows.append(row)
+        if done is not None:
+            done(rows)
     return rows
 
 
@@ -369,10 +378,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch", type=int, action="append", help="batch size (repeatable; default 32 GPU, 4 CPU)")
     parser.add_argument("--direction", choices=("forward", "backward", "both"), default="forward")
     parser.add_argument("--per-network", type=int, help="at most N layers per network, spread over its classes")
-    parser.add_argument("--every-algorithm-of", metavar="BACKEND", help="also time each algorithm of BACKEND")
+    parser.add_argument(
+        "--every-algorithm-of", metavar="BACKENDS", help="also time each algorithm of these backends (comma-separated)"
+    )
+    parser.add_argument("--threads", type=int, help="threads for convsuite and torch alike")
     parser.add_argument("--precision", choices=("highest", "high", "medium"))
     parser.add_argument("--torch-tf32", action="store_true", help="let cuDNN use TF32")
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--no-errors", action="store_true", help="skip the float64 references (faster)")
     parser.add_argument("--out", help="write the rows as JSON here")
     return parser
 
@@ -383,34 +396,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Passive OpenMP waits before torch or numba start their pools: spinning runtimes starve each other.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import convsuite as cs
-    from convsuite._files import atomic_write_json
+    from convsuite._files import atomic_write_json, check_writable_file
 
     from .workloads import zoo_cases
 
     if args.out:
-        from convsuite._files import check_output_file
-
-        check_output_file(args.out, "--out")
+        check_writable_file(args.out, "--out")
     directions = ("forward", "backward") if args.direction == "both" else (args.direction,)
     cases: list[Case] = []
     for batch in args.batch or [None]:
         for direction in directions:
             found = zoo_cases(batch, args.network, direction, args.device)
             cases += sample(found, args.per_network) if args.per_network else found
+
+    def save(rows: list[LayerResult]) -> None:  # after every layer: a run cut short keeps what it measured
+        if args.out:
+            atomic_write_json(args.out, {"device": args.device, "rows": [asdict(r) for r in rows]})
+
+    if args.threads:
+        cs.set_num_threads(args.threads)
+        _torch_module().set_num_threads(args.threads)
     scope = cs.use_precision(args.precision) if args.precision else contextlib.nullcontext()
     with scope:
         rows = compare_layers(
             cases,
             device=args.device,
             repeat=args.repeat,
-            every_algorithm_of=args.every_algorithm_of,
+            every_algorithm_of=args.every_algorithm_of.split(",") if args.every_algorithm_of else None,
             torch_tf32=args.torch_tf32,
+            errors=not args.no_errors,
             progress=lambda i, n, name: print(f"[{i + 1}/{n}] {name}", file=sys.stderr, flush=True),
+            done=save,
         )
     for line in summarise(rows):
         print(line)
-    if args.out:
-        atomic_write_json(args.out, {"rows": [asdict(r) for r in rows]})
     return 0
 
 

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# One call on the lent GPU machine (the device tool): set-up, then each section named as an argument,
+# every log under $OUT, one summary line per step at the end.
+#   tests        the GPU tests (every gpu-marked file) and the cupy rows of the cross-backend suites
+#   zoo-gpu      the zoo on the GPU against cuDNN (TF32 off): every cupy algorithm at batch 32 forward and
+#                backward (a sample of each network's layers), auto at batches 1 and 8, errors at batch 8
+#   zoo-high     the zoo's dense layers at precision 'high' against cuDNN with TF32 on and off
+#   promote      tf32x3's accumulation: promoted (the default) against CS_TX_PROMOTE=0, error and time
+#   zoo-cpu      the zoo on the host's CPU (all cores, then 1 thread) against torch, every CPU backend
+# Packages the machine lacks travel as wheels in .whl (carried): platformdirs, scipy-openblas32.
+set -u
+LOGS=${OUT:-device-logs}
+mkdir -p "$LOGS"
+export PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=PASSIVE
+SUMMARY="$LOGS/summary.txt"
+: > "$SUMMARY"
+note() { echo "$*" | tee -a "$SUMMARY"; }
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; lscpu | grep -E "Model name|^CPU\(s\)"; date -u; } \
+  | tee "$LOGS/device.txt"
+if ls .whl/*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    > "$LOGS/wheels.log" 2>&1 || { tail -5 "$LOGS/wheels.log"; exit 1; }
+  export PYTHONPATH=/tmp/site
+fi
+python3 -m pip install -q --no-build-isolation --no-deps -e . > "$LOGS/install.log" 2>&1 \
+  || { tail -20 "$LOGS/install.log"; exit 1; }
+export CUPY_CACHE_DIR="$PWD/.cupy_cache"
+
+# run NAME SECONDS COMMAND...: the command's output in $LOGS/NAME.log, a line in the summary.
+run() {
+  local name=$1 limit=$2 start rc
+  shift 2
+  start=$(date +%s)
+  timeout "$limit" "$@" > "$LOGS/$name.log" 2>&1
+  rc=$?
+  note "$name: rc=$rc $(($(date +%s) - start))s | $(grep -v '^\[' "$LOGS/$name.log" | tail -1)"
+}
+versus() { python3 -m convsuite.bench.versus "$@"; }
+
+for section in "$@"; do
+  case $section in
+    tests)
+      run gpu-tests 300 python3 -m pytest -q -p no:cacheprovider -o addopts="" -n 8 -m gpu tests/
+      grep -E "^(FAILED|ERROR)" "$LOGS/gpu-tests.log" | head -30 | tee -a "$SUMMARY"
+      run cupy-rows 150 python3 -m pytest -q -p no:cacheprovider -o addopts="" -n 8 -k cupy \
+        tests/test_agreement.py tests/test_reliability_nonfinite.py tests/test_epilogue.py tests/test_plans.py
+      grep -E "^(FAILED|ERROR)" "$LOGS/cupy-rows.log" | head -20 | tee -a "$SUMMARY"
+      ;;
+    zoo-gpu)
+      run zoo-b32-fwd 170 versus --device gpu --batch 32 --per-network "${PER_NETWORK:-8}" --every-algorithm-of cupy \
+        --no-errors --out "$LOGS/zoo-b32-fwd.json"
+      run zoo-b32-bwd 170 versus --device gpu --batch 32 --direction backward --per-network "${PER_NETWORK:-8}" \
+        --every-algorithm-of cupy --no-errors --out "$LOGS/zoo-b32-bwd.json"
+      run zoo-b1-fwd 80 versus --device gpu --batch 1 --per-network "${PER_NETWORK:-8}" --every-algorithm-of cupy \
+        --no-errors --out "$LOGS/zoo-b1-fwd.json"
+      run zoo-b8-fwd 90 versus --device gpu --batch 8 --per-network "${PER_NETWORK:-8}" --every-algorithm-of cupy \
+        --out "$LOGS/zoo-b8-fwd.json"
+      ;;
+    zoo-high)
+      run zoo-high-tf32off 120 versus --device gpu --batch 32 --per-network "${PER_NETWORK:-8}" --precision high \
+        --out "$LOGS/zoo-high-tf32off.json"
+      run zoo-high-tf32on 120 versus --device gpu --batch 32 --per-network "${PER_NETWORK:-8}" --precision high \
+        --torch-tf32 --out "$LOGS/zoo-high-tf32on.json"
+      ;;
+    promote)
+      for promote in 1 0; do
+        run "promote-$promote" 150 python3 tools/tf32x3_accumulation.py --promote "$promote" \
+          --out "$LOGS/promote-$promote.json"
+      done
+      ;;
+    zoo-cpu)
+      run zoo-cpu-all 280 versus --device cpu --batch 4 --per-network "${PER_NETWORK:-6}" --no-errors \
+        --out "$LOGS/zoo-cpu-all.json"
+      ;;
+    *) note "unknown section: $section" ;;
+  esac
+done
+echo "--- summary"
+cat "$SUMMARY"
