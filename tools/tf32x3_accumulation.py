@@ -68,30 +68,24 @@ def main(argv=None) -> int:
             if backend.can_run(spec, "tf32x3", "forward", params) is not True:
                 continue
             plan = cs.plan(xd, wd, backend="cupy", algorithm="tf32x3", params=params, **case.keywords)
-            contenders[f"tf32x3/{mma}"] = Contender(lambda plan=plan: plan(xd, wd), backend.timer)
+            contenders[f"tf32x3/{mma}"] = Contender(lambda plan=plan, xd=xd, wd=wd: plan(xd, wd), backend.timer)
             errors[f"tf32x3/{mma}"] = _relative_error(plan(xd, wd), want)
         torch_run = _torch_call(case, spec, x, w, None, None, "gpu")
         contenders["cuDNN-FP32"] = Contender(torch_run, _TorchEvents)
         errors["cuDNN-FP32"] = _relative_error(torch_run(), want)
         for simt in ("igemm_big", "fused_gemm"):
             if backend.can_run(spec, simt, "forward") is True:
-                contenders[simt] = Contender(
-                    lambda simt=simt: cs.conv2d(xd, wd, backend="cupy", algorithm=simt, **case.keywords), backend.timer
-                )
+                plan = cs.plan(xd, wd, backend="cupy", algorithm=simt, **case.keywords)
+                contenders[simt] = Contender(lambda plan=plan, xd=xd, wd=wd: plan(xd, wd), backend.timer)
                 errors[simt] = _relative_error(contenders[simt].run(), want)
         for contender in contenders.values():
             contender.run()
         times = {k: t.median for k, t in measure_side_by_side(contenders, repeat=20, rounds=4, warmup=2).items()}
-        row = dict(
-            name=case.name, reduction=spec.reduction_length, times=times, errors=errors, promote=args.promote
-        )
+        row = dict(name=case.name, reduction=spec.reduction_length, times=times, errors=errors, promote=args.promote)
         rows.append(row)
         cudnn = errors["cuDNN-FP32"]
-        print(
-            f"{case.name:<58} n={spec.reduction_length:5d} cuDNN {cudnn:.2e} "
-            + " ".join(f"{k} {v:.2e} (x{v / cudnn:.1f}, {times.get(k, math.nan) * 1e3:.3f} ms)" for k, v in errors.items()),
-            flush=True,
-        )
+        cells = [f"{k} {v:.2e} (x{v / cudnn:.1f}, {times.get(k, math.nan) * 1e3:.3f} ms)" for k, v in errors.items()]
+        print(f"{case.name:<58} n={spec.reduction_length:5d} " + " ".join(cells), flush=True)
     atomic_write_json(args.out, {"promote": args.promote, "device": torch.cuda.get_device_name(), "rows": rows})
     return 0
 
