@@ -555,7 +555,7 @@ def test_plans_built_from_device_arrays(backend):
 def test_layer_keeps_weights_on_device():
     cp = _cupy()
     layer = cs.Conv2D(3, 8, 3, padding=1, backend="cupy", seed=0)
-    assert isinstance(layer.weight, cp.ndarray) and isinstance(layer.bias, cp.ndarray)
+    assert isinstance(layer.weight.data, cp.ndarray) and isinstance(layer.bias.data, cp.ndarray)
     x = np.random.default_rng(2).standard_normal((2, 3, 9, 9), dtype=np.float32)
     y = layer(x)
     assert isinstance(y, np.ndarray)

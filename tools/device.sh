@@ -47,13 +47,13 @@ for section in "$@"; do
       grep -E "^(FAILED|ERROR)" "$LOGS/cupy-rows.log" | head -20 | tee -a "$SUMMARY"
       ;;
     zoo-gpu)
-      run zoo-b32-fwd 170 versus --device gpu --batch 32 --per-network "${PER_NETWORK:-8}" --every-algorithm-of cupy \
+      run zoo-b32-fwd 200 versus --device gpu --batch 32 --per-network 6 --every-algorithm-of cupy \
         --no-errors --out "$LOGS/zoo-b32-fwd.json"
-      run zoo-b32-bwd 170 versus --device gpu --batch 32 --direction backward --per-network "${PER_NETWORK:-8}" \
+      run zoo-b32-bwd 150 versus --device gpu --batch 32 --direction backward --per-network 4 \
         --every-algorithm-of cupy --no-errors --out "$LOGS/zoo-b32-bwd.json"
-      run zoo-b1-fwd 80 versus --device gpu --batch 1 --per-network "${PER_NETWORK:-8}" --every-algorithm-of cupy \
+      run zoo-b1-fwd 70 versus --device gpu --batch 1 --per-network 4 --every-algorithm-of cupy \
         --no-errors --out "$LOGS/zoo-b1-fwd.json"
-      run zoo-b8-fwd 90 versus --device gpu --batch 8 --per-network "${PER_NETWORK:-8}" --every-algorithm-of cupy \
+      run zoo-b8-fwd 70 versus --device gpu --batch 8 --per-network 4 --every-algorithm-of cupy \
         --out "$LOGS/zoo-b8-fwd.json"
       ;;
     zoo-high)
