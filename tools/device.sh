@@ -35,7 +35,7 @@ run() {
   rc=$?
   note "$name: rc=$rc $(($(date +%s) - start))s | $(grep -v '^\[' "$LOGS/$name.log" | tail -1)"
 }
-versus() { python3 -m convsuite.bench.versus "$@"; }
+VERSUS=(python3 -m convsuite.bench.versus)
 
 for section in "$@"; do
   case $section in
@@ -47,19 +47,19 @@ for section in "$@"; do
       grep -E "^(FAILED|ERROR)" "$LOGS/cupy-rows.log" | head -20 | tee -a "$SUMMARY"
       ;;
     zoo-gpu)
-      run zoo-b32-fwd 200 versus --device gpu --batch 32 --per-network 6 --every-algorithm-of cupy \
+      run zoo-b32-fwd 200 "${VERSUS[@]}" --device gpu --batch 32 --per-network 6 --every-algorithm-of cupy \
         --no-errors --out "$LOGS/zoo-b32-fwd.json"
-      run zoo-b32-bwd 150 versus --device gpu --batch 32 --direction backward --per-network 4 \
+      run zoo-b32-bwd 150 "${VERSUS[@]}" --device gpu --batch 32 --direction backward --per-network 4 \
         --every-algorithm-of cupy --no-errors --out "$LOGS/zoo-b32-bwd.json"
-      run zoo-b1-fwd 70 versus --device gpu --batch 1 --per-network 4 --every-algorithm-of cupy \
+      run zoo-b1-fwd 70 "${VERSUS[@]}" --device gpu --batch 1 --per-network 4 --every-algorithm-of cupy \
         --no-errors --out "$LOGS/zoo-b1-fwd.json"
-      run zoo-b8-fwd 70 versus --device gpu --batch 8 --per-network 4 --every-algorithm-of cupy \
+      run zoo-b8-fwd 70 "${VERSUS[@]}" --device gpu --batch 8 --per-network 4 --every-algorithm-of cupy \
         --out "$LOGS/zoo-b8-fwd.json"
       ;;
     zoo-high)
-      run zoo-high-tf32off 120 versus --device gpu --batch 32 --per-network "${PER_NETWORK:-8}" --precision high \
+      run zoo-high-tf32off 120 "${VERSUS[@]}" --device gpu --batch 32 --per-network "${PER_NETWORK:-8}" --precision high \
         --out "$LOGS/zoo-high-tf32off.json"
-      run zoo-high-tf32on 120 versus --device gpu --batch 32 --per-network "${PER_NETWORK:-8}" --precision high \
+      run zoo-high-tf32on 120 "${VERSUS[@]}" --device gpu --batch 32 --per-network "${PER_NETWORK:-8}" --precision high \
         --torch-tf32 --out "$LOGS/zoo-high-tf32on.json"
       ;;
     promote)
@@ -69,7 +69,7 @@ for section in "$@"; do
       done
       ;;
     zoo-cpu)
-      run zoo-cpu-all 280 versus --device cpu --batch 4 --per-network "${PER_NETWORK:-6}" --no-errors \
+      run zoo-cpu-all 280 "${VERSUS[@]}" --device cpu --batch 4 --per-network "${PER_NETWORK:-6}" --no-errors \
         --out "$LOGS/zoo-cpu-all.json"
       ;;
     *) note "unknown section: $section" ;;
