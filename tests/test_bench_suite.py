@@ -8,6 +8,7 @@ import importlib
 import json
 import math
 import operator
+import os
 import re
 from pathlib import Path
 
@@ -285,6 +286,7 @@ def test_without_torch_the_torch_ratios_skip(monkeypatch):
     from benchmarks.bench_ratios import CallOverhead, VsTorchBackward, VsTorchForward
 
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")  # what passive_openmp sets, kept out of later tests
     for bench, params in (
         (VsTorchForward(), ("numba", "fa21-conv1")),
         (VsTorchBackward(), ("auto", "fa21-conv1")),
@@ -302,8 +304,6 @@ def test_passive_openmp_is_a_default_the_user_can_override(monkeypatch):
 
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     passive_openmp()
-    import os
-
     assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
     passive_openmp()
@@ -377,6 +377,7 @@ def test_a_wrong_result_fails_the_ratio_instead_of_being_timed(monkeypatch):
 
     real = cs.conv2d
     monkeypatch.setattr(cs, "conv2d", lambda *a, **k: real(*a, **k) * 1.01)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")  # what passive_openmp sets, kept out of later tests
     with pytest.raises(AssertionError, match="convsuite's y"):
         VsTorchForward().setup("numba", "fa21-conv1")
 
