@@ -2,6 +2,10 @@
 # Both create .venv on first use and install convsuite into it (editable, with
 # the Cython extension compiled and the numba, test and bench extras), so a
 # fresh clone needs nothing but Python 3.10+ and a C compiler.
+#
+# The record of performance over time is the asv suite (benchmarks/, asv.conf.json):
+#   make bench-publish   asv on HEAD for this machine, then the site in .asv/html (git ignores .asv/)
+#   make bench-compare   asv continuous: HEAD against its merge base with main (see below)
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -29,7 +33,7 @@ BENCH_FACTOR ?= 2.0
 BENCH_ROUNDS ?= 4
 BENCH_FILTER ?= .
 
-.PHONY: install run test lint format clean bench-compare
+.PHONY: install run test lint format clean bench-compare bench-publish
 
 install: $(STAMP)
 
@@ -62,6 +66,14 @@ bench-compare: $(STAMP)
 	$(BIN)/asv continuous --factor $(BENCH_FACTOR) --split --show-stderr \
 	    --attribute rounds=$(BENCH_ROUNDS) --attribute repeat="(5,20,20.0)" \
 	    --bench "$(BENCH_FILTER)" $(BENCH_BASE) HEAD
+
+# make bench-publish: every benchmark on HEAD, in asv's environment for this commit (built from
+# asv.conf.json's matrix), results added to .asv/results; then the HTML site of every result
+# recorded so far, in .asv/html (open .asv/html/index.html, or `$(BIN)/asv preview`).
+bench-publish: $(STAMP)
+	$(BIN)/asv machine --yes >/dev/null
+	$(BIN)/asv run --show-stderr --bench "$(BENCH_FILTER)" HEAD^!
+	$(BIN)/asv publish
 
 clean:
 	rm -rf $(VENV) build *.egg-info convsuite/_cython/*.so cython_src/*.c

@@ -65,3 +65,5 @@ def timeraw_numba_first_call():
 
 timeraw_numba_first_call.repeat = 1
 timeraw_numba_first_call.number = 1
+# Compiling every kernel from an empty cache: over asv's default 60 s on a loaded 2-core machine.
+timeraw_numba_first_call.timeout = 600

@@ -17,6 +17,8 @@ import numpy as np
 
 import convsuite as cs
 
+from .common import require_backend
+
 LAYERS = {
     # name: (C, M, H, W, K) from convsuite/bench/workloads.json, at a batch of 200
     "fa19-conv1": (1, 12, 48, 48, 5),
@@ -27,19 +29,13 @@ LAYERS = {
 BATCH = 200
 
 
-def _require_backend(name):
-    info = {b.name: b for b in cs.list_backends()}.get(name)
-    if info is None or not info.available:
-        raise NotImplementedError(f"backend {name!r} unavailable: {None if info is None else info.reason}")
-
-
 class JoblibRung:
     params = (["joblib", "cython", "numba"], list(LAYERS), [1, 2])
     param_names = ["backend", "layer", "threads"]
     timeout = 300
 
     def setup(self, backend, layer, threads):
-        _require_backend(backend)
+        require_backend(backend)
         if backend == "cython" and threads > 1:
             raise NotImplementedError("the cython rung is single-core")
         C, M, H, W, K = LAYERS[layer]
@@ -105,7 +101,7 @@ class SeveralGPUs:
     timeout = 300
 
     def setup(self, path, layer, gpus):
-        _require_backend("cupy")
+        require_backend("cupy")
         from convsuite.distributed import multigpu
 
         visible = multigpu.visible_gpus()

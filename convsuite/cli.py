@@ -190,10 +190,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
         _print(f"note: {note}")
     if "files" in meta:
         _print("written: " + ", ".join(meta["files"].values()))
-    if args.device == "gpu" and args.workload is not None:  # the backward ladder's ablation (issue 17)
-        from convsuite.bench.backward_ladder import print_ablation
-
-        print_ablation(args.workload, args.repeat, args.out)
     wrong = [r for r in results if r.status == "wrong"]
     for r in wrong:
         _print(f"WRONG: {r.contender} on {r.case}: {r.reason}", err=True)

@@ -332,26 +332,6 @@ def test_cupy_masked_launches_pass_the_relu_output_to_every_kernel(algorithm, mo
     assert ran, f"no route ran {algorithm!r}"
 
 
-def test_the_device_run_prints_the_masked_backward_rows():
-    """The bench's table of ``masked_backward`` rows (timed on the device; the format is checked here)."""
-    from convsuite.bench.backward_ladder import format_masked
-
-    row = dict(
-        layer="c1 B=64 C=32 M=64 64x64 K=3",
-        algorithm="igemm_big",
-        default=True,
-        fused_ms=1.25,
-        fused_spread=[1.2, 1.3],
-        unfused_ms=1.5,
-        unfused_spread=[1.45, 1.6],
-        speedup=1.2,
-        max_rel_diff=3e-7,
-    )
-    table = format_masked([row]).splitlines()
-    assert len(table) == 3 and table[0].count("|") == table[2].count("|") == 7
-    assert "| igemm_big (auto's) | 1.250 (1.200-1.300) | 1.500 (1.450-1.600) | 1.20x | 3.0e-07 |" in table[2]
-
-
 def _masked_name(name: str) -> str:
     """The ``_masked`` twin of a plain kernel: the forward kernels run as dX lose their ACT argument (0;
     fused_gemm's last, igemm_big's second, before its gather)."""

@@ -1,4 +1,4 @@
-"""The crossover, regret and overhead commands: grids valid, held-out disjoint, tables written."""
+"""The crossover and regret commands: grids valid, held-out disjoint, tables written."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import pytest
 
 from convsuite import _rule
-from convsuite.bench import crossover, overhead, regret
+from convsuite.bench import crossover, regret
 from convsuite.bench.crossover import Problem
 
 
@@ -178,25 +178,6 @@ def test_regret_table_lists_the_misses_with_the_rule_reason():
     assert "- miss (forward): rule x2.00, autotune x1.00; fitted rule" in text
     assert "- hit" not in text
     assert "Over target" not in regret._markdown("cpu", [hit], "machine", "date")
-
-
-def test_mobilenet_v2_has_52_convolutions_of_the_right_shapes():
-    layers = overhead.mobilenet_v2_convs()
-    assert len(layers) == 52
-    assert layers[0] == (3, 32, 224, 3, 2, 1) and layers[-1] == (320, 1280, 7, 1, 1, 1)
-    assert sum(1 for c, m, h, k, s, g in layers if g > 1) == 17  # one depthwise conv per block
-    # the layers of the kitten report's loop table: 1x1 96->24 at 56, depthwise 960 at 7, 1x1 576->160 at 7
-    assert {(96, 24, 56, 1, 1, 1), (960, 960, 7, 3, 1, 960), (576, 160, 7, 1, 1, 1)} <= set(layers)
-
-
-def test_overhead_contenders_run_and_agree():
-    contenders = overhead.tiny_contenders("cpu", calls=2)
-    assert "cs.conv2d backend=cython" in contenders and "cs.conv2d auto" in contenders
-    for contender in contenders.values():
-        contender.run()
-    timings = overhead.measure_side_by_side(contenders, repeat=1, rounds=1, warmup=0)
-    table = overhead._table(timings, 2, "torch F.conv2d")
-    assert all(name in table for name in contenders)
 
 
 def test_the_rule_pick_on_a_device_is_made_among_that_devices_backends():

@@ -3,35 +3,27 @@
 :func:`convsuite.bench.scaling.scaling_rows` measures comparisons (ours
 against a baseline, side by side). This module turns them into points, one
 per case and contender, ordered by the workers, threads or GPUs it ran on,
-each with its speed-up over the case's one-worker contender and the goal
-that applies, and writes them as compare writes its reports.
+each with its speed-up over the case's one-worker contender, and writes them
+as compare writes its reports.
 """
 
 from __future__ import annotations
 
 import csv
 import datetime as dt
+import io
 import json
 import os
+import tempfile
 from pathlib import Path
 
-__all__ = ["ms", "run_scaling", "scaling_points", "table_cells", "write_scaling"]
+from .machine import machine_metadata
+from .scaling import ms, scaling_rows
+
+__all__ = ["COLUMNS", "run_scaling", "scaling_points", "table_cells", "write_scaling"]
 
 #: The columns of the table, the CSV and the Markdown report, in order.
-COLUMNS = ("section", "case", "contender", "workers", "ms", "spread (ms)", "speed-up vs 1", "goal", "against")
-
-
-def ms(seconds: float) -> str:
-    """Milliseconds to print: three decimals below 10 ms (the GPU rows' sub-millisecond calls), one above."""
-    value = seconds * 1e3
-    return f"{value:.3f}" if value < 10 else f"{value:.1f}"
-
-
-def _goal_text(row: dict) -> str:
-    """``1.60 met`` for a row (or point) with a goal, else empty."""
-    if row["goal"] is None:
-        return ""
-    return f"{row['goal']:.2f} {'met' if row['met'] else 'MISSED'}"
+COLUMNS = ("section", "case", "contender", "workers", "ms", "spread (ms)", "speed-up vs 1", "against")
 
 
 def scaling_points(rows: list[dict]) -> list[dict]:
@@ -39,8 +31,7 @@ def scaling_points(rows: list[dict]) -> list[dict]:
 
     A point's ``speedup`` is the median of the case's one-worker contender
     (the baseline that ran on 1 worker, thread or GPU) over its own median;
-    None when the case has no such contender. ``goal`` is the goal of the
-    comparison against that contender; ``against`` lists the other
+    None when the case has no such contender. ``against`` lists the other
     comparisons the contender took part in (e.g. against an in-memory call).
     """
     points: dict[tuple, dict] = {}
@@ -58,20 +49,14 @@ def scaling_points(rows: list[dict]) -> list[dict]:
                     ms=r[f"{side}_ms"],
                     spread_ms=list(r[f"{side}_spread_ms"]),
                     speedup=None,
-                    goal=None,
-                    met=None,
                     against=[],
                 )
         if r["baseline_workers"] == 1:
             references.setdefault(case, r["baseline"])
     for r in rows:
         case = (r["section"], r["case"])
-        point = points[(*case, r["ours"])]
-        if references.get(case) == r["baseline"]:
-            point["goal"], point["met"] = r["goal"], r["met"]
-        else:
-            goal = f"; goal {_goal_text(r)}" if r["goal"] is not None else ""
-            point["against"].append(f"{r['ratio']:.2f}x vs {r['baseline']}{goal}")
+        if references.get(case) != r["baseline"]:
+            points[(*case, r["ours"])]["against"].append(f"{r['ratio']:.2f}x vs {r['baseline']}")
     for (section, case, _), point in points.items():
         reference = references.get((section, case))
         if reference is not None:
@@ -91,7 +76,6 @@ def table_cells(point: dict) -> list[str]:
         ms(point["ms"] / 1e3),
         f"{ms(low / 1e3)}-{ms(high / 1e3)}",
         "" if point["speedup"] is None else f"{point['speedup']:.2f}x",
-        _goal_text(point),
         "; ".join(point["against"]),
     ]
 
@@ -116,16 +100,31 @@ def _markdown(points: list[dict], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: a temporary file in the same folder, fsync, replace."""
+    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
 def write_scaling(rows: list[dict], points: list[dict], meta: dict, out: Path) -> dict[str, Path]:
-    """Write scaling.json (meta, rows, points), scaling.csv (points) and scaling.md to ``out``."""
+    """Write scaling.json (meta, rows, points), scaling.csv (points) and scaling.md to ``out``, each atomically."""
     out = Path(out)
     paths = {"json": out / "scaling.json", "csv": out / "scaling.csv", "markdown": out / "scaling.md"}
-    paths["json"].write_text(json.dumps(dict(meta=meta, rows=rows, points=points), indent=2))
-    with paths["csv"].open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(COLUMNS)
-        writer.writerows(table_cells(p) for p in points)
-    paths["markdown"].write_text(_markdown(points, meta))
+    _write_atomic(paths["json"], json.dumps(dict(meta=meta, rows=rows, points=points), indent=2, allow_nan=False))
+    table = io.StringIO()
+    writer = csv.writer(table)
+    writer.writerow(COLUMNS)
+    writer.writerows(table_cells(p) for p in points)
+    _write_atomic(paths["csv"], table.getvalue())
+    _write_atomic(paths["markdown"], _markdown(points, meta))
     return paths
 
 
@@ -137,9 +136,6 @@ def run_scaling(
     The load average before and after goes into the metadata: on a shared
     host, a ratio of workers cannot exceed the idle cores.
     """
-    from .machine import machine_metadata
-    from .scaling import scaling_rows
-
     meta = dict(
         date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         sections=list(sections),
