@@ -512,7 +512,7 @@ def load_cases_file(path: str | Path, dtype: str = "float32") -> list[Case]:
     ``groups``, ``bias`` (true/false) and ``direction`` (forward, backward).
     """
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise ValueError(f"--cases {path}: no such file")
     data = _read_structured(path)
     if isinstance(data, dict) and "cases" in data:
