@@ -311,7 +311,14 @@ def check_writable_file(path: str | os.PathLike, name: str) -> Path:
 
 
 def read_text(path: str | os.PathLike, label: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
-    """The UTF-8 text of ``path``, at most ``max_bytes`` of it; ValueError ``"{label}: why"`` otherwise."""
+    """The UTF-8 text of ``path`` (a leading byte-order mark dropped), at most ``max_bytes`` of it.
+
+    Raises
+    ------
+    ValueError
+        ``"{label}: why"``: a folder, a file that cannot be read, a larger
+        one (never read past the cap), or one that is not UTF-8 text.
+    """
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{label}: is a folder, not a file")
@@ -323,7 +330,7 @@ def read_text(path: str | os.PathLike, label: str, *, max_bytes: int = DEFAULT_M
     if len(data) > max_bytes:
         raise ValueError(f"{label}: larger than the {max_bytes:,} bytes such a file can be")
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")  # a byte-order mark, as some Windows editors write, is no content
     except UnicodeDecodeError as exc:  # a binary file: the codec's message names no file
         raise ValueError(f"{label}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 

@@ -1,7 +1,9 @@
 """The ``convsuite`` command: ``info`` (machine and backends), ``compare`` and ``sweep``.
 
 Exit status: 0 success; 1 a comparison found a WRONG result, or a sweep a
-FAILED configuration (and only that); 2 a usage error, reported in one line before anything is measured;
+FAILED configuration (and only that); 2 a usage error, reported in one line before anything is measured
+(every input file is read and every output file checked first), or a finished run's file that could not be
+written where asked (it is saved next to it or in the temporary folder instead, and one line says where);
 130 interrupted with Ctrl-C.
 """
 
@@ -190,10 +192,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         _print(f"note: {note}")
     if "files" in meta:
         _print("written: " + ", ".join(meta["files"].values()))
+    for line in meta.get("not_saved", []):
+        _print(f"convsuite compare: warning: {line}", err=True)
     wrong = [r for r in results if r.status == "wrong"]
     for r in wrong:
         _print(f"WRONG: {r.contender} on {r.case}: {r.reason}", err=True)
-    return 1 if wrong else 0
+    if wrong:
+        return 1
+    return EXIT_USAGE if meta.get("not_saved") else 0
 
 
 #: compare's options that describe what --scaling does not measure, with their defaults.
@@ -279,9 +285,8 @@ def _tunables_rows(backend) -> list[list[str]]:
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Sweep one algorithm's tunable parameters over a workload: table, best vs default, files."""
     import convsuite
-    from convsuite.bench.compare import check_output_dir
     from convsuite.bench.sweep import algorithm_record, parse_grid, run_sweep
-    from convsuite.bench.sweep_output import format_table, summary_lines, write_sweep
+    from convsuite.bench.sweep_output import check_sweep_files, format_table, summary_lines, write_sweep
 
     names = [b.name for b in convsuite.list_backends()]
     try:
@@ -299,7 +304,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         grid = parse_grid(args.param or [], record)
         if args.workload is None:
             raise ValueError("--workload is required to sweep (or give --list to see the parameters)")
-        out = None if args.out is None else check_output_dir(args.out)
+        out = None if args.out is None else check_sweep_files(args.out, [t.name for t in record.tunables])
     except ValueError as exc:
         _print(f"convsuite sweep: error: {exc}", err=True)
         return EXIT_USAGE
@@ -342,12 +347,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     )
     failures = [line for line in summary_lines(result) if line.startswith("FAILED")]
     _print(*(line for line in summary_lines(result) if not line.startswith("FAILED")))
+    not_saved = []
     if out is not None:
         files = write_sweep(result, out)
         _print("written: " + ", ".join(str(p) for p in files.values()))
+        not_saved = result.meta.get("not_saved", [])
+        for line in not_saved:
+            _print(f"convsuite sweep: warning: {line}", err=True)
     if failures:
         _print(*failures, err=True)
-    return 1 if failures else 0
+        return 1
+    return EXIT_USAGE if not_saved else 0
 
 
 def _add_sweep(sub) -> None:

@@ -494,10 +494,10 @@ def bad_files(tmp_path):
     return files
 
 
-@pytest.mark.parametrize("kind, message", [("binary", "is not UTF-8 text"), ("deep", "nested too deeply")])
+@pytest.mark.parametrize("kind, message", [("binary", "not UTF-8 text"), ("deep", "nested too deeply")])
 def test_load_saved_run_raises_value_errors_naming_the_file(bad_files, kind, message):
     path = bad_files[f"{kind}.json"]
-    with pytest.raises(ValueError, match=f"--compare-to '{re.escape(str(path))}' .*{message}"):
+    with pytest.raises(ValueError, match=f"--compare-to '{re.escape(str(path))}': .*{message}"):
         load_saved_run(path)
 
 
@@ -598,3 +598,170 @@ def test_the_checks_change_nothing_for_good_requests():
     r = measure(_signal(1000), "numpy", "backend", "float32", 2, None)
     assert r.status == "ok" and r.repeats == 2
     assert cs.conv1d(np.ones(8, np.float32), np.ones(3, np.float32)).shape == (6,)
+
+
+# --- 10. a cases file: bounded reading, every field of a case checked, short messages ----------------------
+
+
+_GOOD = {"x": [1, 3, 8, 8], "w": [4, 3, 3, 3]}
+
+
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        ({"name": ["stem"]}, "`name` must be text (a label for the tables); got ['stem']"),  # was: unhashable type
+        ({"name": 3}, "`name` must be text"),
+        ({"name": {"a": 1}}, "`name` must be text"),
+        ({"name": "a\nb"}, "`name` must be one line of at most 200 printable characters"),
+        ({"name": "n" * 201}, "`name` must be one line of at most 200"),
+        ({"op": ["conv2d"]}, "--op must be conv1d or conv2d; got ['conv2d']"),
+        ({"direction": {"d": 1}}, "direction must be forward or backward"),
+        ({"groups": "9" * 4000}, "--groups must be a positive integer below 2**62"),
+        ({"groups": 10**30}, "--groups must be a positive integer below 2**62"),
+        ({"stride": "9" * 5000}, "--stride must be an integer, integers separated by commas"),
+        ({"stride": list(range(10_000))}, "`stride` must be an int or a tuple of 2 ints"),
+        ({"padding": "x" * 100_000}, "--padding must be an integer, integers separated by commas"),
+        ({"dilation": {"a": [1]}}, "`dilation` must be an int or a tuple of 2 ints"),
+        ({"x": "1," * 100_000}, "--x must be 1 to 4 comma-separated positive integers"),
+        ({"x": "1_0,3,8,8"}, "--x must be 1 to 4"),  # int() read it as 10
+        ({"x": "\u0661,3,8,8"}, "--x must be 1 to 4"),  # int() read the Arabic-Indic digit as 1
+        ({"bias": [True]}, "bias must be true or false"),
+    ],
+)
+def test_every_field_of_a_case_is_checked_with_a_short_message(extra, fragment, tmp_path):
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps([{**_GOOD, **extra}]))
+    with pytest.raises(ValueError) as info:
+        load_cases_file(path)
+    message = str(info.value)
+    assert message.startswith(f"--cases {path}, case 1: ") and fragment in message
+    assert len(message) < 300 + len(str(path)), message  # the value is echoed cut short, never whole
+
+
+#: Aliases nested nine deep: 9**9 values from 300 bytes; and the same through merge keys.
+_ALIAS_BOMBS = {
+    "lists": "\n".join(
+        [
+            'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]',
+            *(f"{b}: &{b} [{','.join([f'*{a}'] * 9)}]" for a, b in zip("abcdefgh", "bcdefghi")),
+            "cases: [*i]",
+        ]
+    ),
+    "merge keys": "\n".join(
+        [
+            "a: &a {x: [1, 3, 8, 8], w: [4, 3, 3, 3]}",
+            *(f"{b}: &{b} {{<<: [{', '.join([f'*{a}'] * 9)}]}}" for a, b in zip("abcdefgh", "bcdefghi")),
+            "cases: [*i]",
+        ]
+    ),
+}
+
+#: Loads a cases file in a fresh process: prints the error and how much the peak memory grew, in MiB.
+_LOAD_AND_MEASURE = """
+import resource, sys
+from convsuite.bench.user_cases import load_cases_file
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    load_cases_file(sys.argv[1])
+    print("loaded")
+except ValueError as exc:
+    print(exc)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
+"""
+
+
+@pytest.mark.parametrize("kind", list(_ALIAS_BOMBS))
+def test_yaml_alias_bombs_are_refused_in_bounded_time_and_memory(kind, tmp_path):
+    """A 325-byte file grew 9x in memory a level (274 MB at six) and printed a 17 MB error line."""
+    pytest.importorskip("yaml")
+    import subprocess
+
+    path = tmp_path / "cases.yaml"
+    path.write_text(_ALIAS_BOMBS[kind])
+    result = subprocess.run(
+        [sys.executable, "-c", _LOAD_AND_MEASURE, str(path)], capture_output=True, text=True, timeout=120
+    )
+    message, grown_mib = result.stdout.strip().splitlines()
+    assert message == (
+        f"--cases {path}: describes more than 500,000 values (aliases counted where they are used); "
+        "a list of cases is far smaller"
+    )
+    assert float(grown_mib) < 50, grown_mib
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("s: &s " + "x" * 5000 + "\ncases: [" + ", ".join(["*s"] * 500) + "]", "more than 1,048,576 characters"),
+        ("cases: &a [*a]", "an alias refers to a list or object that contains it"),
+        ("cases: [{x: [1, 3, 8, 8], w: [4, 3, 3, 3], 1: 2}]", "got unknown '1'"),  # sorted() with a str raised
+        ("cases: [{x: [1, 3, 8, 8], w: [4, 3, 3, 3], groups: " + "9" * 5000 + "}]", "not valid YAML"),
+        ("cases: " + "[" * 20 + "]" * 20, "nested too deeply (more than 16 levels)"),
+    ],
+)
+def test_a_yaml_cases_file_is_bounded_before_it_is_built(text, fragment, tmp_path):
+    pytest.importorskip("yaml")
+    path = tmp_path / "cases.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError) as info:
+        load_cases_file(path)
+    assert fragment in str(info.value) and str(info.value).startswith(f"--cases {path}")
+    assert len(str(info.value)) < 300 + len(str(path))
+
+
+def test_a_cases_file_past_the_size_cap_is_not_read(tmp_path):
+    from convsuite.bench.user_cases import MAX_CASES_FILE_BYTES
+
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps([_GOOD]) + " " * MAX_CASES_FILE_BYTES)
+    with pytest.raises(ValueError, match=f"--cases {re.escape(str(path))}: larger than the 1,048,576 bytes"):
+        load_cases_file(path)
+
+
+def test_shared_yaml_anchors_within_the_bounds_still_load(tmp_path):
+    pytest.importorskip("yaml")
+    path = tmp_path / "cases.yaml"
+    path.write_text(
+        "- {name: one, x: [1, 3, 8, 8], w: [4, 3, 3, 3], stride: &s [2, 2]}\n"
+        "- {name: two, x: [1, 3, 8, 8], w: [4, 3, 3, 3], stride: *s}\n"
+    )
+    one, two = load_cases_file(path)
+    assert (one.name, two.name) == ("one", "two") and one.stride == two.stride == (2, 2)
+
+
+def test_duplicate_case_names_are_named_not_listed_whole(tmp_path):
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps([{**_GOOD, "name": f"c{i}"} for i in range(500)] + [{**_GOOD, "name": "c7"}]))
+    with pytest.raises(ValueError, match=r"case names must be unique; more than once: 'c7'$"):
+        load_cases_file(path)
+
+
+# --- 11. reports: strict JSON ---------------------------------------------------------------------------------------
+
+
+def _strict_json(text: str):
+    """Parse as strict JSON: NaN, Infinity and -Infinity are refused."""
+
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_results_json_stays_strict_with_an_infinite_error(comparison, tmp_path):
+    """A result too wrong to measure has max_rel_error inf: results.json held a bare Infinity."""
+    results, meta = comparison
+    results = [replace(results[0], status="wrong", error_ok=False, max_rel_error=math.inf)]
+    write_reports(results, meta, "numpy", tmp_path)
+    data = _strict_json((tmp_path / "results.json").read_text())
+    assert data["results"][0]["max_rel_error"] is None
+    assert data["non_finite"]["values"] == {"results[0].max_rel_error": "inf"}
+
+
+def test_sweep_json_stays_strict(tmp_path):
+    result = _empty_sweep()
+    result.meta.update(abandon_ratio=math.inf, seconds=math.nan)
+    files = write_sweep(result, tmp_path)
+    data = _strict_json(files["json"].read_text())
+    assert data["meta"]["abandon_ratio"] is None and data["meta"]["seconds"] is None
+    assert set(data["non_finite"]["values"]) == {"meta.abandon_ratio", "meta.seconds"}

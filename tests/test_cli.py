@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -357,3 +358,153 @@ def test_sweep_that_can_time_nothing_is_a_usage_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "ran on none of ece408-fa19's layers" in err and "1-D algorithm" in err
     assert not any(out.iterdir())
+
+
+# --- compare: outputs and saved runs checked before measuring; files atomic and strict ------------------------
+
+
+def _strict_json(text: str):
+    """Parse as strict JSON: NaN, Infinity and -Infinity are refused."""
+
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.fixture
+def fixed_ceilings(monkeypatch):
+    """No ceilings measured: fixed ones (the tests check files, not speed)."""
+    from convsuite.bench.ceilings import Ceilings
+
+    monkeypatch.setattr(
+        "convsuite.bench.compare.measure_cpu_ceilings",
+        lambda: Ceilings(device="cpu", copy_gbs=20.0, gemm_gflops=100.0, how="fixed for tests"),
+    )
+
+
+#: A tiny case, quick for every contender: the measuring is not what these tests are about.
+_TINY = ["--x", "1,1,8,8", "--w", "1,1,3,3", "--backends", "numpy", "--no-anchors", "--repeat", "1"]
+
+
+@pytest.mark.parametrize("blocked", ["results.json", "results.csv", "report.md", "speedup.png", "roofline.png"])
+def test_compare_checks_every_report_file_before_measuring(blocked, tmp_path, no_measuring, capsys):
+    """A folder where a report goes used to fail after the whole run, with nothing (or half) saved."""
+    (tmp_path / blocked).mkdir()
+    err = _usage_error(["compare", *_TINY, "--out", str(tmp_path)], capsys)
+    assert f"--out '{tmp_path / blocked}' is a folder, not a file that can be written" in err
+
+
+_ROW = dict(
+    case="c", contender="numpy", direction="forward", dtype="float32", status="ok", gflops=1.0, end_to_end_s=0.1
+)
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        (
+            json.dumps({"meta": {}, "results": [{k: v for k, v in _ROW.items() if k != "direction"}]}),
+            "result 1 has no text 'direction' field (written by an older convsuite?",
+        ),
+        (json.dumps({"results": []}), "not a results.json of convsuite compare (no 'meta' and 'results' list)"),
+        (json.dumps({"meta": {}, "results": []}), "has no results to compare with"),
+        (json.dumps({"meta": None, "results": [_ROW]}), "'meta' is not an object"),
+        (json.dumps({"meta": {"machine": "a cpu"}, "results": [_ROW]}), "'meta' is not an object with a 'machine'"),
+        (json.dumps({"meta": {}, "results": [3]}), "result 1 is a int, not an object"),
+        (json.dumps({"meta": {}, "results": [_ROW, {**_ROW, "case": None}]}), "result 2 has no text 'case' field"),
+        (json.dumps({"meta": {}, "results": [{**_ROW, "gflops": "fast"}]}), "'gflops' that is not a positive number"),
+        (json.dumps({"meta": {}, "results": [{**_ROW, "x_shape": "1x8"}]}), "'x_shape' that is not a list"),
+        (json.dumps({"meta": {}, "results": [_ROW]}).replace("1.0", "NaN"), "'gflops' that is not a positive"),
+        (json.dumps({"meta": {}, "results": [_ROW]})[:-20], "not JSON: it ends early (cut short?"),
+    ],
+)
+def test_a_foreign_old_or_cut_short_compare_to_is_a_usage_error_before_measuring(
+    text, fragment, tmp_path, no_measuring, capsys
+):
+    """Rows without "direction" (an older file) or an empty run measured everything, then raised KeyError."""
+    saved = tmp_path / "old.json"
+    saved.write_text(text)
+    err = _usage_error(["compare", *_TINY, "--compare-to", str(saved), "--out", str(tmp_path / "out")], capsys)
+    assert err.startswith(f"convsuite compare: error: --compare-to '{saved}': ") and fragment in err
+
+
+def test_an_older_compare_to_is_refused_before_measuring_in_a_real_process(tmp_path):
+    saved = tmp_path / "old.json"
+    saved.write_text(json.dumps({"meta": {}, "results": [{k: v for k, v in _ROW.items() if k != "direction"}]}))
+    argv = [sys.executable, "-m", "convsuite", "compare", *_TINY, "--compare-to", str(saved), "--out", str(tmp_path)]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "no text 'direction' field" in result.stderr
+    assert not (tmp_path / "results.json").exists()  # nothing measured, nothing written
+
+
+def test_compare_to_a_saved_run_with_an_unmeasured_row_still_compares(tmp_path, fixed_ceilings, capsys):
+    """A null figure (written for a NaN) is a row with nothing to compare, not a broken file."""
+    first = tmp_path / "first"
+    assert cli.main(["compare", *_TINY, "--out", str(first)]) == 0
+    data = _strict_json((first / "results.json").read_text())
+    data["results"].append({**data["results"][0], "case": "other", "gflops": None})
+    (first / "results.json").write_text(json.dumps(data))
+    assert cli.main(["compare", *_TINY, "--compare-to", str(first), "--out", str(tmp_path / "second")]) == 0
+    ratios = _strict_json((tmp_path / "second" / "results.json").read_text())["meta"]["compare_to"]["ratios"]
+    assert [r["case"] for r in ratios] == [data["results"][0]["case"]]
+
+
+def test_compare_reports_that_cannot_be_written_are_saved_elsewhere_and_said(
+    tmp_path, fixed_ceilings, monkeypatch, capsys
+):
+    """A write that fails after the measuring keeps the results: beside the file, named in one line; exit 2."""
+    from convsuite import _files
+
+    original = _files._replace_atomically
+
+    def full_for_results(target, data):
+        if target.name == "results.json":
+            raise OSError(28, "No space left on device")
+        original(target, data)
+
+    monkeypatch.setattr(_files, "_replace_atomically", full_for_results)
+    assert cli.main(["compare", *_TINY, "--out", str(tmp_path)]) == 2
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and f"could not write {tmp_path / 'results.json'} (No space left" in warnings[0]
+    fallback = warnings[0].split("saved it to ")[1].removesuffix(" instead")
+    assert _strict_json(open(fallback).read())["results"][0]["contender"] == "numpy"
+    assert (tmp_path / "results.csv").exists() and (tmp_path / "report.md").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+# --- compare --cases: bounded reading, every field checked ----------------------------------------------------
+
+
+_LAUGHS = "\n".join(
+    [
+        'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]',
+        *(f"{b}: &{b} [{','.join([f'*{a}'] * 9)}]" for a, b in zip("abcdefgh", "bcdefghi")),
+        "cases: [*i]",
+    ]
+)
+
+
+def test_billion_laughs_cases_file_is_refused_quickly_in_one_short_line(tmp_path):
+    """A few hundred bytes of nested YAML aliases printed a 17 MB error line and grew 9x in memory a level."""
+    pytest.importorskip("yaml")
+    cases = tmp_path / "laughs.yaml"
+    cases.write_text(_LAUGHS)
+    argv = [sys.executable, "-m", "convsuite", "compare", "--cases", str(cases), "--out", str(tmp_path / "out")]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr[:500]
+    assert len(result.stderr) < 400 and len(result.stderr.strip().splitlines()) == 1
+    assert "describes more than 500,000 values (aliases counted where they are used)" in result.stderr
+
+
+def test_a_sweep_past_the_case_limit_is_refused_before_building_the_cases(tmp_path):
+    """--sweep multiplies: a product of long lists was built (and checked) one case at a time, for ever."""
+    many = ",".join(str(v) for v in range(1, 1001))
+    argv = [sys.executable, "-m", "convsuite", "compare", "--x", "1,1,8,8", "--w", "1,1,3,3"]
+    argv += ["--sweep", f"B={many}", "--sweep", f"C={many}", "--sweep", f"M={many}", "--out", str(tmp_path)]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-500:]
+    assert "--sweep would make 1,000,000,000 cases (1 case(s) x 1000 B x 1000 C x 1000 M); at most 10,000" in (
+        result.stderr
+    )

@@ -199,6 +199,12 @@ def test_read_json_names_the_file_and_the_problem(tmp_path, content, message):
         read_json(path, "my file")
 
 
+def test_read_json_takes_a_byte_order_mark(tmp_path):
+    path = tmp_path / "cases.json"
+    path.write_bytes(b"\xef\xbb\xbf" + b'{"a": 1}')
+    assert read_json(path, "f") == {"a": 1}
+
+
 def test_read_text_caps_what_it_reads(tmp_path):
     path = tmp_path / "big.json"
     path.write_bytes(b" " * 2000)

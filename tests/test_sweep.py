@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -555,3 +557,80 @@ def test_module_builds_are_reported_apart_from_running(tmp_path):
     assert result.meta["compile_cache"]["directory"] == str(tmp_path)
     text = "\n".join(summary_lines(result))
     assert f"2 new module(s) built in 0.5 s (NVRTC, or loaded from the disk cache: read back from {tmp_path})" in (text)
+
+
+# --- files checked before the sweep, written whole; a cut-short sweep.json skipped by name -------------------
+
+
+def _forbidden(*args, **kwargs):
+    raise AssertionError("swept before the output files were checked")
+
+
+@pytest.mark.parametrize("blocked", ["sweep.json", "sweep.csv", "sweep-spin.png", "sweep-heatmap.png"])
+def test_cli_sweep_checks_every_file_before_measuring(blocked, fake_backend, tmp_path, capsys, monkeypatch):
+    """A folder where a file goes failed after every configuration was measured."""
+    monkeypatch.setattr("convsuite.bench.sweep.run_sweep", _forbidden)
+    (tmp_path / blocked).mkdir()
+    argv = ["sweep", "--backend", FAKE, "--algorithm", "toy", "--workload", "default", "--out", str(tmp_path)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"--out '{tmp_path / blocked}' is a folder, not a file that can be written" in err
+
+
+def test_seed_report_checks_its_files_before_the_first_sweep(fake_backend, tmp_path, monkeypatch):
+    monkeypatch.setattr(sweep_report, "seed_cases", lambda device, record, backend: [("toy", "forward", CASES)])
+    monkeypatch.setattr(sweep_report, "run_sweep", _forbidden)
+    (tmp_path / "README.md").mkdir()
+    with pytest.raises(ValueError, match="README.md' is a folder"):
+        sweep_report.build_report("cpu", tmp_path, budget_s=1.0, backends=[FAKE])
+    (tmp_path / "README.md").rmdir()
+    (tmp_path / f"{FAKE}-toy-toy-forward" / "sweep.csv").mkdir(parents=True)
+    with pytest.raises(ValueError, match="sweep.csv' is a folder"):
+        sweep_report.build_report("cpu", tmp_path, budget_s=1.0, backends=[FAKE])
+
+
+def _summarise(folder) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "convsuite.bench.sweep_report", "--summarise", str(folder)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+
+def test_summarise_skips_cut_short_and_foreign_sweep_files_by_name(swept, tmp_path):
+    """--summarise is for a run cut short, and a cut-short sweep.json made it fail with a raw JSONDecodeError."""
+    write_sweep(swept, tmp_path / "good")
+    whole = (tmp_path / "good" / "sweep.json").read_text()
+    bad = {"cut": whole[: len(whole) // 2], "foreign": '{"results": []}', "binary": "\udcff"}
+    for name, text in bad.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "sweep.json").write_bytes(text.encode("utf-8", "surrogateescape"))
+    result = _summarise(tmp_path)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    warnings = result.stderr.strip().splitlines()
+    assert len(warnings) == 3 and all(line.startswith("warning: skipped ") for line in warnings)
+    assert f"{tmp_path / 'cut' / 'sweep.json'}: not JSON: it ends early (cut short?" in result.stderr
+    assert f"{tmp_path / 'foreign' / 'sweep.json'}: not a sweep.json of this version" in result.stderr
+    assert f"{tmp_path / 'binary' / 'sweep.json'}: not UTF-8 text" in result.stderr
+    readme = (tmp_path / "README.md").read_text()
+    assert f"{FAKE} / toy" in readme and "Skipped 3 sweep file(s) that could not be read" in readme
+
+
+def test_summarise_with_no_readable_sweep_is_a_usage_error(tmp_path):
+    (tmp_path / "cut").mkdir()
+    (tmp_path / "cut" / "sweep.json").write_text('{"backend": "numba", "layers": [')
+    result = _summarise(tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "--summarise: no readable */sweep.json under" in result.stderr and "cut short" in result.stderr
+    assert not (tmp_path / "README.md").exists()
+
+
+def test_a_sweep_file_that_cannot_be_written_is_saved_elsewhere(swept, tmp_path, monkeypatch):
+    from convsuite import _files
+
+    def refused(tmp, target):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(_files.os, "replace", refused)
+    files = write_sweep(swept, tmp_path)
+    assert all(path.parent == tmp_path and path.exists() for path in files.values())
+    assert json.loads(files["json"].read_text())["best"] == swept.best
+    assert len(swept.meta["not_saved"]) == len(files) and "Permission denied" in swept.meta["not_saved"][0]
+    assert not (tmp_path / "sweep.json").exists() and not [p for p in tmp_path.iterdir() if p.suffix == ".tmp"]

@@ -10,11 +10,12 @@ Nothing here prints: the command line decides what to show.
 from __future__ import annotations
 
 import datetime as dt
-import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .._files import read_json
 from .._registry import list_backends
 from .._threads import get_num_threads
 from .._timing import check_settings
@@ -23,7 +24,7 @@ from .anchors import ANCHORS, GPU_ANCHORS
 from .ceilings import Ceilings, measure_cpu_ceilings, measure_gpu_ceilings
 from .machine import machine_metadata
 from .measure import Result, measure
-from .report import ratios_to_saved, write_reports
+from .report import check_report_files, ratios_to_saved, write_reports
 from .workloads import Case, get_workload
 
 __all__ = [
@@ -59,23 +60,65 @@ def _default_baseline(backends: list[str], anchors: bool, device: str) -> str:
     return backends[0]
 
 
+#: The fields of a results.json row that ``--compare-to`` reads, each a string.
+_SAVED_KEYS = ("case", "contender", "direction", "dtype", "status")
+
+
+def _positive_or_none(value) -> bool:
+    """A finite number > 0, or None (a figure that was not measured, or not finite when written)."""
+    if value is None:
+        return True
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def _row_problem(row) -> str | None:
+    """What makes ``row`` not a row of a results.json that ``--compare-to`` can read, or None."""
+    if not isinstance(row, dict):
+        return f"is a {type(row).__name__}, not an object"
+    missing = [k for k in _SAVED_KEYS if not isinstance(row.get(k), str)]
+    if missing:
+        return f"has no text {', '.join(map(repr, missing))} field"
+    if row["status"] == "ok":
+        bad = [k for k in ("gflops", "end_to_end_s") if not _positive_or_none(row.get(k))]
+        if bad:
+            return f"has a {' and '.join(map(repr, bad))} that is not a positive number"
+        shape = row.get("x_shape", [])
+        if not isinstance(shape, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in shape):
+            return "has an 'x_shape' that is not a list of integers"
+    return None
+
+
 def load_saved_run(path: str | Path) -> dict:
-    """A ``results.json`` written by an earlier comparison; ValueError if it is not one."""
+    """A ``results.json`` written by an earlier comparison; ValueError naming the file if it is not one.
+
+    Checked whole, before anything is measured: the file is read (capped
+    size, UTF-8, JSON), its ``meta`` must be an object and ``results`` a
+    non-empty list of rows each with the fields the comparison reads
+    (``case``, ``contender``, ``direction``, ``dtype``, ``status``; for ``ok``
+    rows ``gflops`` and ``end_to_end_s`` numbers > 0 or null). An older
+    file, written before rows had a ``direction``, is refused by name.
+    """
     path = Path(path)
     if path.is_dir():
         path = path / "results.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(f"--compare-to {str(path)!r} cannot be read ({exc.strerror or exc})") from None
-    except UnicodeDecodeError as exc:  # a binary file: the codec's message names no file
-        raise ValueError(f"--compare-to {str(path)!r} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--compare-to {str(path)!r} is not JSON ({exc})") from None
-    except RecursionError:  # arrays nested deeper than the interpreter's stack: no results.json is
-        raise ValueError(f"--compare-to {str(path)!r} is not a results.json: its JSON is nested too deeply") from None
+    label = f"--compare-to {str(path)!r}"
+    data = read_json(path, label)
     if not isinstance(data, dict) or not isinstance(data.get("results"), list) or "meta" not in data:
-        raise ValueError(f"--compare-to {str(path)!r} is not a results.json of convsuite compare")
+        raise ValueError(f"{label}: not a results.json of convsuite compare (no 'meta' and 'results' list)")
+    meta = data["meta"]
+    if not isinstance(meta, dict) or not isinstance(meta.get("machine", {}) or {}, dict):
+        raise ValueError(f"{label}: not a results.json of convsuite compare ('meta' is not an object with a 'machine')")
+    if not data["results"]:
+        raise ValueError(f"{label}: has no results to compare with (its 'results' list is empty)")
+    for i, row in enumerate(data["results"]):
+        problem = _row_problem(row)
+        if problem is not None:
+            old = (
+                " (written by an older convsuite? compare against a run of this version)"
+                if (isinstance(row, dict) and "direction" not in row)
+                else ""
+            )
+            raise ValueError(f"{label}: not a results.json this version can read: result {i + 1} {problem}{old}")
     data["path"] = str(path)
     return data
 
@@ -141,7 +184,7 @@ def check_request(
         cases=cases,
         contenders=contenders,
         baseline=baseline,
-        out=None if out is None else check_output_dir(out),
+        out=None if out is None else check_report_files(out),
         saved=saved,
         saved_path=None if saved is None else saved["path"],
     )

@@ -3,13 +3,33 @@
 from __future__ import annotations
 
 import csv
-import json
+import io
 from pathlib import Path
 
+from .._files import atomic_write_bytes, atomic_write_json, atomic_write_text, check_writable_file
 from ._arguments import check_output_dir
 from .measure import Result
 
-__all__ = ["csv_row", "print_ratios", "print_table", "ratios_to_saved", "speedups", "write_reports"]
+__all__ = [
+    "REPORT_FILES",
+    "check_report_files",
+    "csv_row",
+    "print_ratios",
+    "print_table",
+    "ratios_to_saved",
+    "speedups",
+    "write_reports",
+]
+
+#: The files :func:`write_reports` writes into its folder, by kind.
+REPORT_FILES = {
+    "json": "results.json",
+    "csv": "results.csv",
+    "markdown": "report.md",
+    "time_vs_size.png": "time_vs_size.png",
+    "speedup.png": "speedup.png",
+    "roofline.png": "roofline.png",
+}
 
 
 def speedups(results: list[Result], baseline: str) -> dict[tuple[str, str], float]:
@@ -37,7 +57,11 @@ def ratios_to_saved(results: list[Result], saved: list[dict]) -> list[dict]:
     def key(row):
         return (row["case"], row["contender"], row["direction"], row["dtype"])
 
-    old = {key(row): row for row in saved if isinstance(row, dict) and row.get("status") == "ok" and row.get("gflops")}
+    old = {
+        key(row): row
+        for row in saved
+        if isinstance(row, dict) and row.get("status") == "ok" and row.get("gflops") and row.get("end_to_end_s")
+    }
     ratios = []
     for r in results:
         before = old.get(key(r.as_dict()))
@@ -216,15 +240,31 @@ def size_series(results: list[Result], meta: dict) -> list[tuple[str, list[tuple
     return [(name, sorted(points)) for (name, _), points in series.items()]
 
 
-def _plots(results: list[Result], meta: dict, baseline: str, out: Path) -> list[str]:
-    import matplotlib
+def _png(fig, plt) -> bytes:
+    """The figure as PNG bytes (written atomically by the caller), then closed."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    return buffer.getvalue()
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
+def _pyplot():
+    """The pyplot of matplotlib on the Agg backend, or None without matplotlib (the bench extra)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def _plots(results: list[Result], meta: dict, baseline: str, plt) -> dict[str, bytes]:
+    """The PNG plots, drawn in memory: name -> bytes."""
     ok = [r for r in results if r.status == "ok"]
     contenders = sorted({r.contender for r in ok})
-    written = []
+    images = {}
 
     fig, ax = plt.subplots(figsize=(7, 5))
     colours = {name: f"C{i % 10}" for i, name in enumerate(contenders)}
@@ -245,9 +285,7 @@ def _plots(results: list[Result], meta: dict, baseline: str, out: Path) -> list[
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out / "time_vs_size.png", dpi=110)
-    plt.close(fig)
-    written.append("time_vs_size.png")
+    images["time_vs_size.png"] = _png(fig, plt)
 
     ratio = speedups(results, baseline)
     cases = list(dict.fromkeys(r.case for r in ok))
@@ -264,9 +302,7 @@ def _plots(results: list[Result], meta: dict, baseline: str, out: Path) -> list[
     ax.set_title(f"{meta['workload']}: speedup")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "speedup.png", dpi=110)
-    plt.close(fig)
-    written.append("speedup.png")
+    images["speedup.png"] = _png(fig, plt)
 
     ceilings = meta.get("ceilings")
     if ceilings:
@@ -286,10 +322,8 @@ def _plots(results: list[Result], meta: dict, baseline: str, out: Path) -> list[
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
         fig.tight_layout()
-        fig.savefig(out / "roofline.png", dpi=110)
-        plt.close(fig)
-        written.append("roofline.png")
-    return written
+        images["roofline.png"] = _png(fig, plt)
+    return images
 
 
 def csv_row(result: Result) -> dict:
@@ -310,32 +344,62 @@ def csv_row(result: Result) -> dict:
 PLOTS_SKIPPED = "plots skipped: matplotlib is not installed (pip install 'convsuite[bench]')"
 
 
-def write_reports(results: list[Result], meta: dict, baseline: str, out: str | Path) -> dict[str, Path]:
-    """Write results.json, results.csv, report.md and the PNG plots to the folder ``out``; the paths by kind.
+def check_report_files(out: str | Path, what: str = "--out") -> Path:
+    """The folder ``out`` (created if needed), once every file of :data:`REPORT_FILES` is known to be writable there.
 
-    Without matplotlib the plots are skipped and ``meta["notes"]`` says so.
+    Checked before anything is measured: a folder in the way of one file
+    (``results.json/``, say) would otherwise fail after the whole run.
 
     Raises
     ------
     ValueError
-        ``out`` is an empty string, a file, under a file, or not writable
+        Naming ``what`` and the file that cannot be written.
+    """
+    out = check_output_dir(out, what)
+    for name in REPORT_FILES.values():
+        check_writable_file(out / name, what)
+    return out
+
+
+def write_reports(results: list[Result], meta: dict, baseline: str, out: str | Path) -> dict[str, Path]:
+    """Write results.json, results.csv, report.md and the PNG plots to the folder ``out``; the paths by kind.
+
+    Without matplotlib the plots are skipped and ``meta["notes"]`` says so.
+    Every file is written atomically (strict JSON: a NaN or infinity is
+    ``null``, noted in the file). A file that cannot be written is saved next
+    to it or in the temporary folder instead: its path is the one returned,
+    and ``meta["not_saved"]`` has one line per such file saying where it went.
+
+    Raises
+    ------
+    ValueError
+        ``out`` is an empty string, a file, under a file, or not writable,
+        or one of the files is in the way (a folder named ``results.json``)
         (``Path("")`` is ``Path(".")``, the current folder, and is taken as
         it); checked before anything is drawn or written.
     """
-    out = check_output_dir(out, "`out`")
-    paths = {"json": out / "results.json", "csv": out / "results.csv", "markdown": out / "report.md"}
-    try:
-        plots = _plots(results, meta, baseline, out)
-    except ImportError:  # matplotlib is in the bench extra
-        plots = []
+    out = check_report_files(out, "`out`")
+    plt = _pyplot()
+    if plt is None:
         meta.setdefault("notes", []).append(PLOTS_SKIPPED)
-    for name in plots:
-        paths[name] = out / name
-    paths["json"].write_text(json.dumps(dict(meta=meta, results=[r.as_dict() for r in results]), indent=2))
     rows = [csv_row(r) for r in results]
-    with paths["csv"].open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else [], extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-    paths["markdown"].write_text(_markdown(results, meta, baseline, plots))
-    return paths
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=list(rows[0]) if rows else [], extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    # The data first: whatever happens to the pictures after, the measurements are on disk.
+    document = dict(meta=meta, results=[r.as_dict() for r in results])
+    saved = {
+        "json": atomic_write_json(out / REPORT_FILES["json"], document, fallback=True),
+        "csv": atomic_write_text(out / REPORT_FILES["csv"], table.getvalue(), fallback=True),
+    }
+    images = {} if plt is None else _plots(results, meta, baseline, plt)
+    for name, png in images.items():
+        saved[name] = atomic_write_bytes(out / name, png, fallback=True)
+    saved["markdown"] = atomic_write_text(
+        out / REPORT_FILES["markdown"], _markdown(results, meta, baseline, list(images)), fallback=True
+    )
+    problems = [s.warning for s in saved.values() if s.warning]
+    if problems:
+        meta["not_saved"] = problems
+    return {kind: s.path for kind, s in saved.items()}

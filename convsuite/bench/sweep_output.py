@@ -10,13 +10,15 @@ layer's hand-chosen default. Nothing here measures.
 from __future__ import annotations
 
 import csv
-import json
+import io
+from collections.abc import Sequence
 from pathlib import Path
 
+from .._files import atomic_write_bytes, atomic_write_json, atomic_write_text, check_writable_file
 from ._arguments import check_output_dir
 from .sweep import Cell, Row, SweepResult
 
-__all__ = ["CSV_COLUMNS", "format_table", "summary_lines", "table", "write_sweep"]
+__all__ = ["CSV_COLUMNS", "check_sweep_files", "format_table", "summary_lines", "sweep_files", "table", "write_sweep"]
 
 #: Columns of ``sweep.csv`` after the parameter columns (one row per configuration and layer).
 CSV_COLUMNS = (
@@ -137,30 +139,39 @@ def summary_lines(result: SweepResult) -> list[str]:
     return lines
 
 
-def _write_csv(result: SweepResult, path: Path) -> None:
-    """One line per configuration and layer."""
+def _csv_text(result: SweepResult) -> str:
+    """``sweep.csv``: one line per configuration and layer."""
     names = result.parameter_names
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["backend", "algorithm", "workload", "direction", "dtype", "layer", *names, *CSV_COLUMNS])
-        for row in result.rows:
-            for layer in result.layers:
-                cell = row.cells[layer.label]
-                writer.writerow(
-                    [
-                        result.backend,
-                        result.algorithm,
-                        result.workload,
-                        result.direction,
-                        result.dtype,
-                        layer.label,
-                        *(row.params.get(n) for n in names),
-                        *(getattr(cell, c) for c in CSV_COLUMNS[:10]),
-                        row.params == layer.default,
-                        row.params == layer.best,
-                        row.params == result.best,
-                    ]
-                )
+    handle = io.StringIO(newline="")
+    writer = csv.writer(handle)
+    writer.writerow(["backend", "algorithm", "workload", "direction", "dtype", "layer", *names, *CSV_COLUMNS])
+    for row in result.rows:
+        for layer in result.layers:
+            cell = row.cells[layer.label]
+            writer.writerow(
+                [
+                    result.backend,
+                    result.algorithm,
+                    result.workload,
+                    result.direction,
+                    result.dtype,
+                    layer.label,
+                    *(row.params.get(n) for n in names),
+                    *(getattr(cell, c) for c in CSV_COLUMNS[:10]),
+                    row.params == layer.default,
+                    row.params == layer.best,
+                    row.params == result.best,
+                ]
+            )
+    return handle.getvalue()
+
+
+def _png(fig, plt) -> bytes:
+    """The figure as PNG bytes (written atomically by the caller), then closed."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    return buffer.getvalue()
 
 
 def _series(result: SweepResult, layer, name: str):
@@ -174,9 +185,9 @@ def _series(result: SweepResult, layer, name: str):
     return sorted(points, key=lambda p: p[0])
 
 
-def _plot_parameters(result: SweepResult, out: Path, plt) -> list[Path]:
-    """Time against each parameter, one panel per layer (other parameters at that layer's best)."""
-    paths = []
+def _plot_parameters(result: SweepResult, plt) -> dict[str, bytes]:
+    """Time against each parameter, one panel per layer (other parameters at that layer's best): name -> PNG."""
+    images = {}
     for name in result.parameter_names:
         fig, axes = plt.subplots(1, len(result.layers), figsize=(4 * len(result.layers), 3.2), squeeze=False)
         for ax, layer in zip(axes[0], result.layers):
@@ -196,14 +207,11 @@ def _plot_parameters(result: SweepResult, out: Path, plt) -> list[Path]:
             ax.set_ylabel("median ms (range)")
         fig.suptitle(f"{result.backend}/{result.algorithm}: time vs {name}", fontsize=10)
         fig.tight_layout()
-        path = out / f"sweep-{name}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(path)
-    return paths
+        images[f"sweep-{name}.png"] = _png(fig, plt)
+    return images
 
 
-def _plot_heatmap(result: SweepResult, out: Path, plt) -> Path | None:
+def _plot_heatmap(result: SweepResult, plt) -> bytes | None:
     """Total time over the layers for every pair of the two parameters (the FA19 table as a picture)."""
     import numpy as np
 
@@ -234,40 +242,71 @@ def _plot_heatmap(result: SweepResult, out: Path, plt) -> Path | None:
     ax.set_title(f"{result.backend}/{result.algorithm}: total ms over {len(result.layers)} layers", fontsize=9)
     fig.colorbar(image, ax=ax, label="total ms")
     fig.tight_layout()
-    path = out / "sweep-heatmap.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _png(fig, plt)
+
+
+def sweep_files(parameter_names: Sequence[str]) -> list[str]:
+    """The names of the files :func:`write_sweep` may write for a sweep of these parameters."""
+    return ["sweep.json", "sweep.csv", *(f"sweep-{name}.png" for name in parameter_names), "sweep-heatmap.png"]
+
+
+def check_sweep_files(out: str | Path, parameter_names: Sequence[str], what: str = "--out") -> Path:
+    """The folder ``out`` (created if needed), once every file of :func:`sweep_files` is known to be writable.
+
+    Checked before the sweep: a folder in the way of one file would otherwise fail after every measurement.
+
+    Raises
+    ------
+    ValueError
+        Naming ``what`` and the file that cannot be written.
+    """
+    out = check_output_dir(out, what)
+    for name in sweep_files(parameter_names):
+        check_writable_file(out / name, what)
+    return out
 
 
 def write_sweep(result: SweepResult, out: str | Path) -> dict[str, Path]:
     """Write ``sweep.json``, ``sweep.csv`` and the plots to ``out``; the paths by kind.
 
     Plots need matplotlib (``convsuite[bench]``); without it only the data
-    files are written and ``result.meta["notes"]`` says so.
+    files are written and ``result.meta["notes"]`` says so. Every file is
+    written atomically (strict JSON: a NaN or infinity is ``null``, noted in
+    the file); one that cannot be written is saved next to it or in the
+    temporary folder instead, its path is the one returned, and
+    ``result.meta["not_saved"]`` has one line per such file saying where.
 
     Raises
     ------
     ValueError
-        ``out`` is an empty string, a file, under a file, or not writable
-        (``Path("")`` is ``Path(".")``, the current folder, and is taken as
-        it); checked before anything is written.
+        ``out`` is an empty string, a file, under a file, or not writable,
+        or one of the files is in the way (``Path("")`` is ``Path(".")``,
+        the current folder, and is taken as it); checked before anything is
+        written.
     """
-    out = check_output_dir(out, "`out`")
-    files = {"json": out / "sweep.json", "csv": out / "sweep.csv"}
-    _write_csv(result, files["csv"])
+    out = check_sweep_files(out, result.parameter_names, "`out`")
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        plt = None
         result.meta.setdefault("notes", []).append("plots skipped: matplotlib is not installed")
-    else:
-        for path in _plot_parameters(result, out, plt):
-            files[f"plot {path.stem}"] = path
-        heatmap = _plot_heatmap(result, out, plt)
+    # The data first: whatever happens to the pictures after, the measurements are on disk.
+    saved = {
+        "json": atomic_write_json(out / "sweep.json", result.as_dict(), indent=1, fallback=True),
+        "csv": atomic_write_text(out / "sweep.csv", _csv_text(result), fallback=True),
+    }
+    if plt is not None:
+        images = _plot_parameters(result, plt)
+        heatmap = _plot_heatmap(result, plt)
         if heatmap is not None:
-            files["heatmap"] = heatmap
-    files["json"].write_text(json.dumps(result.as_dict(), indent=1, default=str), encoding="utf-8")
-    return files
+            images["sweep-heatmap.png"] = heatmap
+        for name, png in images.items():
+            kind = "heatmap" if name == "sweep-heatmap.png" else f"plot {name[:-4]}"
+            saved[kind] = atomic_write_bytes(out / name, png, fallback=True)
+    problems = [s.warning for s in saved.values() if s.warning]
+    if problems:
+        result.meta["not_saved"] = problems
+    return {kind: s.path for kind, s in saved.items()}

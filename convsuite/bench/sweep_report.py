@@ -22,19 +22,32 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
 import sys
 import time
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 
+from .._files import atomic_write_text, check_writable_file, read_json
 from .._registry import get_backend, list_backends
 from ..backends.base import Algorithm, Backend
+from ._arguments import check_output_dir
 from .machine import cpu_description, gpu_description
 from .sweep import SweepResult, _first_call, _operands, run_sweep
-from .sweep_output import summary_lines, write_sweep
+from .sweep_output import check_sweep_files, summary_lines, write_sweep
 from .timing import SETTLE_S
 from .workloads import Case, get_workload
 
-__all__ = ["build_report", "check_algorithms", "configurations_for_budget", "main", "seed_cases"]
+__all__ = [
+    "build_report",
+    "check_algorithms",
+    "configurations_for_budget",
+    "main",
+    "read_sweep_file",
+    "seed_cases",
+    "summarise_folder",
+]
 
 
 def seed_cases(device: str, record: Algorithm, backend: Backend) -> list[tuple[str, str, list[Case]]]:
@@ -239,13 +252,20 @@ def build_report(
     Returns
     -------
     dict
-        ``sweeps`` (each with its result and folder), ``skipped`` and ``report`` (the path).
+        ``sweeps`` (each with its result and folder), ``skipped``, ``report``
+        (the path) and ``not_saved``: one line per file that could not be
+        written where asked, saying where it went instead.
+
+    Raises
+    ------
+    ValueError
+        A bad device or algorithm name, or a file of the report that cannot
+        be written (checked before the first sweep).
     """
     if device not in ("cpu", "gpu"):
         raise ValueError(f"--device must be 'cpu' or 'gpu'; got {device!r}")
     started = time.perf_counter()
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_output_dir(out, "--out")
     infos = [b for b in list_backends() if b.device == device and (backends is None or b.name in backends)]
     skipped, todo = [], []
     for info in infos:
@@ -262,7 +282,13 @@ def build_report(
             todo += [(backend, record, workload, direction, cases) for workload, direction, cases in plans]
     if algorithms is not None:
         check_algorithms(device, backends, algorithms)
-    sweeps = []
+    # Every file the report will write is checked before the first sweep, not after the last.
+    report = check_writable_file(out / "README.md", "--out")
+    for backend, record, workload, direction, _ in todo:
+        check_sweep_files(
+            out / f"{backend.name}-{record.name}-{workload}-{direction}", [t.name for t in record.tunables]
+        )
+    sweeps, not_saved = [], []
     for i, (backend, record, workload, direction, cases) in enumerate(todo):
         share = max(budget_s - (time.perf_counter() - started), 0.0) / (len(todo) - i)
         per_config = _per_config_s(backend, record, cases, repeat)
@@ -275,10 +301,12 @@ def build_report(
         result.workload = workload
         folder = f"{backend.name}-{record.name}-{workload}-{direction}"
         write_sweep(result, out / folder)
+        not_saved += result.meta.get("not_saved", [])
         sweeps.append(dict(result=result, folder=folder))
-    report = out / "README.md"
-    report.write_text(_markdown(device, sweeps, skipped, budget_s, time.perf_counter() - started), encoding="utf-8")
-    return dict(sweeps=sweeps, skipped=skipped, report=report)
+    text = _markdown(device, sweeps, skipped, budget_s, time.perf_counter() - started)
+    saved = atomic_write_text(report, text, fallback=True)
+    not_saved += [saved.warning] if saved.warning else []
+    return dict(sweeps=sweeps, skipped=skipped, report=saved.path, not_saved=not_saved)
 
 
 def check_algorithms(device: str, backends: list[str] | None, algorithms: list[str]) -> None:
@@ -297,20 +325,91 @@ def check_algorithms(device: str, backends: list[str] | None, algorithms: list[s
         )
 
 
-def summarise_folder(out: str | Path, note: str = "") -> Path:
+#: What a sweep.json must hold for the summary: top-level text fields, and per layer.
+_SWEEP_TEXT = ("backend", "algorithm", "workload", "direction", "device")
+
+
+def _seconds_or_none(value) -> bool:
+    """A finite number >= 0, or None."""
+    if value is None:
+        return True
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+def _layer_problem(layer) -> str | None:
+    """What makes one ``layers`` entry of a sweep.json unreadable for the summary, or None."""
+    if not isinstance(layer, dict) or not isinstance(layer.get("label"), str):
+        return "a layer without a 'label'"
+    for key in ("default", "best"):
+        if layer.get(key) is not None and not isinstance(layer[key], dict):
+            return f"layer {layer['label']!r}: {key!r} is not an object of parameters"
+    for key in ("default_s", "best_s", "speedup"):
+        if not _seconds_or_none(layer.get(key)):
+            return f"layer {layer['label']!r}: {key!r} is not a number"
+    return None
+
+
+def read_sweep_file(path: str | Path) -> dict:
+    """The data of one ``sweep.json``; ValueError naming the file if it is cut short, foreign or of another shape."""
+    label = f"{path}"
+    data = read_json(path, label)
+    if not isinstance(data, dict):
+        raise ValueError(f"{label}: not a sweep.json (not a JSON object)")
+    missing = [k for k in _SWEEP_TEXT if not isinstance(data.get(k), str)]
+    if missing:
+        raise ValueError(f"{label}: not a sweep.json of this version (no text {', '.join(map(repr, missing))})")
+    meta = data.get("meta")
+    if not isinstance(meta, dict) or not all(isinstance(meta.get(k), str) for k in ("device_description", "date")):
+        raise ValueError(f"{label}: not a sweep.json of this version ('meta' lacks the machine or the date)")
+    if not isinstance(data.get("layers"), list):
+        raise ValueError(f"{label}: not a sweep.json of this version (no 'layers' list)")
+    for layer in data["layers"]:
+        problem = _layer_problem(layer)
+        if problem is not None:
+            raise ValueError(f"{label}: not a sweep.json of this version ({problem})")
+    return data
+
+
+def summarise_folder(out: str | Path, note: str = "", *, warn: Callable[[str], None] | None = None) -> Path:
     """Write ``README.md`` of a report folder from the ``sweep.json`` files in its sub-folders.
 
     For a report whose run was cut short (a time limit on a lent machine):
     every sweep that finished wrote its files, and the summary is rebuilt
     from them. ``note`` is printed under the title (say what is missing).
-    """
-    import json
+    A ``sweep.json`` that cannot be read (cut short, foreign, of another
+    shape) is skipped, and ``warn`` (default: :func:`warnings.warn`) gets one
+    line naming it and why.
 
+    Returns
+    -------
+    Path
+        The README written (elsewhere, with a warning, if it could not be written in ``out``).
+
+    Raises
+    ------
+    FileNotFoundError
+        No ``*/sweep.json`` under ``out``.
+    ValueError
+        None of them could be read, or ``README.md`` cannot be written there
+        (checked before reading).
+    """
+    warn = warn or (lambda line: warnings.warn(line, stacklevel=3))
     out = Path(out)
-    sweeps = sorted(out.glob("*/sweep.json"))
-    if not sweeps:
+    target = check_writable_file(out / "README.md", "--summarise")
+    paths = sorted(out.glob("*/sweep.json"))
+    if not paths:
         raise FileNotFoundError(f"no */sweep.json under {out}")
-    data = [json.loads(path.read_text()) for path in sweeps]
+    sweeps, data, skipped = [], [], []
+    for path in paths:
+        try:
+            data.append(read_sweep_file(path))
+        except ValueError as exc:
+            skipped.append(str(exc))
+            warn(f"skipped {exc}")
+        else:
+            sweeps.append(path)
+    if not data:
+        raise ValueError(f"no readable */sweep.json under {out}: {'; '.join(skipped)}")
     first = data[0]["meta"]
     lines = [
         f"# Tunable parameters: swept best vs hand-chosen default ({data[0]['device']})",
@@ -320,6 +419,9 @@ def summarise_folder(out: str | Path, note: str = "") -> Path:
     ]
     if note:
         lines += [note, ""]
+    if skipped:
+        lines += [f"Skipped {len(skipped)} sweep file(s) that could not be read:", ""]
+        lines += [f"- {line}" for line in skipped] + [""]
     lines += [
         "Rebuilt with `python -m convsuite.bench.sweep_report --summarise DIR` from the sweeps' own files. Every "
         "configuration was checked against the float64 reference; times are medians of interleaved repeats. "
@@ -347,9 +449,10 @@ def summarise_folder(out: str | Path, note: str = "") -> Path:
         "(best/default >= 1 up to noise: the default is among the configurations measured).",
         "",
     ]
-    report = out / "README.md"
-    report.write_text("\n".join(lines), encoding="utf-8")
-    return report
+    saved = atomic_write_text(target, "\n".join(lines), fallback=True)
+    if saved.warning:
+        warn(saved.warning)
+    return saved.path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -374,10 +477,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--algorithms", default=None, help="comma-separated (default: every tunable one)")
     parser.add_argument("--repeat", type=positive, default=3, help="timed calls per configuration (default 3)")
     args = parser.parse_args(argv)
+
+    def warn(line: str) -> None:
+        print(f"warning: {line}", file=sys.stderr)
+
     if args.summarise:
         try:
-            written = summarise_folder(args.summarise, args.note)
-        except FileNotFoundError as exc:
+            written = summarise_folder(args.summarise, args.note, warn=warn)
+        except (FileNotFoundError, ValueError) as exc:
             parser.error(f"--summarise: {exc}")
         print(f"written: {written}")
         return 0
@@ -401,17 +508,22 @@ def main(argv: list[str] | None = None) -> int:
             check_algorithms(args.device, names, wanted)
         except ValueError as exc:
             parser.error(str(exc))
-    done = build_report(
-        args.device,
-        args.out,
-        budget_s=args.budget_s,
-        backends=names,
-        algorithms=wanted,
-        repeat=args.repeat,
-        progress=lambda message: print(message, file=sys.stderr),
-    )
+    try:
+        done = build_report(
+            args.device,
+            args.out,
+            budget_s=args.budget_s,
+            backends=names,
+            algorithms=wanted,
+            repeat=args.repeat,
+            progress=lambda message: print(message, file=sys.stderr),
+        )
+    except ValueError as exc:  # raised before the first sweep: a file of the report that cannot be written
+        parser.error(str(exc))
     print(f"written: {done['report']} ({len(done['sweeps'])} sweeps)")
-    return 0
+    for line in done["not_saved"]:
+        warn(line)
+    return 2 if done["not_saved"] else 0
 
 
 if __name__ == "__main__":  # pragma: no cover
