@@ -19,7 +19,7 @@ helpers) goes through :func:`measure_side_by_side`:
   this because noise on a shared machine only ever adds time; and two
   rounds, because a whole block can be slow (the other process on a 2-core
   machine held a core for its duration: numba's time on one problem swung
-  from 0.17 to 8 ms between measurements, docs/measurements/regret-cpu.md),
+  from 0.17 to 8 ms between measurements, docs/measurements/regret-cpu.md at tag notebook-2026-11-28),
   and a contender dropped on one disturbed block keeps that block's time;
 - the result of each contender is the median of its timed calls with the
   spread (min, max, and the interquartile range relative to the median).
@@ -331,7 +331,7 @@ def confirm_close_call(
     Measured selection keeps the fastest contender. When the two fastest
     differ by less than the measurement's spread, their order is a coin
     toss that a later measurement may reverse (on the 2-core CPU the tuned
-    pick and the evaluation a minute later disagreed, regret-cpu.md). So
+    pick and the evaluation a minute later disagreed, regret-cpu.md at tag notebook-2026-11-28). So
     the two are timed again, side by side on their own (``retime(names)``,
     a second, independent window of time), and each keeps the median of
     both measurements' calls: a disturbance that hit one window counts half

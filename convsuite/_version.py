@@ -1,3 +1,3 @@
 """convsuite's version: one source, read by the package, the packaging metadata and the tuning cache."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"

@@ -37,7 +37,7 @@
 #define BIG_BK 8
 #define BIG_PAD 4   // row padding of the A tile: the w-grad loader stores columns
 // cp.async stages of the chunked float forward. Against the register pipeline, H100, 2026-11-27,
-// through the API, alternating processes (docs/measurements/device-2026-11-27d/call5): 3x3 C=64
+// through the API, alternating processes (docs/measurements/igemm-big-cp-async-2026-11-27-h100.md): 3x3 C=64
 // 56x56 B=64 0.447-0.455 -> 0.406-0.408 ms, 3x3 C=32->64 1.07-1.10x -> 1.19-1.20x cuDNN, C=128
 // and 256 1.03-1.09x faster, 1x1 C=96->24 1.02-1.14x; the loads hold no registers (spills 40 -> 8
 // bytes at 128 registers, sm_90). Four stages (BM = 64: 25 KB a block) where an SM's shared memory

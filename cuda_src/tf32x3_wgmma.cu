@@ -18,7 +18,7 @@
 // are B, read by the tensor cores from shared memory in the canonical
 // no-swizzle K-major layout: 8 x 16-byte core matrices, the two k halves of a
 // row group 128 bytes apart (the descriptor's leading offset) and row groups
-// 256 bytes apart (its stride offset) -- the layout tools/wgmma_probe.py
+// 256 bytes apart (its stride offset) -- the layout tools/wgmma_probe.py (at tag notebook-2026-11-28)
 // confirmed on an H100 on 2026-11-27.
 //
 // Block tile: 128 output pixels (two wgmma row halves of 64) x 64 output

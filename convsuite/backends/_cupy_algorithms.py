@@ -444,7 +444,7 @@ def _default_persistent_blocked(spec: ConvSpec, direction: str, chosen: dict) ->
     in shared memory (one stage overlaps nothing: not measured, so not chosen), and enough work
     per output: float64, a dilated mask (the window read from shared memory tap by tap), a width
     not compiled in (the tap loop not unrolled), or :data:`BLOCKED_PERSISTENT_FROM` taps or more.
-    H100, 2026-11-26, three processes of tools/blocked_probe.py (held plans interleaved; ms, one
+    H100, 2026-11-26, blocked-persistent-2026-11-26-h100.md: three processes, held plans interleaved (ms, one
     tile per block / persistent): N=1e8 K=3 0.338 / 0.354, K=5 0.328 / 0.363, K=7 0.331 / 0.349,
     K=31 0.391 / 0.365, K=8 (run-time width) 0.384 / 0.349, K=5 dilation 3 0.376 / 0.356, float64
     N=5e7 K=3 0.367 / 0.354, K=31 0.468 / 0.354; B=64 C=1->16 K=31 0.251 / 0.223; depthwise C=64
@@ -468,7 +468,7 @@ def _default_v_blocked(spec: ConvSpec, direction: str) -> int:
     fits; the persistent kernel's two stages fit wherever they fit at 9), ``CS_BLOCKED_V`` (9)
     otherwise.
 
-    H100, 2026-11-26, tools/blocked_probe.py --sweep-v (held plans, medians of two processes, ms,
+    H100, 2026-11-26, blocked-persistent-2026-11-26-h100.md, the v sweep (held plans, medians of two processes, ms,
     v=9 / v=11 / best): N=1e8 K=31 persistent 0.335 / 0.325 / 0.325 (v=11), one tile per block
     0.355 / 0.345; B=64 C=1->16 W=65536 K=31 0.195 / 0.193 / 0.182 (v=13); float64 N=5e7 K=31
     0.325 / 0.313 / 0.313 (v=11); N=1e8 K=3 0.294 at v=9, the best.
@@ -802,7 +802,7 @@ def _gather_channels(spec: ConvSpec, direction: str) -> int:
 def _default_gather_simt(spec: ConvSpec, direction: str) -> str:
     """igemm_big: ``chunked`` from one whole chunk of channels, padded or not.
 
-    H100, 2026-11-26 (tools/gather_probe.py, docs/measurements/gather-2026-11-26-h100.md):
+    H100, 2026-11-26 (tools/gather_probe.py at tag notebook-2026-11-28, docs/measurements/gather-2026-11-26-h100.md):
     chunked 1.36-1.93x table forward on 3x3 layers of 16-128 channels and 1.29x on a
     1x1, and still 1.24x at 20 channels (a last chunk half zeros) and 1.05-1.10x at
     12 (the ECE408 fa19 conv2: a third of its chunks' work zeros). Below 8 channels
@@ -815,7 +815,7 @@ def _default_gather_tf32x3(spec: ConvSpec, direction: str) -> str:
     """tf32x3: ``chunked`` where the channels fill whole chunks of 8, and for the forward product
     on compute capability 9.0 (the wgmma kernel's only gather).
 
-    H100, 2026-11-26 (tools/gather_probe.py): chunked 1.06-1.17x table forward and
+    H100, 2026-11-26 (tools/gather_probe.py at tag notebook-2026-11-28): chunked 1.06-1.17x table forward and
     1.07-1.13x backward on 16-256 channels and the 1x1 96->24, but 0.97x at 12
     channels (fa19 conv2) and 1.01x at 20: the zeros of a partial chunk cost three
     MMAs each, as much as the table gather saves.
@@ -969,7 +969,7 @@ def _default_blocks_tf32x3(spec: ConvSpec, direction: str) -> int:
     :data:`TF32X3_THREE_BLOCKS_FROM` products per output, 4 (128 registers) below.
 
     H100, 2026-11-26, one process with the two budgets interleaved (forward, B=64 or 32;
-    docs/measurements/device-2026-11-26i/blocks.log), time of 4 over 3: reduction 288 (3x3
+    docs/measurements/tf32x3-pipeline-2026-11-26-h100.md), time of 4 over 3: reduction 288 (3x3
     C=32) 0.99, 576 (3x3 C=64) 0.98, 864 (3x3 C=96) 1.02, 1024 (1x1 C=1024) 1.04, 1152 (3x3
     C=128) 1.05, 1728 1.04, 2304 1.07, 4608 (3x3 C=512) 1.08. Backward the budget is the
     stride-1 input gradient's, whose reduction runs over the layer's output channels.

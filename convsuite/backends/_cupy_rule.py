@@ -9,12 +9,12 @@ show fastest. It reads only the spec, so it is evaluated and tested without
 a GPU. Each threshold below cites the measurements it comes from:
 
 ``regret-gpu.md``
-    docs/measurements/regret-gpu.md: H100, the held-out problems (ECE408
+    docs/measurements/regret-gpu.md at tag notebook-2026-11-28: H100, the held-out problems (ECE408
     layers at batch 8, MobileNetV2-1.0 layers at batch 1, strided, 1-D,
     backward), every candidate timed side by side; the fastest and the old
     rule's pick with its ratio.
 ``i11``
-    docs/measurements/gpu-targets-i11-2026-11-21.md: H200, the ablation of
+    docs/measurements/gpu-targets-i11-2026-11-21.md at tag notebook-2026-11-28: H200, the ablation of
     every algorithm at batch 64 (10,000 for ECE408), kernel times.
 ``crossover log``
     docs/measurements/device-2026-11-22/bench-crossover-timeout.log: H200,
@@ -30,22 +30,22 @@ a GPU. Each threshold below cites the measurements it comes from:
     docs/measurements/sweep-gpu-h100-2026-11-22/README.md: H100, ECE408 at
     batch 10,000, each algorithm's default time.
 ``targets-1121``
-    docs/measurements/gpu-targets-2026-11-21.md: H200, MobileNetV2 layers at
+    docs/measurements/gpu-targets-2026-11-21.md at tag notebook-2026-11-28: H200, MobileNetV2 layers at
     batch 1 (kernels of that day: fused_gemm and im2col + cuBLAS only).
 ``backward-2026-11-26``
     docs/measurements/gpu-kernels-2026-11-26.md: H200, the device time of
     every kernel of a backward call per algorithm (CUPTI,
-    tools/backward_phases.py) and the issue-11 table, after tf32x3's weight
+    tools/backward_phases.py at tag notebook-2026-11-28) and the issue-11 table, after tf32x3's weight
     gradient got row tiles that fit thin layers.
 ``tf32x3-image``
     docs/measurements/tf32x3-image-batches-2026-11-26-h100.md: H100,
-    tools/tf32x3_image_batches.py: four narrow layers at batches 16 to
+    tools/tf32x3_image_batches.py at tag notebook-2026-11-28: four narrow layers at batches 16 to
     4,096, every candidate's kernel time against cuDNN; and
-    docs/measurements/gpu-targets-2026-11-26d-h100-ece408.md (issue-11
+    docs/measurements/gpu-targets-2026-11-26d-h100-ece408.md at tag notebook-2026-11-28 (issue-11
     table, the ECE408 and 1-D targets).
 ``tf32x3-image-small``
     docs/measurements/tf32x3-image-small-batches-2026-11-26-h100.md: H100,
-    tools/tf32x3_image_batches.py at batches 1 to 132 after register_tiled's
+    tools/tf32x3_image_batches.py at tag notebook-2026-11-28, batches 1 to 132 after register_tiled's
     shifted inputs and small-grid px (register-tiled-2026-11-26.md): five
     narrow layers, every candidate's kernel time, the rule's pick before and
     after the lines that cite it.

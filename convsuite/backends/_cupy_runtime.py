@@ -138,7 +138,7 @@ def module(filename: str, overrides=(), *, kernel: str):
             t0 = time.perf_counter()
             # An architecture-specific target (sm_90a for wgmma) goes before CuPy's own -arch, which
             # CuPy appends after the options: so given, NVRTC built wgmma kernels on an H100
-            # (tools/wgmma_probe.py, 2026-11-27), which it refuses for plain sm_90.
+            # (tools/wgmma_probe.py at tag notebook-2026-11-28, 2026-11-27), which it refuses for plain sm_90.
             target = arch_options(filename)
             compiled = cp.RawModule(
                 code=compile_source(filename),

@@ -332,7 +332,7 @@ class CupyBackend(Backend):
     #: of grad_y then the plain kernels (False, the default). The algorithms of
     #: :data:`._cupy_algorithms.FUSED_RELU_MASK` can read grad_y through the
     #: ReLU output at every load, but on the cnn-train-3x3 layers (H100,
-    #: 2026-11-22, docs/measurements/backward-ladder-i17-2026-11-22b.md) that
+    #: 2026-11-22, docs/measurements/backward-ladder-i17-2026-11-22b.md at tag notebook-2026-11-28) that
     #: was slower than one masked copy: fused_gemm 0.74-0.78x, igemm_big
     #: 0.81-0.93x. The implicit GEMMs read each grad_y element once per
     #: filter tap (dX) and per tile column (dW), so the mask is read many times
