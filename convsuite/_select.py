@@ -3,7 +3,8 @@
 In order: a named backend and algorithm are taken as requested (a named
 backend never falls back silently); under autotune, the measurement in the
 tuning cache, or a new one (:mod:`convsuite._tuning`); otherwise the fitted
-rule (:mod:`convsuite._rule`); where there is no fitted data, backends by
+rule (:mod:`convsuite._rule`: this machine's calibrated table, else the
+shipped table of the nearest machine); where there is no fitted data, backends by
 priority and the first one's own algorithm rule.
 """
 
@@ -67,16 +68,11 @@ def choose(
             (backend, algo), decision = found
             return backend, algo, _with_source(decision, source, tuple(considered))
     labels = {f"{b.name}/{a}": (b, a) for b, a in pairs}
-    ranking = _rule.rank(spec, direction, list(labels), pairs[0][0].device)
+    # This machine's calibrated table lives beside the tuning cache (convsuite.calibrate writes it there).
+    ranking = _rule.rank(spec, direction, list(labels), pairs[0][0].device, calibrated_dir=_tuning.cache_dir())
     if ranking and ranking[0][1] is not None:
-        label, score = ranking[0]
-        backend, algo = labels[label]
-        others = ", ".join(f"{lbl} x{s:.2f}" for lbl, s in ranking[1:4] if s is not None)
-        reason = (
-            f"fitted rule: predicted x{score:.2f} of the best on its {len(ranking.neighbours)} nearest "
-            f"measured problems ({', '.join(ranking.neighbours)})" + (f"; next: {others}" if others else "")
-        )
-        return backend, algo, Decision(source, "rule", reason, tuple(considered))
+        backend, algo = labels[ranking[0][0]]
+        return backend, algo, Decision(source, "rule", ranking.reason(), tuple(considered))
     first = pairs[0][0]
     algo, why = first.choose_algorithm(spec, direction)
     if (first, algo) not in pairs:
