@@ -332,3 +332,83 @@ def test_default_output_of_another_machine_is_a_table_of_its_own(monkeypatch):
     other = _machine.Machine(**{**vars(recorded), "logical_cores": 16, "usable_cores": 16})
     monkeypatch.setattr(_machine, "current", lambda: other)
     assert crossover.default_out("cpu").name == f"rule-cpu-{other.key()}.json"
+
+
+# --- leave one network out ---------------------------------------------------------------------
+
+
+def _net_case(network, name, point, times, direction="forward"):
+    return {"network": network, "name": name, "direction": direction, "features": point, "times": times}
+
+
+SYNTHETIC_NETWORKS = [
+    _net_case("A", "a1", [0.0, 0.0], {"p/x": 1.0, "q/y": 2.0}),
+    _net_case("A", "a2", [10.0, 0.0], {"p/x": 3.0, "q/y": 1.0}),
+    _net_case("B", "b1", [0.5, 0.0], {"p/x": 1.0, "q/y": 4.0}),
+    _net_case("B", "b2", [10.5, 0.0], {"p/x": 1.0, "q/y": 2.0}),
+    _net_case("C", "c1", [20.0, 0.0], {"p/x": 1.0, "q/y": 1.5}),
+]
+
+
+def test_leave_one_network_out_equals_the_hand_computation():
+    # One voting neighbour, from the other networks only:
+    #   without A: a1's nearest is b1 (p wins there) -> p, 1/1 = 1; a2's nearest is b2 (p) -> p, 3/1 = 3
+    #   without B: b1's nearest is a1 (p) -> 1; b2's nearest is a2 (q wins there) -> q, 2/1 = 2
+    #   without C: c1's nearest is b2 (9.5 away, a2 is 10) -> p, 1/1 = 1
+    result = regret.leave_one_network_out(SYNTHETIC_NETWORKS, neighbours=1)
+    nets = result["networks"]
+    assert [r[1:] for r in nets["A"]["regrets"]] == [("p/x", 1.0), ("p/x", 3.0)]
+    assert nets["A"]["geomean"] == pytest.approx(math.sqrt(3)) and nets["A"]["worst"] == 3.0
+    assert nets["A"]["worst_layer"] == "a2" and nets["A"]["over_1.5"] == 1
+    assert nets["B"]["geomean"] == pytest.approx(math.sqrt(2)) and nets["B"]["worst"] == 2.0
+    assert nets["C"]["geomean"] == 1.0 and nets["C"]["layers"] == 1
+    overall = result["overall"]
+    assert overall["geomean"] == pytest.approx(6 ** (1 / 5)) and overall["worst"] == 3.0
+    assert overall["worst_layer"] == "A: a2" and overall["layers"] == 5 and result["unjudged"] == []
+    text = regret.network_markdown(result, "machine", "date", "synthetic")
+    assert "| A | 2 | 1.73 | 3.00 | a2 | 1 |" in text and "| all | 5 | 1.43 | 3.00 | A: a2 | 2 |" in text
+
+
+def test_leave_one_network_out_trains_on_the_base_and_fits_the_neighbours():
+    # A base case right on a2 where q wins turns a2's pick to q: regret 1 instead of 3.
+    base = [{"name": "grid", "direction": "forward", "features": [10.0, 0.1], "times": {"p/x": 2.0, "q/y": 1.0}}]
+    result = regret.leave_one_network_out(SYNTHETIC_NETWORKS, neighbours=1, base=base)
+    assert result["networks"]["A"]["regrets"][1][1:] == ("q/y", 1.0)
+    fitted = regret.leave_one_network_out(SYNTHETIC_NETWORKS)  # neighbours fitted per fold
+    assert set(fitted["networks"]) == {"A", "B", "C"}
+    assert all(r >= 1.0 for net in fitted["networks"].values() for _, _, r in net["regrets"])
+    # a layer of a direction no other network has cannot be judged, and says so
+    lone = [*SYNTHETIC_NETWORKS, _net_case("C", "c-bwd", [1.0, 0.0], {"p/x": 1.0}, direction="backward")]
+    assert regret.leave_one_network_out(lone, neighbours=1)["unjudged"] == ["c-bwd"]
+
+
+@pytest.mark.parametrize(
+    "cases, kwargs, error, message",
+    [
+        ([dict(SYNTHETIC_NETWORKS[0], network="")] + SYNTHETIC_NETWORKS[1:], {}, ValueError, "`network`"),
+        (SYNTHETIC_NETWORKS[:2], {}, ValueError, "at least two networks"),
+        (SYNTHETIC_NETWORKS, {"neighbours": 0}, ValueError, "`neighbours` must be an int >= 1"),
+        ([dict(SYNTHETIC_NETWORKS[0], times={"p/x": float("nan")})] + SYNTHETIC_NETWORKS[1:], {}, ValueError, "nan"),
+        ("A", {}, TypeError, "`cases` must be a list"),
+        ([dict(SYNTHETIC_NETWORKS[0], features=[1.0])] + SYNTHETIC_NETWORKS[1:], {}, ValueError, "one length"),
+    ],
+)
+def test_leave_one_network_out_refuses_bad_cases(cases, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        regret.leave_one_network_out(cases, **kwargs)
+
+
+def test_regret_command_leaves_one_network_out_of_a_file(tmp_path, capsys):
+    cases = tmp_path / "cases.json"
+    cases.write_text(json.dumps(SYNTHETIC_NETWORKS))
+    assert regret.main(["--by-network", str(cases), "--neighbours", "1", "--docs", str(tmp_path)]) == 0
+    text = (tmp_path / "regret-by-network-cpu.md").read_text()
+    assert "| A | 2 | 1.73 | 3.00 | a2 | 1 |" in text and text in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        regret.main(["--by-network", str(tmp_path / "missing.json"), "--docs", ""])
+    assert exit_info.value.code == 2 and "--by-network" in capsys.readouterr().err
+
+
+def test_held_out_layers_are_labelled_by_network():
+    networks = {regret.network_of(p) for p in regret.held_out()}
+    assert {"ece408-fa19", "ece408-fa21", "mobilenet_v2", "synthetic"} == networks
