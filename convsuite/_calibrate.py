@@ -54,6 +54,8 @@ SETTINGS = {
 }
 #: A predicted lead of the best candidate over the next of this ratio or more counts as a sure choice.
 SURE_RATIO = 2.0
+#: Reach beyond this many doublings counts as "nothing like it measured"; it no longer grows the score.
+_REACH_CAP = 4.0
 
 
 def measure_problem(
@@ -230,10 +232,6 @@ def priority_order(
                 near = float(np.sqrt(((points[i] - points[best]) ** 2).sum()))
                 spread[i] = min(spread[i], near, 1.0)
     return [problems[i] for i in order]
-
-
-#: Reach beyond this many doublings counts as "nothing like it measured"; it no longer grows the score.
-_REACH_CAP = 4.0
 
 
 # --- calibrate -------------------------------------------------------------------------

@@ -104,10 +104,15 @@ class Machine:
         The usable cores are left out (a ``taskset`` does not make another
         machine), and so are library versions (an update keeps the table).
         """
+        known = self.__dict__.get("_key")
+        if known is not None:
+            return known
         identity = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "usable_cores"}
         digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
         simd = re.sub(r"[^a-z0-9]", "", self.simd.lower()) or "none"
-        return f"{re.sub(r'[^a-z0-9_]', '', self.arch.lower()) or 'cpu'}-{self.logical_cores}c-{simd}-{digest}"
+        key = f"{re.sub(r'[^a-z0-9_]', '', self.arch.lower()) or 'cpu'}-{self.logical_cores}c-{simd}-{digest}"
+        object.__setattr__(self, "_key", key)  # frozen, so computed once; not a field (equality ignores it)
+        return key
 
     def describe(self) -> str:
         """In words, for ``explain()``: "a 16-core AVX-512 machine (Intel Xeon Gold 6338)"."""

@@ -29,6 +29,7 @@ without a table falls back to backend priority.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -286,7 +287,7 @@ class RuleTable:
     path: str | None = None
     _by_direction: dict = field(default_factory=dict, repr=False)
 
-    @property
+    @functools.cached_property
     def machine(self) -> Machine | None:
         """The machine the table was measured on, where it records one."""
         recorded = self.data.get("machine")
@@ -583,9 +584,13 @@ def rank(
 # --- fitting ------------------------------------------------------------------------
 
 
-def _problem_of(case: dict) -> tuple:
-    """What identifies a problem across thread counts: held out together by :func:`leave_one_out`."""
-    return (case.get("name"), case["direction"], case.get("network"))
+def _problem_of(case: dict, index: int) -> tuple:
+    """What identifies a problem across thread counts (held out together by :func:`leave_one_out`); a case
+    without a name is a problem of its own.
+    """
+    if case.get("name") is None:
+        return ("#", index)
+    return (case["name"], case["direction"], case.get("network"))
 
 
 def leave_one_out(cases: Sequence[dict], neighbours: int, thread_weight: float = 1.0) -> list[float]:
@@ -597,7 +602,6 @@ def leave_one_out(cases: Sequence[dict], neighbours: int, thread_weight: float =
     no new problem has). The fit uses it to choose the neighbour count and
     the thread weight, and the crossover command prints it with the map.
     """
-    regrets: list[float] = []
     by_direction: dict[str, list[int]] = {}
     for i, case in enumerate(cases):
         by_direction.setdefault(case["direction"], []).append(i)
@@ -608,7 +612,7 @@ def leave_one_out(cases: Sequence[dict], neighbours: int, thread_weight: float =
         weights = _weights(points.shape[1], thread_weight)
         diff = (points[:, None, :] - points[None, :, :]) * weights
         distances = np.sqrt((diff**2).sum(axis=2))
-        groups = [_problem_of(row) for row in rows]
+        groups = [_problem_of(row, i) for row, i in zip(rows, indices)]
         for a, case in enumerate(rows):
             others = [b for b in range(len(rows)) if groups[b] != groups[a]]
             if not others:
@@ -618,8 +622,7 @@ def leave_one_out(cases: Sequence[dict], neighbours: int, thread_weight: float =
             scores, _ = _scores(distances[a, nearest], [rows[b] for b in nearest], list(case["times"]))
             pick = _ranked(scores, list(case["times"]))[0][0]
             result[indices[a]] = case["times"][pick] / min(case["times"].values())
-    regrets = [result[i] for i in sorted(result)]
-    return regrets
+    return [result[i] for i in sorted(result)]
 
 
 def geomean(values: Sequence[float]) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -298,7 +299,7 @@ def test_crossover_resume_adds_the_problems_a_table_lacks(tmp_path, monkeypatch,
     assert table["cases"][0] == first["cases"][0]  # kept, not measured again
     from convsuite import _machine
 
-    other = _machine.Machine(**{**vars(_machine.current()), "logical_cores": 64})
+    other = dataclasses.replace(_machine.current(), logical_cores=64)
     monkeypatch.setattr(_machine, "current", lambda: other)
     with pytest.raises(SystemExit) as exit_info:
         crossover.main([*args, "--resume"])
@@ -329,7 +330,7 @@ def test_default_output_of_another_machine_is_a_table_of_its_own(monkeypatch):
     recorded = _machine.Machine.from_dict(shipped["machine"])
     monkeypatch.setattr(_machine, "current", lambda: recorded)
     assert crossover.default_out("cpu").name == "rule-cpu.json"
-    other = _machine.Machine(**{**vars(recorded), "logical_cores": 16, "usable_cores": 16})
+    other = dataclasses.replace(recorded, logical_cores=16, usable_cores=16)
     monkeypatch.setattr(_machine, "current", lambda: other)
     assert crossover.default_out("cpu").name == f"rule-cpu-{other.key()}.json"
 
