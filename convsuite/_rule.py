@@ -180,7 +180,7 @@ def check_cases(cases: Any, width: int | None = None, where: str = "`rows`") -> 
     if not isinstance(cases, list):
         raise ValueError(f"{where} must be a list of cases; got {type(cases).__name__}")
     for case in cases:
-        name = f"case {case.get('name', '?')!r}" if isinstance(case, dict) else f"case {case!r}"
+        name = f"row {case.get('name', '?')!r}" if isinstance(case, dict) else f"row {case!r}"
         times = case.get("times") if isinstance(case, dict) else None
         if not isinstance(times, dict) or not times:
             raise ValueError(f"{where}: {name} must have `times`, a non-empty dict of label -> seconds; got {times!r}")
