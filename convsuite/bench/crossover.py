@@ -352,6 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--out",
         "--data",
         dest="data",
+        metavar="FILE",
         type=out_file,
         default=None,
         help="where the rule's JSON goes (default: rule-<device>.json in the package when measured on its machine, "
