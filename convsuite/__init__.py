@@ -17,6 +17,7 @@ _shorten_openblas_spin()
 
 from . import nets, nn  # networks on top of the functions above (imports numpy only)
 from ._api import Explanation, conv1d, conv1d_backward, conv2d, conv2d_backward, explain, plan, tune
+from ._calibrate import Calibration, calibrate
 from ._errors import BackendUnavailableError, UnsupportedCaseError
 from ._plan_cache import clear_plan_cache
 from ._plans import Plan
@@ -40,6 +41,7 @@ __all__ = [
     "__version__",
     "BackendInfo",
     "BackendUnavailableError",
+    "Calibration",
     "Conv1D",
     "Conv2D",
     "ConvSpec",
@@ -47,6 +49,7 @@ __all__ = [
     "Plan",
     "TuneResult",
     "UnsupportedCaseError",
+    "calibrate",
     "clear_plan_cache",
     "clear_tuning_cache",
     "conv1d",

@@ -3,7 +3,8 @@
 In order: a named backend and algorithm are taken as requested (a named
 backend never falls back silently); under autotune, the measurement in the
 tuning cache, or a new one (:mod:`convsuite._tuning`); otherwise the fitted
-rule (:mod:`convsuite._rule`); where there is no fitted data, backends by
+rule (:mod:`convsuite._rule`: this machine's calibrated table, else the
+shipped table of the nearest machine); where there is no fitted data, backends by
 priority and the first one's own algorithm rule.
 """
 
@@ -93,19 +94,14 @@ def _with_source(decision: Decision, source: str, considered) -> Decision:
 
 
 def _ranked(spec: ConvSpec, direction: str, pairs: Sequence[tuple[Backend, str]]) -> tuple[Backend, str, str] | None:
-    """The fitted rule's first among ``pairs`` and why, or None where its table has nothing to say."""
+    """The fitted rule's first among ``pairs`` and why, or None where its tables have nothing to say."""
     labels = {f"{b.name}/{a}": (b, a) for b, a in pairs}
-    ranking = _rule.rank(spec, direction, list(labels), pairs[0][0].device)
+    # This machine's calibrated table lives beside the tuning cache (convsuite.calibrate writes it there).
+    ranking = _rule.rank(spec, direction, list(labels), pairs[0][0].device, calibrated_dir=_tuning.cache_dir())
     if not ranking or ranking[0][1] is None:
         return None
-    label, score = ranking[0]
-    backend, algo = labels[label]
-    others = ", ".join(f"{lbl} x{s:.2f}" for lbl, s in ranking[1:4] if s is not None)
-    reason = (
-        f"fitted rule: predicted x{score:.2f} of the best on its {len(ranking.neighbours)} nearest "
-        f"measured problems ({', '.join(ranking.neighbours)})" + (f"; next: {others}" if others else "")
-    )
-    return backend, algo, reason
+    backend, algo = labels[ranking[0][0]]
+    return backend, algo, ranking.reason()
 
 
 def _fitted_choice(spec, direction, name, device, source, considered) -> tuple[Backend, str, Decision] | None:

@@ -513,6 +513,9 @@ def build_parser() -> argparse.ArgumentParser:
     from convsuite.cli_train import add_train_parser  # the `train` command (issue 13)
 
     add_train_parser(sub)
+    from convsuite.cli_calibrate import add_calibrate_parser  # the `calibrate` command, in its own module
+
+    add_calibrate_parser(sub)
     return parser
 
 

@@ -43,7 +43,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ),
     ("runtime", ("_threads", "_thread_pools", "_timing", "testing")),
     ("backends", ("backends.", "_cython.")),
-    ("choice data", ("_registry", "_rule", "_plans", "_param_search", "_machine")),
+    ("choice data", ("_registry", "_rule", "_plans", "_param_search", "_machine", "_grid")),
     ("measurement", ("_tuning", "_calibrate")),
     ("policy", ("_select",)),
     ("planner", ("_planner",)),
@@ -56,7 +56,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("package", ("",)),
     ("torch interop", ("torch.",)),
     ("harness", ("bench.",)),
-    ("command line", ("cli", "cli_train", "__main__")),
+    ("command line", ("cli", "cli_train", "cli_calibrate", "__main__")),
 ]
 
 
