@@ -1,4 +1,4 @@
-"""The backward ablation of the "Optimizing a CNN in CUDA" write-up (issue 17).
+"""The backward ablation of the "Optimizing a CNN in CUDA" write-up.
 
     python -m convsuite.bench.backward_ladder --sass          # instruction mix; nvcc + cuobjdump, no GPU
     python -m convsuite.bench.backward_ladder --time          # on a GPU: the ablation tables

@@ -1,4 +1,4 @@
-"""Measure the CPU speed targets of the Cython and Numba backends (issue 12), side by side.
+"""Measure the CPU speed targets of the Cython and Numba backends, side by side.
 
 Run ``python -m convsuite.bench.cpu_targets [--out DIR] [--quick] [--only WORD]``.
 Every row is a ratio of two medians measured in this one run on this one

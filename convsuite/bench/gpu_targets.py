@@ -1,4 +1,4 @@
-"""GPU targets of issue 11 and the ablation: every cupy algorithm on every target layer, both directions.
+"""GPU targets and the ablation: every cupy algorithm on every target layer, both directions.
 
 Run on a CUDA machine: ``python -m convsuite.bench.gpu_targets [--out DIR] [--repeat N] [--quick]``.
 
