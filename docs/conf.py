@@ -9,6 +9,8 @@ generated from it by ``_ext/convsuite_docs.py`` at build time.
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import sys
 from pathlib import Path
 
@@ -48,13 +50,33 @@ autodoc_member_order = "bysource"
 autodoc_default_options = {"exclude-members": "__init__, __new__"}
 # A name convsuite re-exports from one of its public subpackages (convsuite.Conv2D is
 # convsuite.nn.Conv2D) is documented once, under the subpackage, and linked from convsuite's page.
+# Data (a constant, a table) in a module's __all__ is listed too, though autosummary finds
+# only data with a doc comment in the module itself: its names are read here from the
+# modules the API page lists.
+_API_MODULES = [
+    line.strip()
+    for line in (Path(__file__).resolve().parent / "api" / "index.rst").read_text().splitlines()
+    if line.startswith("   convsuite")
+]
+
+
+def _data_names(name: str) -> list[str]:
+    module = importlib.import_module(name)
+    return [
+        item
+        for item in getattr(module, "__all__", ())
+        if not (callable(getattr(module, item)) or inspect.ismodule(getattr(module, item)))
+    ]
+
+
 autosummary_context = {
     "home_of": {
         name: f"{sub.__name__.removeprefix('convsuite.')}.{name}"
         for sub in (convsuite.nn, convsuite.nets)
         for name in convsuite.__all__
         if name in sub.__all__ and getattr(sub, name) is getattr(convsuite, name)
-    }
+    },
+    "data_of": {name: _data_names(name) for name in _API_MODULES},
 }
 numpydoc_show_class_members = False  # the class template lists members through autodoc
 numpydoc_class_members_toctree = False

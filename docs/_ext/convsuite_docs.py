@@ -34,10 +34,13 @@ from __future__ import annotations
 import ast
 import importlib.util
 import shutil
+import sys
 from pathlib import Path
 
 from docutils import nodes
 from docutils.parsers.rst import directives
+from sphinx.errors import PycodeError
+from sphinx.pycode import ModuleAnalyzer
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
@@ -368,6 +371,33 @@ def _copy_records(app, exception):
         shutil.copyfile(MEASUREMENTS / name, target)
 
 
+# --- doc comments of re-exported data ---------------------------------------------------------
+
+
+def _reexported_data_doc(app, what, name, obj, options, lines):
+    """Give data re-exported by a package (``convsuite.nets.LENET5_VARIANTS``) the ``#:`` comment of
+    the module that defines it, which autodoc, reading only the package's own source, misses.
+    """
+    if what != "data":
+        return
+    if any(line.strip() for line in lines):
+        inherited = type(obj).__doc__ or ""  # a str's or a dict's own docstring says nothing of this value
+        if "\n".join(lines).strip() != inherited.strip():
+            return
+        lines.clear()
+    package, _, attr = name.rpartition(".")
+    for modname, module in sorted(sys.modules.items()):
+        if not modname.startswith(package + ".") or getattr(module, attr, None) is not obj:
+            continue
+        try:
+            docs = ModuleAnalyzer.for_module(modname).find_attr_docs()
+        except PycodeError:
+            continue
+        if ("", attr) in docs:
+            lines.extend(docs[("", attr)])
+            return
+
+
 def setup(app):
     """Register the directives, the role and the copying of linked records."""
     app.add_directive("convsuite-backends", BackendsTable)
@@ -379,4 +409,5 @@ def setup(app):
     app.connect("env-purge-doc", _purge_records)
     app.connect("env-merge-info", _merge_records)
     app.connect("build-finished", _copy_records)
+    app.connect("autodoc-process-docstring", _reexported_data_doc, priority=400)  # before numpydoc's
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True, "env_version": 1}
