@@ -374,28 +374,44 @@ def _copy_records(app, exception):
 # --- doc comments of re-exported data ---------------------------------------------------------
 
 
+def _assigns(module, attr: str) -> bool:
+    """Whether ``module``'s source assigns ``attr`` at its top level (defines it, rather than imports it)."""
+    try:
+        tree = ast.parse(Path(module.__file__).read_text())
+    except (OSError, TypeError, SyntaxError):
+        return False
+    for node in tree.body:
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        if any(isinstance(t, ast.Name) and t.id == attr for t in targets):
+            return True
+    return False
+
+
 def _reexported_data_doc(app, what, name, obj, options, lines):
     """Give data re-exported by a package (``convsuite.nets.LENET5_VARIANTS``) the ``#:`` comment of
-    the module that defines it, which autodoc, reading only the package's own source, misses.
+    the module that defines it (else that module's summary line), which autodoc misses: it reads
+    only the package's own source, and shows a str's or a dict's own docstring instead.
     """
     if what != "data":
         return
     if any(line.strip() for line in lines):
-        inherited = type(obj).__doc__ or ""  # a str's or a dict's own docstring says nothing of this value
-        if "\n".join(lines).strip() != inherited.strip():
+        if "\n".join(lines).strip() != (type(obj).__doc__ or "").strip():
             return
         lines.clear()
     package, _, attr = name.rpartition(".")
     for modname, module in sorted(sys.modules.items()):
         if not modname.startswith(package + ".") or getattr(module, attr, None) is not obj:
             continue
+        if not _assigns(module, attr):
+            continue
         try:
             docs = ModuleAnalyzer.for_module(modname).find_attr_docs()
         except PycodeError:
-            continue
-        if ("", attr) in docs:
-            lines.extend(docs[("", attr)])
-            return
+            docs = {}
+        lines.extend(docs.get(("", attr)) or [_first_line(ast.parse(Path(module.__file__).read_text()))])
+        return
 
 
 def setup(app):
