@@ -6,6 +6,8 @@
 # The record of performance over time is the asv suite (benchmarks/, asv.conf.json):
 #   make bench-publish   asv on HEAD for this machine, then the site in .asv/html (git ignores .asv/)
 #   make bench-compare   asv continuous: HEAD against its merge base with main (see below)
+# `make docs` builds the site (docs/_build/html; warnings are errors) and runs its
+# examples as doctests; it alone installs the docs extra (Sphinx), so `make test` does not.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -26,14 +28,14 @@ export CONVSUITE_NATIVE_BUILD ?= 1
 # and HEAD. Each benchmark runs in BENCH_ROUNDS fresh processes of up to 20
 # samples each, so one slow moment of a shared 2-core machine cannot decide
 # a verdict; a change is reported when it exceeds BENCH_FACTOR and asv's
-# statistical test agrees (docs/benchmarking.md: how the noise was measured).
+# statistical test agrees (docs/asv.rst: how the noise was measured).
 BENCH_MAIN   ?= main
 BENCH_BASE   ?= $(shell git merge-base $(BENCH_MAIN) HEAD 2>/dev/null)
 BENCH_FACTOR ?= 2.0
 BENCH_ROUNDS ?= 4
 BENCH_FILTER ?= .
 
-.PHONY: install run test lint format clean bench-compare bench-publish
+.PHONY: install run test lint format clean bench-compare bench-publish docs
 
 install: $(STAMP)
 
@@ -59,6 +61,21 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(BIN)/ruff check --fix convsuite tests benchmarks tools setup.py
 	$(BIN)/ruff format convsuite tests benchmarks tools setup.py
+
+# The docs extra's requirements, read from the installed metadata of convsuite (the
+# [project.optional-dependencies] docs list), installed without rebuilding convsuite itself.
+DOCS_STAMP := $(VENV)/.convsuite-docs-installed
+
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -c 'import importlib.metadata as m; print("\n".join(r.split(";")[0] for r in m.requires("convsuite") if r.replace(" ", "").endswith("extra==\"docs\"")))' > $(VENV)/docs-requirements.txt
+	$(BIN)/python -m pip install --quiet -r $(VENV)/docs-requirements.txt
+	touch $(DOCS_STAMP)
+
+# From scratch every time: the tables of backends, algorithms and layers are read from the code.
+docs: $(DOCS_STAMP)
+	rm -rf docs/_build docs/api/generated
+	$(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html
+	$(BIN)/sphinx-build -W --keep-going -b doctest -d docs/_build/html/.doctrees docs docs/_build/doctest
 
 bench-compare: $(STAMP)
 	@test -n "$(BENCH_BASE)" || { echo "bench-compare: no merge base with $(BENCH_MAIN); set BENCH_BASE=<commit>"; exit 2; }

@@ -30,6 +30,8 @@ BATCH = 200
 
 
 class JoblibRung:
+    """The ECE408 layers at batch 200 on the joblib rung, the Cython rung and numba, on 1 and 2 threads."""
+
     params = (["joblib", "cython", "numba"], list(LAYERS), [1, 2])
     param_names = ["backend", "layer", "threads"]
     timeout = 300
@@ -54,6 +56,8 @@ class JoblibRung:
 
 
 class DaskWorkers:
+    """A 1-D signal (N=1e7, K=31, chunks of 1e6) on a LocalCluster of 1 and 2 single-threaded workers."""
+
     params = ([1, 2],)
     param_names = ["workers"]
     timeout = 300

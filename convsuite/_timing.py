@@ -55,7 +55,7 @@ __all__ = [
 
 #: The smallest relative difference of two medians taken as real: side-by-side
 #: medians of identical code differ by about 3% (convsuite/bench/tuned_vs_default.py,
-#: docs/benchmarking.md); 5% leaves a margin over that.
+#: docs/asv.rst); 5% leaves a margin over that.
 NOISE_FLOOR = 0.05
 
 

@@ -159,6 +159,7 @@ def _cupyx_correlate1d(case, x, w, bias, grad_y, spec):
     return run
 
 
+#: What users pick instead on the CPU.
 ANCHORS: dict[str, Callable] = {
     "torch": _torch_on("cpu"),
     "np.convolve": _numpy_convolve,

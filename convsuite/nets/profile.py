@@ -313,17 +313,17 @@ def ece408_times(network: nn.Module, x, labels=None, *, batch: int | None = None
     warmup : bool, default True
         Run the first batch once, untimed, first (JIT compilation, kernel loading).
 
-    Raises
-    ------
-    TypeError, ValueError
-        ``batch`` is not a positive int, ``x`` is empty, or ``labels`` does
-        not have one entry per image.
-
     Returns
     -------
     dict
         ``op_time_s``, ``layer_time_s`` (lists, one per convolution layer, in
         call order), their totals, ``whole_network_s`` and ``accuracy``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``batch`` is not a positive int, ``x`` is empty, or ``labels`` does
+        not have one entry per image.
     """
     from .._instrument import record_kernel_times
 
