@@ -161,7 +161,7 @@ def test_noncontiguous_and_channels_last_inputs():
         torch.testing.assert_close(ours(x), theirs(x), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("ndim", [1, 2])
 def test_half_precision_keeps_its_dtype(dtype, ndim):
     """float16/bfloat16 in, the same out, computed in float32: equal to torch's float32 result rounded once."""
@@ -560,3 +560,89 @@ def test_gradients_match_convsuite_backward_directly():
     cst.conv2d(tx, tw, tb, **kwargs).backward(torch.tensor(grad_y))
     for got, want in zip((tx.grad, tw.grad, tb.grad), expected):
         np.testing.assert_array_equal(got.numpy(), want)
+
+
+# --- CUDA tensors (run on a GPU machine: pytest -m gpu) ----------------------------------------------------------
+
+_CUPY = {i.name: i for i in cs.list_backends()}["cupy"]
+_NO_CUDA = (
+    f"cupy backend unavailable: {_CUPY.reason}"
+    if not _CUPY.available
+    else (None if torch.cuda.is_available() else "torch sees no CUDA device")
+)
+needs_cuda = pytest.mark.skipif(_NO_CUDA is not None, reason=_NO_CUDA or "")
+
+
+@pytest.fixture
+def exact_cuda():
+    """torch's CUDA convolutions without TF32: the float32 reference."""
+    old = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = old
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("backend", [None, "cupy"])
+@pytest.mark.parametrize("key", [(2, "groups"), (2, "same-dilated"), (1, "stride")], ids=lambda k: f"{k[0]}d-{k[1]}")
+def test_gradcheck_float64_cuda(key, backend):
+    x, w, b, keywords = _operands(key)
+    x, w, b = (None if t is None else t.detach().cuda().requires_grad_() for t in (x, w, b))
+    conv = FUNCTIONAL[key[0]]
+    inputs = (x, w) if b is None else (x, w, b)
+
+    def run(*tensors):
+        return conv(*tensors, backend=backend, **keywords)
+
+    y = run(*inputs)
+    assert y.device == x.device and y.dtype == torch.float64
+    torch.testing.assert_close(y, TORCH_FUNCTIONAL[key[0]](*inputs, **keywords), rtol=1e-12, atol=1e-12)
+    assert torch.autograd.gradcheck(run, inputs, eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_cuda_module_matches_torch(dtype, exact_cuda):
+    ours, theirs = _pair(2, 4, 6, 3, stride=2, padding=1, groups=2)
+    ours.backend = None  # a CUDA tensor's own backend (cupy) by the usual selection
+    ours, theirs = ours.to("cuda", dtype), theirs.to("cuda", torch.float32)
+    x = torch.randn(2, 4, 9, 8, device="cuda", dtype=dtype, requires_grad=True)
+    y = ours(x)
+    assert y.device == x.device and y.dtype == dtype
+    x32 = x.detach().float().requires_grad_()
+    y32 = theirs(x32)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=2 * torch.finfo(dtype).eps, atol=1e-3)
+    torch.testing.assert_close(y.float(), y32, **tol)
+    grad_y = torch.randn(y.shape, device="cuda", dtype=dtype)
+    y.backward(grad_y)
+    y32.backward(grad_y.float())
+    assert x.grad.dtype == ours.weight.grad.dtype == dtype and x.grad.device == x.device
+    torch.testing.assert_close(x.grad.float(), x32.grad, **tol)
+    torch.testing.assert_close(ours.weight.grad.float(), theirs.weight.grad, **tol)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_convert_cuda_model(exact_cuda):
+    net = _net().cuda()
+    converted = cst.convert(net)
+    x = torch.randn(2, 3, 12, 10, device="cuda")
+    torch.testing.assert_close(converted(x), net(x), rtol=1e-4, atol=1e-5)
+    converted.train()(x).sum().backward()
+    assert all(p.grad is not None and p.grad.is_cuda for p in converted.parameters())
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_cuda_tensors_on_a_cpu_backend_come_back_to_their_device(exact_cuda):
+    x = torch.randn(1, 2, 5, 5, device="cuda", requires_grad=True)
+    w = torch.randn(3, 2, 3, 3, device="cuda", requires_grad=True)
+    y = cst.conv2d(x, w, padding=1, backend="numpy")  # convsuite moves them to the host and back
+    assert y.is_cuda
+    torch.testing.assert_close(y, F.conv2d(x, w, padding=1), rtol=1e-4, atol=1e-5)
+    y.sum().backward()
+    assert x.grad.is_cuda and w.grad.is_cuda
+    with pytest.raises(ValueError, match=r"`weight` must be on the device of `input` \(cuda:0\); got cpu"):
+        cst.conv2d(x, w.detach().cpu())

@@ -114,7 +114,8 @@ def _autocast(tensors: tuple, device_type: str) -> tuple:
         return tensors
     dtype = torch.get_autocast_dtype(device_type)
     return tuple(
-        t.to(dtype) if t is not None and t.is_floating_point() and t.dtype != torch.float64 else t for t in tensors
+        t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64 else t
+        for t in tensors
     )
 
 
