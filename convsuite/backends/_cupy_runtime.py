@@ -25,6 +25,11 @@ built once per device. :func:`compile_seconds` keeps what each build took (a
 compile, or a load from the disk cache), so a sweep reports it apart from
 run time.
 
+Fork. CUDA cannot be used in a child forked after the parent initialised it
+(the driver's state is not copied; calls fail or hang). The backend then says
+it is unavailable, and why (:func:`fork_refusal`), so ``"auto"`` carries on
+with the CPU backends; every cached handle and lock is reset in the child.
+
 Per call: a plan's kernels run through :class:`PackedLaunch` (:func:`bind`),
 whose argument block is written once; a call fills in the arrays' pointers
 and calls the driver, instead of CuPy converting every argument again.
@@ -42,6 +47,7 @@ import weakref
 
 import numpy as np
 
+from .. import _forksafe
 from ._cuda_sources import (
     DEFINES,
     KERNELS,
@@ -79,7 +85,7 @@ __all__ = [
 
 THREADS = DEFINES["CS_THREADS"]
 
-_lock = threading.Lock()
+_lock = _forksafe.lock()
 _modules: dict[tuple[int, str, tuple, str | None], object] = {}
 _compile_seconds: dict[tuple[str, tuple], float] = {}
 _module_seconds: dict[tuple[str, tuple, str], float] = {}
@@ -90,6 +96,10 @@ _capabilities: dict[int, int] = {}
 _smem_optin: dict[int, int] = {}
 _raised_ceilings: dict[int, int] = {}  # CUfunction -> the dynamic shared memory ceiling set on it
 _zero_cache: dict[tuple, object] = {}
+#: Whether this process initialised CUDA (:func:`note_cuda_initialised`), and whether it is a child
+#: forked after its parent (or an earlier ancestor) did.
+_cuda_initialised = False
+_forked_after_cuda = False
 
 
 def cupy():
@@ -152,6 +162,32 @@ def module(filename: str, overrides=(), *, kernel: str):
                 _module_seconds[(filename, overrides, kernel)] = seconds
                 _modules[key] = compiled
         return compiled
+
+
+def note_cuda_initialised() -> None:
+    """Record that this process initialised CUDA: a child forked from now on cannot use it."""
+    global _cuda_initialised
+    _cuda_initialised = True
+
+
+def fork_refusal() -> str | None:
+    """Why CUDA cannot be used in this process (a child forked after CUDA was initialised), else None."""
+    if not _forked_after_cuda:
+        return None
+    return (
+        "this process was forked from one that had initialised CUDA, and CUDA cannot be used in such a "
+        "child; start worker processes with the 'spawn' or 'forkserver' method "
+        "(multiprocessing.get_context('spawn')) to use the GPU in them"
+    )
+
+
+@_forksafe.at_fork_in_child
+def _after_fork_in_child() -> None:
+    """In a forked child: no inherited handle is valid, and CUDA is unusable if the parent initialised it."""
+    global _forked_after_cuda
+    _forked_after_cuda = _forked_after_cuda or _cuda_initialised
+    for cache in (_modules, _functions, _building, _raised_ceilings, _zero_cache):
+        cache.clear()
 
 
 #: The first CuPy release whose disk cache reads back modules built with name_expressions.
@@ -460,7 +496,7 @@ class PackedLaunch:
                 first = slots[start]
                 self._runs.append((struct.Struct(f"={j - start}Q"), offsets[first], start, j))
                 start = j
-        self._lock = threading.Lock()
+        self._lock = _forksafe.lock()
         self._slots = len(slots)  # arrays per call (fixed CuPy arrays stay referenced by _args)
         # CuPy's entry points, looked up once (an attribute chain per call costs more than the launch's packing).
         self._driver_launch, self._driver_error = cp.cuda.driver.launchKernel, cp.cuda.driver.CUDADriverError
@@ -543,7 +579,7 @@ class PerStream:
         self._make = make
         self._by_stream = weakref.WeakKeyDictionary()
         self._per_thread = threading.local()
-        self._lock = threading.Lock()
+        self._lock = _forksafe.lock()
         self._current = cupy().cuda.get_current_stream
         # The stream object last served (weakly) and its buffers: a call on the same stream object
         # as the one before skips the weak dictionary (a Python-level get that hashes the stream).

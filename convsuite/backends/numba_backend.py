@@ -38,6 +38,8 @@ its default there, so a sweep never times the same kernel twice.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from .._spec import ConvSpec
@@ -321,14 +323,15 @@ class NumbaBackend(KernelModuleBackend):
     requires = "numba"
 
     def refuses(self) -> str | None:
-        """Why numba cannot run the kernels: its compiler switched off (None: it can)."""
+        """Why numba cannot run the kernels: its compiler switched off, or a fork left it locked (None: it can)."""
         import numba
 
         # A user debugging their own numba code with the compiler off: the kernels would run as Python
         # (hours for a layer), and no threading layer ever starts (numba.threading_layer() raises).
         if numba.config.DISABLE_JIT:
             return "numba's compiler is switched off (NUMBA_DISABLE_JIT=1): its kernels would run as interpreted Python"
-        return None
+        kernels = sys.modules.get(_DIRECT)  # loaded before a fork: its handler judged this child
+        return None if kernels is None else kernels.fork_refusal()
 
     def _records(self):
         return (
