@@ -59,7 +59,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import _forksafe, _threads
-from ._numba_cache import CACHE
+from ._numba_cache import kernel_jit
 
 __all__ = [
     "backward",
@@ -123,7 +123,7 @@ def _choose_threading_layer() -> None:
     _set_chunksize = getattr(parallel, "_set_parallel_chunksize", numba.set_parallel_chunksize)
 
 
-@njit(parallel=True, cache=CACHE)
+@kernel_jit(parallel=True)
 def _probe(a):
     """A trivial parallel kernel whose first call makes numba load its threading layer."""
     for i in prange(a.shape[0]):
@@ -192,7 +192,7 @@ def _serial(kernel):
         clone = types.FunctionType(source.__code__, source.__globals__, name, source.__defaults__, source.__closure__)
         clone.__qualname__ = name  # numba's on-disk cache is keyed by qualified name
         clone.__doc__ = source.__doc__
-        serial = _serial_kernels[kernel] = njit(**{**_FLAGS, "parallel": False})(clone)
+        serial = _serial_kernels[kernel] = kernel_jit(**{**_FLAGS, "parallel": False})(clone)
     return serial
 
 
@@ -237,10 +237,10 @@ def schedule_dynamically(kernel):
 
 # fastmath "contract" only: lets LLVM fuse a*b+c into one FMA (one rounding
 # instead of two, inside the tolerance bound); no reassociation.
-_FLAGS = dict(parallel=True, cache=CACHE, nogil=True, error_model="numpy", fastmath={"contract"})
+_FLAGS = dict(parallel=True, nogil=True, error_model="numpy", fastmath={"contract"})
 
 
-@njit(**_FLAGS)
+@kernel_jit(**_FLAGS)
 def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, tile_w, chunks):
     """out[b, m] = bias[m] + sum_{c,p,q} x[b, g*Cg + c, ...] * w[m, c, p, q].
 
@@ -340,7 +340,7 @@ def _tile(x, w, bias, out, acc, b, c0, m0, m1, r, t0, t1, sh, sw, dh, dw, pad_to
             out[b, m0 + i, r, t0 + k] = acc[i, k]
 
 
-@njit(**_FLAGS)
+@kernel_jit(**_FLAGS)
 def backward(grad_y, x, w, grad_x, grad_w, grad_b, sh, sw, dh, dw, pad_top, pad_left, groups):
     """Gradients of sum(y * grad_y) with respect to x, w and bias."""
     B, C, H, W = x.shape
