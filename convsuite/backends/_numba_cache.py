@@ -97,6 +97,8 @@ class _RepairingCache:
         self._inner = inner
 
     def __getattr__(self, name: str):
+        if name == "_inner":  # not set yet (a copy made without __init__): no endless recursion
+            raise AttributeError(name)
         return getattr(self._inner, name)
 
     def load_overload(self, sig, target_context):
