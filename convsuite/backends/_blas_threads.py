@@ -9,17 +9,20 @@ the kernels still run, with BLAS at its own setting.
 
 The limit is process-wide while it lasts: NumPy work in another Python
 thread during a launch runs its BLAS on one thread too (slower, never wrong).
+A child forked while launches were in flight inherits the limit but not the
+threads that would lift it: it lifts it itself (:func:`_lift_after_fork`).
 """
 
 from __future__ import annotations
 
-import threading
 from contextlib import contextmanager, nullcontext
+
+from .. import _forksafe
 
 __all__ = ["one_blas_thread"]
 
 _controller = None
-_lock = threading.Lock()
+_lock = _forksafe.lock()
 _active = 0  # launches in flight; the limit is set by the first and lifted by the last
 _limiter = None  # (library, its thread count before the first launch) while launches are in flight
 _libraries = None
@@ -96,6 +99,15 @@ def _limited(controller):
                 for lib, threads in _limiter:
                     _set_threads(lib, threads)
                 _limiter = None
+
+
+@_forksafe.at_fork_in_child
+def _lift_after_fork() -> None:
+    """In a forked child: the launches that held the limit ran in parent threads the child lacks; lift it."""
+    global _active, _limiter
+    limiter, _active, _limiter = _limiter, 0, None
+    for lib, threads in limiter or ():
+        _set_threads(lib, threads)
 
 
 def one_blas_thread():

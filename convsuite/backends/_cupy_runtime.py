@@ -25,6 +25,17 @@ built once per device. :func:`compile_seconds` keeps what each build took (a
 compile, or a load from the disk cache), so a sweep reports it apart from
 run time.
 
+A cache that cannot be read (a cubin whose hash matches but that the driver
+refuses, a file that cannot be opened) must not break the backend: a module
+whose build fails is built once more with CuPy's disk cache bypassed
+(``CUPY_CACHE_IN_MEMORY``), with one warning naming the cache; an error that
+the bypass repeats is the module's own, and is raised (:func:`_build`).
+
+Fork. CUDA cannot be used in a child forked after the parent initialised it
+(the driver's state is not copied; calls fail or hang). The backend then says
+it is unavailable, and why (:func:`fork_refusal`), so ``"auto"`` carries on
+with the CPU backends; every cached handle and lock is reset in the child.
+
 Per call: a plan's kernels run through :class:`PackedLaunch` (:func:`bind`),
 whose argument block is written once; a call fills in the arrays' pointers
 and calls the driver, instead of CuPy converting every argument again.
@@ -34,14 +45,18 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 import re
 import struct
 import threading
 import time
+import warnings
 import weakref
+from contextlib import contextmanager
 
 import numpy as np
 
+from .. import _forksafe
 from ._cuda_sources import (
     DEFINES,
     KERNELS,
@@ -79,7 +94,7 @@ __all__ = [
 
 THREADS = DEFINES["CS_THREADS"]
 
-_lock = threading.Lock()
+_lock = _forksafe.lock()
 _modules: dict[tuple[int, str, tuple, str | None], object] = {}
 _compile_seconds: dict[tuple[str, tuple], float] = {}
 _module_seconds: dict[tuple[str, tuple, str], float] = {}
@@ -90,6 +105,15 @@ _capabilities: dict[int, int] = {}
 _smem_optin: dict[int, int] = {}
 _raised_ceilings: dict[int, int] = {}  # CUfunction -> the dynamic shared memory ceiling set on it
 _zero_cache: dict[tuple, object] = {}
+#: Whether this process initialised CUDA (:func:`note_cuda_initialised`), and whether it is a child
+#: forked after its parent (or an earlier ancestor) did.
+_cuda_initialised = False
+_forked_after_cuda = False
+#: Cache folders already warned about (one warning per folder and process).
+_warned_caches: set[str] = set()
+#: Builds in flight with CuPy's disk cache bypassed, and CUPY_CACHE_IN_MEMORY as it was before the first.
+_bypassing = 0
+_saved_in_memory: str | None = None
 
 
 def cupy():
@@ -140,18 +164,123 @@ def module(filename: str, overrides=(), *, kernel: str):
             # CuPy appends after the options: so given, NVRTC built wgmma kernels on an H100
             # (tools/wgmma_probe.py at tag notebook-2026-11-28, 2026-11-27), which it refuses for plain sm_90.
             target = arch_options(filename)
-            compiled = cp.RawModule(
-                code=compile_source(filename),
-                options=(*target, "-std=c++17", f"-I{source_dir()}", *compile_options(overrides)),
-                name_expressions=expressions,
-            )
-            compiled.compile()
+            options = (*target, "-std=c++17", f"-I{source_dir()}", *compile_options(overrides))
+            compiled = _build(cp, compile_source(filename), options, expressions, f"{filename} ({kernel})")
             seconds = time.perf_counter() - t0
             with _lock:
                 _compile_seconds[(filename, overrides)] = _compile_seconds.get((filename, overrides), 0.0) + seconds
                 _module_seconds[(filename, overrides, kernel)] = seconds
                 _modules[key] = compiled
         return compiled
+
+
+def _build(cp, code: str, options: tuple, expressions, what: str):
+    """A compiled ``RawModule``; where the build fails, built once more without CuPy's disk cache.
+
+    A cache entry the driver refuses (``CUDA_ERROR_INVALID_IMAGE`` from a cubin
+    whose stored hash still matches) or a file that cannot be opened fails the
+    first build; the second, with the disk cache bypassed, compiles anew. If
+    that one succeeds, the cache was at fault: one warning per cache folder
+    names it. If it fails too, its error is the module's own and is raised.
+    NVRTC's own errors (``CompileException``: the source does not compile) are
+    raised at once.
+    """
+    try:
+        return _compiled(cp, code, options, expressions)
+    except Exception as exc:
+        if type(exc).__name__ == "CompileException":
+            raise
+        first = exc
+    with _disk_cache_bypassed():
+        compiled = _compiled(cp, code, options, expressions)
+    _warn_cache(first, what)
+    return compiled
+
+
+def _compiled(cp, code: str, options: tuple, expressions):
+    """``cupy.RawModule`` of ``code``, compiled now (NVRTC, or CuPy's disk cache)."""
+    compiled = cp.RawModule(code=code, options=options, name_expressions=expressions)
+    compiled.compile()
+    return compiled
+
+
+@contextmanager
+def _disk_cache_bypassed():
+    """Inside: CuPy compiles in memory (``CUPY_CACHE_IN_MEMORY=1``, which CuPy reads at every build).
+
+    The variable is process-wide: builds of other threads in the meantime skip
+    the disk too (they compile instead of loading: slower, never wrong). The
+    first of overlapping uses saves its value and the last one restores it.
+    """
+    global _bypassing, _saved_in_memory
+    with _lock:
+        if _bypassing == 0:
+            _saved_in_memory = os.environ.get("CUPY_CACHE_IN_MEMORY")
+            os.environ["CUPY_CACHE_IN_MEMORY"] = "1"
+        _bypassing += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _bypassing -= 1
+            if _bypassing == 0:
+                if _saved_in_memory is None:
+                    os.environ.pop("CUPY_CACHE_IN_MEMORY", None)
+                else:
+                    os.environ["CUPY_CACHE_IN_MEMORY"] = _saved_in_memory
+
+
+def _cache_folder() -> str:
+    """CuPy's kernel cache folder (``CUPY_CACHE_DIR``, default ``~/.cupy/kernel_cache``)."""
+    return os.environ.get("CUPY_CACHE_DIR") or os.path.expanduser("~/.cupy/kernel_cache")
+
+
+def _warn_cache(exc: Exception, what: str) -> None:
+    """One warning per cache folder: a build failed reading it and succeeded without it."""
+    folder = _cache_folder()
+    with _lock:
+        if folder in _warned_caches:
+            return
+        _warned_caches.add(folder)
+    where = getattr(exc, "filename", None) or folder
+    warnings.warn(
+        f"CuPy's kernel cache could not be used for {what}: {where} ({type(exc).__name__}: {exc}); "
+        f"compiled it without the cache. Delete {folder} (or the broken file in it) to rebuild the cache.",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+
+
+def note_cuda_initialised() -> None:
+    """Record that this process initialised CUDA: a child forked from now on cannot use it."""
+    global _cuda_initialised
+    _cuda_initialised = True
+
+
+def fork_refusal() -> str | None:
+    """Why CUDA cannot be used in this process (a child forked after CUDA was initialised), else None."""
+    if not _forked_after_cuda:
+        return None
+    return (
+        "this process was forked from one that had initialised CUDA, and CUDA cannot be used in such a "
+        "child; start worker processes with the 'spawn' or 'forkserver' method "
+        "(multiprocessing.get_context('spawn')) to use the GPU in them"
+    )
+
+
+@_forksafe.at_fork_in_child
+def _after_fork_in_child() -> None:
+    """In a forked child: no inherited handle is valid, and CUDA is unusable if the parent initialised it."""
+    global _forked_after_cuda, _bypassing, _saved_in_memory
+    _forked_after_cuda = _forked_after_cuda or _cuda_initialised
+    for cache in (_modules, _functions, _building, _raised_ceilings, _zero_cache):
+        cache.clear()
+    if _bypassing:  # a parent thread was building without the disk cache: restore the setting it changed
+        if _saved_in_memory is None:
+            os.environ.pop("CUPY_CACHE_IN_MEMORY", None)
+        else:
+            os.environ["CUPY_CACHE_IN_MEMORY"] = _saved_in_memory
+        _bypassing, _saved_in_memory = 0, None
 
 
 #: The first CuPy release whose disk cache reads back modules built with name_expressions.
@@ -170,14 +299,11 @@ def disk_cache() -> dict:
         compiling them again; ``cupy``: its version; ``in_memory``: whether
         ``CUPY_CACHE_IN_MEMORY`` keeps the cache off the disk.
     """
-    import os
-
     cp = cupy()
     release = tuple(int(part) for part in re.findall(r"\d+", cp.__version__)[:2])
     in_memory = os.environ.get("CUPY_CACHE_IN_MEMORY", "0") not in ("", "0")
-    directory = os.environ.get("CUPY_CACHE_DIR") or os.path.expanduser("~/.cupy/kernel_cache")
     return {
-        "directory": directory,
+        "directory": _cache_folder(),
         "reads_templates": release >= DISK_CACHE_CUPY and not in_memory,
         "cupy": cp.__version__,
         "in_memory": in_memory,
@@ -460,7 +586,7 @@ class PackedLaunch:
                 first = slots[start]
                 self._runs.append((struct.Struct(f"={j - start}Q"), offsets[first], start, j))
                 start = j
-        self._lock = threading.Lock()
+        self._lock = _forksafe.lock()
         self._slots = len(slots)  # arrays per call (fixed CuPy arrays stay referenced by _args)
         # CuPy's entry points, looked up once (an attribute chain per call costs more than the launch's packing).
         self._driver_launch, self._driver_error = cp.cuda.driver.launchKernel, cp.cuda.driver.CUDADriverError
@@ -543,7 +669,7 @@ class PerStream:
         self._make = make
         self._by_stream = weakref.WeakKeyDictionary()
         self._per_thread = threading.local()
-        self._lock = threading.Lock()
+        self._lock = _forksafe.lock()
         self._current = cupy().cuda.get_current_stream
         # The stream object last served (weakly) and its buffers: a call on the same stream object
         # as the one before skips the weak dictionary (a Python-level get that hashes the stream).

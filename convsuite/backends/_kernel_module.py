@@ -117,6 +117,13 @@ class KernelModuleBackend(Backend):
         """Why the imported :attr:`requires` package cannot run the kernels as configured (None: it can)."""
         return None
 
+    def load_fault(self, exc: Exception) -> str | None:
+        """Why the kernels cannot load, where ``exc`` (raised importing them) is the dependency's fault, else None.
+
+        None lets ``exc`` through: an error of convsuite's own kernel module is a bug to see.
+        """
+        return None
+
     def kernels(self, module: str | None = None):
         """A kernel module (default: the backend's main one); raises ImportError if unloadable."""
         return importlib.import_module(module or self.kernel_module)
@@ -134,8 +141,13 @@ class KernelModuleBackend(Backend):
                 return refusal
         try:
             self.kernels()
-        except ImportError as exc:  # only ImportError: an error of convsuite's own kernel module is a bug to see
+        except ImportError as exc:
             return f"{self.missing_hint} ({exc})"
+        except Exception as exc:  # the dependency's own fault (load_fault says which) is a reason; any other, a bug
+            reason = self.load_fault(exc)
+            if reason is None:
+                raise
+            return reason
         return True
 
     # --- algorithm records ------------------------------------------------

@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ._numba_cache import CACHE
+from ._numba_cache import kernel_jit
 
 __all__ = ["forward"]
 
@@ -52,7 +52,7 @@ TILE_W = 512  # default output columns per item (``tile_w``): 4 accumulator rows
 # 2.7x slower on fa19 conv1). Only the first ``tile_w`` columns are touched.
 TILE_W_MAX = 2048
 
-_FLAGS = dict(parallel=True, cache=CACHE, nogil=True, error_model="numpy", fastmath={"contract"})
+_FLAGS = dict(parallel=True, nogil=True, error_model="numpy", fastmath={"contract"})
 
 
 @njit(inline="always", error_model="numpy", fastmath={"contract"})
@@ -95,7 +95,7 @@ def _dispatch(rb, wl, acc, p, n, sw, dw, KW):
         _row_pass(rb, wl, acc, p, n, sw, dw, KW)
 
 
-@njit(**_FLAGS)
+@kernel_jit(**_FLAGS)
 def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, tile_w, chunks):
     """out[b, m] = bias[m] + sum_{c,p,q} x[b, g*Cg + c, ...] * w[m, c, p, q].
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ._numba_cache import CACHE
+from ._numba_cache import kernel_jit
 from ._numba_epilogue import activate
 
 __all__ = ["forward", "ACC"]
@@ -52,7 +52,7 @@ ACC = 2048
 #: The AXPYs' length is rounded up to this (LLVM's vector loop: 4 x 8 floats).
 VEC = 32
 
-_FLAGS = dict(parallel=True, cache=CACHE, nogil=True, error_model="numpy", fastmath={"contract"})
+_FLAGS = dict(parallel=True, nogil=True, error_model="numpy", fastmath={"contract"})
 
 
 @njit(inline="always")
@@ -154,7 +154,7 @@ def _outputs(w, bias, out, buf, acc, taps, b, m, r0, c0, nr, nc, wq, plen, act):
                 orow[uo + uf] = activate(acc[ua + uf], act, zero, six)
 
 
-@njit(**_FLAGS)
+@kernel_jit(**_FLAGS)
 def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows, cols, chunks, act):
     """Depthwise out[b, m] = bias[m] + sum_{p,q} xpad[b, m // Mg, ...] * w[m, 0, p, q], through
     the activation ``act`` (``_numba_epilogue``).

@@ -38,12 +38,12 @@ import numpy as np
 from numba import njit, prange
 
 from ._numba_blas import NO_TRANS, TRANS, gemm
-from ._numba_cache import CACHE
+from ._numba_cache import kernel_jit
 from ._numba_epilogue import activate
 
 __all__ = ["forward", "backward"]
 
-_FLAGS = dict(parallel=True, cache=CACHE, nogil=True, error_model="numpy", fastmath={"contract"})
+_FLAGS = dict(parallel=True, nogil=True, error_model="numpy", fastmath={"contract"})
 #: Rows of dW's (K, M) partials reduced per work item: one cache line of grad_w's rows (float32).
 REDUCE_K = 16
 
@@ -58,7 +58,7 @@ def _valid_columns(shift, sw, W, Wo):
     return lo, max(lo, hi)
 
 
-@njit(cache=CACHE, nogil=True, error_model="numpy")
+@kernel_jit(nogil=True, error_model="numpy")
 def _im2col(x, b, c0, Cg, KH, KW, r0, rt, Wo, sh, sw, dh, dw, pad_top, pad_left, cols):
     """cols[(c, p, q), rr * Wo + ow] = x[b, c0 + c, (r0 + rr)*sh + p*dh - pad_top, ow*sw + q*dw - pad_left].
 
@@ -94,7 +94,7 @@ def _im2col(x, b, c0, Cg, KH, KW, r0, rt, Wo, sh, sw, dh, dw, pad_top, pad_left,
                     _copy_run(flat_x, plane + ih * W + lo * sw - shift, sw, flat_cols, d + lo, hi - lo)
 
 
-@njit(cache=CACHE, nogil=True, error_model="numpy")
+@kernel_jit(nogil=True, error_model="numpy")
 def _col2im_add(dcols, gx, b, c0, Cg, KH, KW, r0, rt, Wo, sh, sw, dh, dw, pad_top, pad_left):
     """The adjoint of _im2col: gx[b, c0 + c, ih, iw] += dcols[(c, p, q), rr * Wo + ow] (same flat offsets)."""
     C, H, W = gx.shape[1], gx.shape[2], gx.shape[3]
@@ -115,7 +115,7 @@ def _col2im_add(dcols, gx, b, c0, Cg, KH, KW, r0, rt, Wo, sh, sw, dh, dw, pad_to
                     _add_run(flat_dcols, row + rr * Wo + lo, flat_gx, plane + ih * W + lo * sw - shift, sw, hi - lo)
 
 
-@njit(cache=CACHE, nogil=True, error_model="numpy")
+@kernel_jit(nogil=True, error_model="numpy")
 def _pad_rows(x, b, c0, Cg, first, Rp, Wp, pad_top, pad_left, xp):
     """xp[c, r, col] = x[b, c0 + c, first + r - pad_top, col - pad_left], zero outside ``x``.
 
@@ -143,7 +143,7 @@ def _pad_rows(x, b, c0, Cg, first, Rp, Wp, pad_top, pad_left, xp):
             _copy_run(flat_x, plane + ih * W, 1, xp, (c * Rp + r) * Wp + lo, hi - lo)
 
 
-@njit(cache=CACHE, nogil=True, error_model="numpy")
+@kernel_jit(nogil=True, error_model="numpy")
 def _wide_cols(src, base, pitch, Cg, KH, KW, dh, dw, Wp, cols):
     """cols[(c, p, q), j] = src[base + c * pitch + p * dh * Wp + q * dw + j]: one run per row of cols."""
     L = cols.shape[1]
@@ -155,7 +155,7 @@ def _wide_cols(src, base, pitch, Cg, KH, KW, dh, dw, Wp, cols):
                 _copy_run(src, base + c * pitch + p * dh * Wp + q * dw, 1, flat_cols, row * L, L)
 
 
-@njit(cache=CACHE, nogil=True, error_model="numpy")
+@kernel_jit(nogil=True, error_model="numpy")
 def _wide_col2im_add(dcols, dst, base, pitch, Cg, KH, KW, dh, dw, Wp):
     """The adjoint of :func:`_wide_cols`: dst[base + c * pitch + p * dh * Wp + q * dw + j] += dcols[(c, p, q), j]."""
     L = dcols.shape[1]
@@ -229,7 +229,7 @@ def _finite(flat, start, n):
     return total == 0
 
 
-@njit(cache=CACHE, nogil=True, error_model="numpy")
+@kernel_jit(nogil=True, error_model="numpy")
 def _unpad_planes(padded, Hp, Wp, pad_top, pad_left, flat_gx, first, Cg, H, W):
     """flat_gx[first + (c, ih, iw)] = padded[c, ih + pad_top, iw + pad_left] (zero outside ``padded``)."""
     zero = flat_gx.dtype.type(0)
@@ -274,7 +274,7 @@ def _add_run(src, start, dst, at, step, n):
             dst[d + np.uint64(i) * st] += src[s + np.uint64(i)]
 
 
-@njit(**_FLAGS)
+@kernel_jit(**_FLAGS)
 def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows, mrows, wide, act, blas):
     """out[b, m] = bias[m] + (W_g @ im2col(x[b, group]))[m], ``rows`` output rows and ``mrows``
     output channels per work item, through the activation ``act`` (``_numba_epilogue``);
@@ -354,7 +354,7 @@ def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, rows, mr
                     dst[at + np.uint64(k)] = activate(src_row[frm + np.uint64(k)] + bv, act, zero, six)
 
 
-@njit(cache=CACHE, nogil=True, error_model="numpy", fastmath={"contract"})
+@kernel_jit(nogil=True, error_model="numpy", fastmath={"contract"})
 def _backward_item(
     grad_y,
     x,
@@ -444,7 +444,7 @@ def _backward_item(
         _unpad_planes(gsrc, Hp, Wp, pad_top, pad_left, flat_gx, first, Cg, H, W)
 
 
-@njit(**_FLAGS)
+@kernel_jit(**_FLAGS)
 def backward(
     grad_y,
     x,

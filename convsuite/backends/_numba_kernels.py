@@ -36,18 +36,21 @@ Fork safety. GNU OpenMP cannot be used in a child forked from a process
 that already started its thread pool: numba's ``omp`` layer then terminates
 the child ("fork() called from a process already using GNU OpenMP"), and a
 ``multiprocessing`` pool waiting for it hangs. Importing this module starts
-the layer, so any fork after the numba backend was loaded is concerned. An
-``os.register_at_fork`` handler marks such children, and in them the
+the layer, so any fork after the numba backend was loaded is concerned. A
+handler run after fork (:mod:`convsuite._forksafe`) marks such children, and in them the
 kernels run as serial builds of the same functions (``parallel=False``
 turns ``prange`` into ``range``), compiled or loaded from cache on first use:
 one core per child, which is what a process pool wants anyway. TBB and
-workqueue are fork-safe and keep their parallel kernels.
+workqueue are fork-safe and keep their parallel kernels. A child forked
+while another parent thread was compiling inherits numba's compiler lock
+held by a thread it does not have: every compile or cache load there would
+wait forever, so the backend says it is unavailable in that child
+(:func:`fork_refusal`) and ``"auto"`` uses the others.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 import time
 import types
 
@@ -55,10 +58,18 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from .. import _threads
-from ._numba_cache import CACHE
+from .. import _forksafe, _threads
+from ._numba_cache import kernel_jit
 
-__all__ = ["forward", "backward", "run_serialised", "schedule_dynamically", "threading_layer", "warm_up"]
+__all__ = [
+    "backward",
+    "fork_refusal",
+    "forward",
+    "run_serialised",
+    "schedule_dynamically",
+    "threading_layer",
+    "warm_up",
+]
 
 MB = 4  # output channels per iteration: each input load feeds MB FMAs
 TILE_W = 256  # default output columns per work item (the ``tile_w`` argument)
@@ -68,10 +79,12 @@ TILE_W = 256  # default output columns per work item (the ``tile_w`` argument)
 # 2.7x slower on fa19 conv1). Only the first ``tile_w`` columns are touched.
 TILE_W_MAX = 2048
 
-_kernel_lock = threading.Lock()
+_kernel_lock = _forksafe.lock()
 _serialise = False
 #: True in a child forked after GNU OpenMP started: parallel kernels would kill it.
 _serial_only = False
+#: True in a child forked while another thread held numba's compiler lock: nothing can compile here.
+_compiler_held = False
 _serial_kernels: dict = {}
 #: Iterations of a ``prange`` loop a thread takes at a time (numba's chunk
 #: size; 0 is its static schedule) in the kernels marked by
@@ -110,7 +123,7 @@ def _choose_threading_layer() -> None:
     _set_chunksize = getattr(parallel, "_set_parallel_chunksize", numba.set_parallel_chunksize)
 
 
-@njit(parallel=True, cache=CACHE)
+@kernel_jit(parallel=True)
 def _probe(a):
     """A trivial parallel kernel whose first call makes numba load its threading layer."""
     for i in prange(a.shape[0]):
@@ -139,10 +152,35 @@ def _fork_unsafe_layer() -> bool:
 
 
 def _after_fork_in_child() -> None:
-    """In a forked child: use serial kernels when the inherited layer cannot run."""
-    global _serial_only
+    """In a forked child: use serial kernels when the inherited layer cannot run; note a held compiler lock."""
+    global _serial_only, _compiler_held
     if _fork_unsafe_layer():
         _serial_only = True
+    _compiler_held = _compiler_lock_held()
+
+
+def _compiler_lock_held() -> bool:
+    """Whether numba's global compiler lock is held by another thread (in a child: one that does not exist)."""
+    from numba.core.compiler_lock import global_compiler_lock
+
+    lock = getattr(global_compiler_lock, "_lock", None)
+    if lock is None:  # a numba without it: nothing to check
+        return False
+    if not lock.acquire(blocking=False):
+        return True
+    lock.release()
+    return False
+
+
+def fork_refusal() -> str | None:
+    """Why numba cannot be used in this forked child (None: it can)."""
+    if not _compiler_held:
+        return None
+    return (
+        "this process was forked while another thread of its parent was compiling with numba: numba's "
+        "compiler lock stays held in the child, so no kernel can be compiled or loaded here; fork while no "
+        "thread compiles, or start worker processes with the 'spawn' or 'forkserver' method"
+    )
 
 
 def _serial(kernel):
@@ -154,7 +192,7 @@ def _serial(kernel):
         clone = types.FunctionType(source.__code__, source.__globals__, name, source.__defaults__, source.__closure__)
         clone.__qualname__ = name  # numba's on-disk cache is keyed by qualified name
         clone.__doc__ = source.__doc__
-        serial = _serial_kernels[kernel] = njit(**{**_FLAGS, "parallel": False})(clone)
+        serial = _serial_kernels[kernel] = kernel_jit(**{**_FLAGS, "parallel": False})(clone)
     return serial
 
 
@@ -166,7 +204,9 @@ def run_serialised(kernel, *args) -> None:
     size is restored afterwards. In a child forked after GNU OpenMP started,
     the serial build runs instead.
     """
-    if _serial_only:
+    if _serial_only or _compiler_held:
+        if _compiler_held:  # a launch would wait forever for the compiler: say why instead
+            raise RuntimeError(fork_refusal())
         _serial(kernel)(*args)
         return
     if kernel not in _dynamic_kernels:
@@ -197,10 +237,10 @@ def schedule_dynamically(kernel):
 
 # fastmath "contract" only: lets LLVM fuse a*b+c into one FMA (one rounding
 # instead of two, inside the tolerance bound); no reassociation.
-_FLAGS = dict(parallel=True, cache=CACHE, nogil=True, error_model="numpy", fastmath={"contract"})
+_FLAGS = dict(parallel=True, nogil=True, error_model="numpy", fastmath={"contract"})
 
 
-@njit(**_FLAGS)
+@kernel_jit(**_FLAGS)
 def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, tile_w, chunks):
     """out[b, m] = bias[m] + sum_{c,p,q} x[b, g*Cg + c, ...] * w[m, c, p, q].
 
@@ -300,7 +340,7 @@ def _tile(x, w, bias, out, acc, b, c0, m0, m1, r, t0, t1, sh, sw, dh, dw, pad_to
             out[b, m0 + i, r, t0 + k] = acc[i, k]
 
 
-@njit(**_FLAGS)
+@kernel_jit(**_FLAGS)
 def backward(grad_y, x, w, grad_x, grad_w, grad_b, sh, sw, dh, dw, pad_top, pad_left, groups):
     """Gradients of sum(y * grad_y) with respect to x, w and bias."""
     B, C, H, W = x.shape
@@ -382,4 +422,4 @@ _choose_threading_layer()
 # The probe started numba's thread pool: its size, fixed from now on, caps convsuite's counts
 # (a larger one would make numba.set_num_threads raise on every launch).
 _threads.numba_pool_started(numba.config.NUMBA_NUM_THREADS)
-os.register_at_fork(after_in_child=_after_fork_in_child)
+_forksafe.at_fork_in_child(_after_fork_in_child)

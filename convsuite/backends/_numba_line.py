@@ -39,14 +39,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ._numba_cache import CACHE
+from ._numba_cache import kernel_jit
 from ._numba_kernels import schedule_dynamically
 
 __all__ = ["forward", "TILE"]
 
 TILE = 4096  # default outputs per work item (``tile``): the accumulator (16 KiB in float32) stays in L1
 
-_FLAGS = dict(parallel=True, cache=CACHE, nogil=True, error_model="numpy", fastmath={"contract"})
+_FLAGS = dict(parallel=True, nogil=True, error_model="numpy", fastmath={"contract"})
 
 
 @njit(inline="always", error_model="numpy", fastmath={"contract"})
@@ -117,7 +117,7 @@ def _interior(xr, wr, orow, acc, lo, hi, sw, dw, pad, bv):
 
 # Its chunks are dealt one at a time to whichever thread is free (_numba_kernels.DYNAMIC_CHUNK).
 @schedule_dynamically
-@njit(**_FLAGS)
+@kernel_jit(**_FLAGS)
 def forward(x, w, bias, out, sh, sw, dh, dw, pad_top, pad_left, groups, tile, chunks):
     """out[b, c, 0, ow] = bias[c] + sum_k w[c, 0, 0, k] * x[b, c, 0, ow*sw + k*dw - pad_left].
 

@@ -31,12 +31,12 @@ import numpy as np
 from numba import njit, prange
 
 from .._threads import get_num_threads
-from ._numba_cache import CACHE
+from ._numba_cache import kernel_jit
 from ._numba_kernels import run_serialised
 
 __all__ = ["max_pool2d_backward", "max_pool2d_forward"]
 
-_FLAGS = dict(parallel=True, cache=CACHE, nogil=True, error_model="numpy")
+_FLAGS = dict(parallel=True, nogil=True, error_model="numpy")
 
 
 @njit(inline="always")
@@ -46,7 +46,7 @@ def _take(v, m, code, best):
     return (v if take else m), (code if take else best)
 
 
-@njit(**_FLAGS)
+@kernel_jit(**_FLAGS)
 def _max_forward(x, out, arg, kh, kw, sh, sw, ph, pw):
     """out[i, oh, ow] = max over the window's taps of x[i]; arg = the winning tap's code."""
     P, H, W = x.shape
@@ -75,7 +75,7 @@ def _max_forward(x, out, arg, kh, kw, sh, sw, ph, pw):
                 fa[o + ow] = best
 
 
-@njit(**_FLAGS)
+@kernel_jit(**_FLAGS)
 def _max_forward_2x2(x, out, arg, sh, sw):
     """``_max_forward`` for 2x2 windows without padding (LeNet's, VGG's), the taps unrolled.
 
@@ -105,7 +105,7 @@ def _max_forward_2x2(x, out, arg, sh, sw):
                 fa[o + np.uint64(ow)] = best
 
 
-@njit(**_FLAGS)
+@kernel_jit(**_FLAGS)
 def _max_backward(grad_y, arg, grad_x, kw, sh, sw, ph, pw):
     """grad_x[i] = sum over windows of grad_y routed to the window's arg-max input."""
     P, H, W = grad_x.shape

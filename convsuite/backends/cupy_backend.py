@@ -57,10 +57,10 @@ so it runs only with :attr:`CupyBackend.relu_mask_in_kernels` set.
 from __future__ import annotations
 
 import operator
-import threading
 import time
 from collections import OrderedDict
 
+from .. import _forksafe
 from .._capture import capturing
 from .._epilogue import ACTIVATION_CODES
 from .._precision import admits, get_precision
@@ -130,14 +130,22 @@ class CupyBackend(Backend):
 
     def __init__(self) -> None:
         self._plans: OrderedDict[tuple, Launch] = OrderedDict()
-        self._plans_lock = threading.Lock()
+        self._plans_lock = _forksafe.lock()
+        _forksafe.at_fork_in_child(self._forget_plans)
+
+    def _forget_plans(self) -> None:
+        """In a forked child: the plans hold the parent's kernel handles and device buffers."""
+        self._plans.clear()
 
     def algorithm_table(self):
         """The cupy algorithm records (:data:`._cupy_algorithms.RECORDS`)."""
         return RECORDS
 
     def available(self) -> Verdict:
-        """True when cupy imports and a CUDA device answers, else why not."""
+        """True when cupy imports and a CUDA device answers, else why not (also in a child forked after CUDA)."""
+        refusal = rt.fork_refusal()
+        if refusal is not None:
+            return refusal
         try:
             cp = rt.cupy()
         except ImportError as exc:
@@ -150,6 +158,7 @@ class CupyBackend(Backend):
             return f"no usable CUDA device ({type(exc).__name__}: {exc})"
         if count == 0:
             return "no CUDA device found"
+        rt.note_cuda_initialised()  # the device count initialised the driver: a fork from now on cannot use it
         return True
 
     # --- device protocol ---------------------------------------------------

@@ -38,6 +38,9 @@ its default there, so a sweep never times the same kernel twice.
 
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 
 from .._spec import ConvSpec
@@ -202,6 +205,16 @@ def _gemm_extra(s: ConvSpec, direction: str, params) -> tuple:
     return (rows, partials, int(wide))
 
 
+def _raised_in(exc: BaseException, module: str) -> bool:
+    """Whether ``exc`` was raised inside ``module`` (a frame of its traceback runs code of that module)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_globals.get("__name__", "").startswith(module):
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def _default_tile_kib(s: ConvSpec, direction: str) -> int:
     """``gemm``'s default budget: 256 KiB, more where its tiles would be thin (``_tiles.default_tile_kib``)."""
     return _tiles.default_tile_kib(*_gemm_tile_shape(s, direction), s.out_size[0], s.itemsize)
@@ -321,14 +334,31 @@ class NumbaBackend(KernelModuleBackend):
     requires = "numba"
 
     def refuses(self) -> str | None:
-        """Why numba cannot run the kernels: its compiler switched off (None: it can)."""
+        """Why numba cannot run the kernels: its compiler switched off, or a fork left it locked (None: it can)."""
         import numba
 
         # A user debugging their own numba code with the compiler off: the kernels would run as Python
         # (hours for a layer), and no threading layer ever starts (numba.threading_layer() raises).
         if numba.config.DISABLE_JIT:
             return "numba's compiler is switched off (NUMBA_DISABLE_JIT=1): its kernels would run as interpreted Python"
-        return None
+        kernels = sys.modules.get(_DIRECT)  # loaded before a fork: its handler judged this child
+        return None if kernels is None else kernels.fork_refusal()
+
+    def load_fault(self, exc: Exception) -> str | None:
+        """Why the kernels cannot load when ``exc`` came out of numba's on-disk cache loader, else None.
+
+        ``_numba_cache`` turns a broken cache into a miss; this is the last
+        line, for a fault that still escapes it (a numba whose cache it cannot
+        wrap): the backend is unavailable with the reason, and ``"auto"`` uses
+        the others.
+        """
+        if not _raised_in(exc, "numba.core.caching"):
+            return None
+        where = os.environ.get("NUMBA_CACHE_DIR") or "the __pycache__ folders beside convsuite's numba kernels"
+        return (
+            f"numba could not read its on-disk cache of the kernels ({type(exc).__name__}: {exc}); "
+            f"delete the cache ({where}) to rebuild it"
+        )
 
     def _records(self):
         return (

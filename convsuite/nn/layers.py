@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _forksafe
 from .._blas_spin import numpy_blas_spins_long
 from .._capture import capturing
 from .._validation import _show, check_input_grad, float_dtype, weight_generator
@@ -197,6 +198,8 @@ __global__ void linear_rows(const T* x, const T* w, const T* b, T* y, int rows, 
 }
 """
 _linear_modules: dict = {}
+# CUDA module handles: a forked child cannot use the parent's.
+_forksafe.at_fork_in_child(_linear_modules.clear)
 
 
 def _linear_without_blas(x, w, b):

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _forksafe
 from .._validation import float_dtype
 from ._xp import array_module, real_input
 from .conv import _Conv
@@ -18,6 +19,8 @@ __all__ = ["BatchNorm2D", "fold_batchnorm", "fold_batchnorms"]
 
 #: The GPU's one-kernel form of _running_affine (a cupy.ElementwiseKernel, made on first use).
 _AFFINE_KERNEL: list = []
+# It holds per-device compiled modules: a forked child cannot use the parent's.
+_forksafe.at_fork_in_child(_AFFINE_KERNEL.clear)
 
 
 def _running_affine(x, mean, var, weight, bias, eps: float):

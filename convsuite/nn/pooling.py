@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _forksafe
 from .._validation import INDEX_LIMIT, _show, as_int_tuple
 from ._xp import array_module, real_input
 from .layers import _check_grad_y
@@ -32,6 +33,13 @@ from .module import Module
 __all__ = ["AdaptiveAvgPool2D", "AvgPool2D", "MaxPool1D", "MaxPool2D"]
 
 _host_module: Any = None
+
+
+@_forksafe.at_fork_in_child
+def _judge_again_after_fork() -> None:
+    """In a forked child: the numba backend may have become unusable there (see its fork_refusal)."""
+    global _host_module
+    _host_module = None
 
 
 def _host_kernels():
