@@ -310,6 +310,24 @@ def check_writable_file(path: str | os.PathLike, name: str) -> Path:
 # --- reading ------------------------------------------------------------------------------------------------
 
 
+def open_regular(path: str | os.PathLike, flags: int = os.O_RDONLY, mode: int = 0o666) -> int:
+    """A descriptor of ``path`` if it is a regular file (created with ``os.O_CREAT`` in ``flags``), else OSError.
+
+    The file is opened without blocking: a FIFO (or a device) in place of a
+    file would make a plain ``open`` wait for a writer forever. Anything but
+    a regular file is refused once opened, before a byte is read.
+    """
+    fd = os.open(path, flags | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), mode)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{os.fspath(path)!r} is not a regular file")
+        os.set_blocking(fd, True)  # a regular file: reads and writes as usual
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def read_text(path: str | os.PathLike, label: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
     """The UTF-8 text of ``path`` (a leading byte-order mark dropped), at most ``max_bytes`` of it.
 
@@ -323,7 +341,7 @@ def read_text(path: str | os.PathLike, label: str, *, max_bytes: int = DEFAULT_M
     if path.is_dir():
         raise ValueError(f"{label}: is a folder, not a file")
     try:
-        with open(path, "rb") as handle:
+        with os.fdopen(open_regular(path), "rb") as handle:  # a FIFO or a device is refused, never waited on
             data = handle.read(max_bytes + 1)  # never more than the cap, whatever the size says
     except OSError as exc:
         raise ValueError(f"{label}: cannot be read ({_reason(exc)})") from None

@@ -27,11 +27,11 @@ import math
 import os
 import platform
 import re
-import threading
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
 
+from . import _forksafe
 from ._threads import get_num_threads, usable_cpus
 from .backends._blas_routines import BLAS_ENV
 
@@ -285,7 +285,7 @@ def detect(
 
 
 _current: Machine | None = None
-_lock = threading.Lock()
+_lock = _forksafe.lock()
 
 
 def current() -> Machine:
@@ -300,15 +300,11 @@ def current() -> Machine:
     return machine
 
 
+@_forksafe.at_fork_in_child
 def reset() -> None:
-    """Forget the machine read so far: the next :func:`current` reads it again."""
-    global _current, _lock
+    """Forget the machine read so far: the next :func:`current` reads it again (a forked child too)."""
+    global _current
     _current = None
-    _lock = threading.Lock()  # a fork while another thread held it leaves the child's copy locked forever
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=reset)
 
 
 def machine_features() -> dict[str, Any]:

@@ -16,9 +16,10 @@ importing the modules that build plans.
 
 from __future__ import annotations
 
-import threading
 from collections import OrderedDict
 from typing import Any, Hashable
+
+from . import _forksafe
 
 __all__ = [
     "PlanCache",
@@ -33,7 +34,7 @@ __all__ = [
 DEFAULT_MAX_PLANS = 1024
 
 _generation = 0
-_generation_lock = threading.Lock()
+_generation_lock = _forksafe.lock()
 
 
 def generation() -> int:
@@ -52,7 +53,7 @@ class PlanCache:
     def __init__(self, maxsize: int = DEFAULT_MAX_PLANS) -> None:
         self.maxsize = maxsize
         self._plans: OrderedDict[Hashable, Any] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = _forksafe.lock()
         self.hits = 0
         self.misses = 0
 
@@ -94,8 +95,11 @@ def cache() -> PlanCache:
     return _CACHE
 
 
+@_forksafe.at_fork_in_child
 def invalidate() -> None:
-    """A setting changed: bump the generation and drop every cached plan."""
+    """A setting changed (or the process forked, whose plans hold the parent's handles): bump the generation
+    and drop every cached plan.
+    """
     global _generation
     with _generation_lock:
         _generation += 1

@@ -16,7 +16,6 @@ is available and can run the case.
 from __future__ import annotations
 
 import importlib
-import threading
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from typing import Iterator
 
 import numpy as np
 
-from . import _plan_cache
+from . import _forksafe, _plan_cache
 from ._environ import environment_reader
 from ._errors import BackendUnavailableError, UnsupportedCaseError
 from ._precision import admits, get_precision
@@ -63,7 +62,7 @@ _BUILTIN_BACKENDS = {
     "python": "convsuite.backends.python_backend:PythonBackend",
 }
 
-_lock = threading.RLock()
+_lock = _forksafe.rlock()
 _table: dict[str, str | Backend] = dict(_BUILTIN_BACKENDS)
 _scoped: ContextVar[tuple[str, ...]] = ContextVar("convsuite_backend_scope", default=())
 _global_choice: str | None = None

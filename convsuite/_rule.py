@@ -32,11 +32,8 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 import re
 import statistics
-import tempfile
-import threading
 import warnings
 from dataclasses import dataclass, field
 from importlib import resources
@@ -45,7 +42,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from . import _machine, _plan_cache
+from . import _forksafe, _machine, _plan_cache
+from ._files import atomic_write_text, read_json
 from ._machine import Machine
 from ._spec import ConvSpec
 from ._threads import get_num_threads
@@ -100,7 +98,7 @@ _V1_FEATURES = FEATURE_NAMES[:_THREAD_FEATURE]
 
 #: Tables set in this process (:func:`set_table`; tests): device -> table, or None for "no rule".
 _tables: dict[str, dict | None] = {}
-_lock = threading.Lock()
+_lock = _forksafe.lock()
 _shipped: dict[str, list[RuleTable]] = {}
 #: Calibrated files read so far: path -> ((mtime_ns, size), table or None). A file is read again when it
 #: changes, and a bad one warns once per version of it.
@@ -351,7 +349,7 @@ def _load_shipped(device: str) -> list[RuleTable]:
             tables = []
             for path in shipped_paths(device):
                 try:
-                    data = checked_table(json.loads(path.read_text()), device)
+                    data = checked_table(read_json(path, str(path)), device)
                 except (OSError, ValueError) as exc:  # JSONDecodeError is a ValueError
                     _warn_unusable(path, str(exc), "shipped rule table")
                     continue
@@ -374,7 +372,7 @@ def _load_calibrated(path: Path, key: str) -> RuleTable | None:
             return known[1]
     table: RuleTable | None = None
     try:
-        data = checked_table(json.loads(path.read_text()), None)
+        data = checked_table(read_json(path, name), None)
         recorded = (data.get("machine") or {}).get("key")
         if data.get("kind") != "calibrated":
             raise ValueError(f"it is not a calibrated table (its kind is {data.get('kind')!r})")
@@ -706,28 +704,14 @@ def make_table(
 
 
 def write_table(path: Path | str, table: dict) -> Path:
-    """Write ``table`` to ``path`` whole or not at all: a temporary file beside it, fsync, ``os.replace``.
+    """Write ``table`` to ``path`` whole or not at all (:func:`convsuite._files.atomic_write_bytes`).
 
-    Strict JSON (``allow_nan=False``): a NaN in a table is a bug, raised here
-    as a ValueError before anything is written.
+    Strict JSON: a NaN in a table is a bug, raised here as a ValueError before anything is written.
     """
-    path = Path(path)
     text = json.dumps(table, indent=1, allow_nan=False) + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
-    return path
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, text)
+    return Path(path)
 
 
 def describe(device: str, calibrated_dir: Path | str | None = None) -> dict[str, Any] | None:

@@ -37,8 +37,6 @@ import json
 import math
 import os
 import platform
-import tempfile
-import threading
 import warnings
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -49,8 +47,9 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from . import _plan_cache, _registry
+from . import _forksafe, _plan_cache, _registry
 from ._errors import UnsupportedCaseError
+from ._files import atomic_write_json, open_regular, read_text
 from ._param_search import search_parameters
 from ._plans import Decision
 from ._precision import get_precision
@@ -85,6 +84,8 @@ FINALIST_RATIO = 1.3
 MAX_FINALISTS = 3
 CACHE_FORMAT = 2  # 2: entries carry the winner's tunable parameters
 _FILE_NAME = "tuning.json"
+#: The largest tuning cache read (a few hundred bytes an entry): a bigger file is not convsuite's.
+CACHE_MAX_BYTES = 64 * 2**20
 
 #: Measurement settings of a tuning run: enough repeats for a stable median
 #: of small calls, few enough that the first call of a big layer stays short.
@@ -108,7 +109,7 @@ _global: bool | None = None
 #: an ``os.environ`` lookup costs about 2 us, on the path of every call.
 _from_env: bool | None = None
 _memory: dict[str, dict] = {}
-_memory_lock = threading.Lock()
+_memory_lock = _forksafe.lock()
 _fingerprints: dict[str, str] = {}
 
 
@@ -290,25 +291,18 @@ def problem_key(spec: ConvSpec, direction: str, request: str) -> str:
 
 
 def _read(path: Path) -> dict[str, dict]:
-    """The entries on disk; an unreadable file, and each malformed entry, is ignored with a warning."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return {}
-    except OSError as exc:
-        warnings.warn(f"convsuite tuning cache {path} cannot be read ({exc}); ignoring it", stacklevel=3)
+    """The entries on disk; an unreadable file (a FIFO or a folder in its place too), and each malformed
+    entry, is ignored with a warning.
+    """
+    if not os.path.lexists(path):
         return {}
     try:
-        data = json.loads(text)
+        data = json.loads(read_text(path, f"convsuite tuning cache {path}", max_bytes=CACHE_MAX_BYTES))
         if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT or not isinstance(data["entries"], dict):
-            raise ValueError("not a convsuite tuning cache of this format")
+            raise ValueError(f"convsuite tuning cache {path}: not a convsuite tuning cache of this format")
         entries = data["entries"]
     except (ValueError, KeyError, TypeError) as exc:
-        warnings.warn(
-            f"convsuite tuning cache {path} is corrupt or of another format ({exc}); ignoring it "
-            "(it is rewritten on the next tuning)",
-            stacklevel=3,
-        )
+        warnings.warn(f"{exc}; ignoring it (it is rewritten on the next tuning)", stacklevel=3)
         return {}
     problems = {key: why for key, entry in entries.items() if (why := _entry_problem(entry)) is not None}
     if problems:  # one warning for the file, as for a corrupt one
@@ -385,7 +379,8 @@ def _file_lock(directory: Path) -> Iterator[None]:
     except ImportError:  # Windows: os.replace keeps files whole; merges may race
         yield
         return
-    with open(directory / ".tuning.lock", "a+") as handle:
+    # Opened without blocking: a FIFO in the lock file's place is refused (OSError), never waited on.
+    with os.fdopen(open_regular(directory / ".tuning.lock", os.O_RDWR | os.O_CREAT, 0o644), "r+b") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -403,16 +398,10 @@ def _store(key: str, entry: dict) -> None:
         with _file_lock(directory):
             entries = _read(directory / _FILE_NAME)
             entries[key] = entry
-            fd, tmp = tempfile.mkstemp(prefix=".tuning-", suffix=".tmp", dir=directory)
-            try:
-                with os.fdopen(fd, "w") as f:
-                    json.dump({"format": CACHE_FORMAT, "entries": entries}, f, indent=1, sort_keys=True)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, directory / _FILE_NAME)
-            except BaseException:
-                os.unlink(tmp)
-                raise
+            target = directory / _FILE_NAME
+            if os.path.lexists(target) and not target.is_file():  # a FIFO or a folder: moved aside, not replaced
+                raise OSError(f"{target} is not a regular file")
+            atomic_write_json(target, {"format": CACHE_FORMAT, "entries": entries}, indent=1, sort_keys=True)
     except OSError as exc:  # a read-only home must not break a convolution
         warnings.warn(f"convsuite could not write its tuning cache in {directory} ({exc})", stacklevel=3)
 

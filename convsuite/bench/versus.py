@@ -335,7 +335,7 @@ def compare_layers(
         spec = cs.explain(x, w, bias, **case.keywords).spec
         operands = tuple(None if a is None else to_device(a) for a in (x, w, bias, grad_y))
         row = LayerResult(case.name, case.layer_class, ",".join(case.networks), case.direction, case.batch)
-        explained = cs.explain(x, w, bias, direction=case.direction, **case.keywords)
+        explained = cs.explain(*operands[:3], direction=case.direction, **case.keywords)
         row.chosen = f"{explained.backend}/{explained.algorithm}"
         contenders = {
             "convsuite": Contender(_convsuite_call(case, operands), timer),
@@ -372,7 +372,9 @@ def compare_layers(
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m convsuite.bench.versus", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m convsuite.bench.versus", description="convsuite against torch on many layers, side by side"
+    )
     parser.add_argument("--network", help="one network of the zoo (default: every one)")
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--batch", type=int, action="append", help="batch size (repeatable; default 32 GPU, 4 CPU)")
