@@ -8,9 +8,10 @@ Three classes, from the most accurate (as ``torch.set_float32_matmul_precision``
     those of cuDNN with TF32 off.
 ``"high"``
     Error-compensated TF32 on the tensor cores (``tf32x3``): each float32
-    operand split into two TF32 parts, three MMAs per product. Close to
-    float32, but not bit-for-bit its rounding; measured against cuDNN-FP32 in
-    the docs.
+    operand split into two TF32 parts, three MMAs per product, each k-step's
+    sum taken by the float32 accumulator with rounded adds. Not float32's
+    rounding bit for bit, but as accurate: 0.3-0.8x cuDNN-FP32's error on the
+    zoo's longest reductions (H200, docs/measurements/precision-tf32x3-2026-11-28-h200.md).
 ``"medium"``
     One TF32 MMA per product (10-bit mantissas, about 1e-3 relative), what
     torch gives for convolutions by default (``torch.backends.cudnn.allow_tf32``).
@@ -22,11 +23,14 @@ policy (you asked for it). float64 problems are computed in float64 by every
 algorithm that takes them; the policy concerns float32 (and float16, computed
 in float32).
 
-The default is ``"highest"``: convsuite's results are those its documentation
-promises for float32, as NumPy's and torch's matmul default; ``"high"`` is
-one call away where speed matters more. Precedence: the innermost
-:func:`use_precision`, then :func:`set_precision`, then
-``CONVSUITE_PRECISION``, then ``"highest"``.
+The default is ``"high"``: float32 accuracy as measured against cuDNN with
+TF32 off (at or below its error on every layer measured), with the tensor
+cores' speed; torch's own default for convolutions is one TF32 product
+(``cudnn.allow_tf32``, about 1e-3). ``"highest"`` asks for IEEE float32
+arithmetic itself (FMA reductions, as NumPy's and torch's matmul default),
+for results comparable bit for bit in kind with other float32 code.
+Precedence: the innermost :func:`use_precision`, then :func:`set_precision`,
+then ``CONVSUITE_PRECISION``, then ``"high"``.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ __all__ = [
 #: The classes, most accurate first.
 PRECISIONS = ("highest", "high", "medium")
 ENV_VAR = "CONVSUITE_PRECISION"
-DEFAULT = "highest"
+DEFAULT = "high"
 
 _RANK = {name: rank for rank, name in enumerate(PRECISIONS)}
 _scoped: ContextVar[str | None] = ContextVar("convsuite_precision", default=None)
@@ -82,7 +86,7 @@ def get_precision() -> str:
 
 
 def set_precision(precision: str | None) -> None:
-    """Set the process-wide float32 precision policy (``None``: back to ``CONVSUITE_PRECISION`` or "highest").
+    """Set the process-wide float32 precision policy (``None``: back to ``CONVSUITE_PRECISION`` or "high").
 
     Parameters
     ----------

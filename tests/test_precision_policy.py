@@ -71,9 +71,9 @@ def classes():
         cs.set_precision(None)
 
 
-def test_the_default_is_highest_and_the_setting_is_checked(monkeypatch):
+def test_the_default_is_high_and_the_setting_is_checked(monkeypatch):
     monkeypatch.delenv("CONVSUITE_PRECISION", raising=False)
-    assert cs.get_precision() == "highest"
+    assert cs.get_precision() == "high"
     for bad, error in (("hgh", ValueError), ("HIGH", ValueError), (3, TypeError), (None, TypeError)):
         with pytest.raises(error, match=r"`precision` must be one of 'highest', 'high', 'medium'"):
             cs.use_precision(bad).__enter__()
@@ -107,7 +107,7 @@ def test_a_scope_is_private_to_its_thread():
         thread = threading.Thread(target=lambda: seen.append(cs.get_precision()))
         thread.start()
         thread.join()
-    assert seen == ["highest"]
+    assert seen == ["high"]  # the default: the block was the main thread's own
 
 
 def test_setting_the_policy_drops_cached_plans():
