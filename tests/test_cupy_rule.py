@@ -341,3 +341,22 @@ def test_one_d_layers_with_channels_go_to_the_implicit_gemms(x_shape, w_shape, k
     name, why = _pick(x_shape, w_shape, **kw)
     assert name in ("tf32x3", "igemm_big", "fused_gemm"), (name, why)
     assert _pick((1, 8, 100_000), (8, 8, 31))[0] == "blocked"  # few channels: still the signal kernel
+
+
+@pytest.mark.parametrize("precision", ["highest", "high"])
+@pytest.mark.parametrize(
+    "x_shape, w_shape, kw",
+    [
+        ((32, 3, 224, 224), (64, 3, 7, 7), dict(stride=2, padding=3)),  # ResNet's stem
+        ((32, 3, 224, 224), (32, 3, 3, 3), dict(stride=2, padding=1)),  # a 3x3 stride-2 stem
+        ((32, 3, 224, 224), (96, 3, 4, 4), dict(stride=4)),  # ConvNeXt's patchify stem
+        ((32, 96, 56, 56), (192, 96, 2, 2), dict(stride=2)),  # ConvNeXt's downsampling: non-overlapping patches
+    ],
+)
+def test_backward_of_stems_and_patches_takes_im2col_gemm(x_shape, w_shape, kw, precision):
+    with cs.use_precision(precision):
+        name, why = _pick(x_shape, w_shape, "backward", **kw)
+    assert name == "im2col_gemm" and "long, thin GEMM" in why
+    # an ordinary 3x3 layer of many channels keeps the implicit GEMMs' backward
+    with cs.use_precision(precision):
+        assert _pick((32, 64, 56, 56), (64, 64, 3, 3), "backward", padding=1)[0] != "im2col_gemm"

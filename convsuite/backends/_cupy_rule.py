@@ -219,6 +219,12 @@ TILED_SHARED_LEAST_TAPS = 25
 BLOCKED_MOST_PAIRS = 64
 
 
+#: Input channels (per group) up to which a layer's backward is a first layer's (a stem: an image's
+#: planes in): its weight gradient reduces over B*Ho*Wo for a handful of columns. Four channels is
+#: not one: ECE408 fa21 conv2 (4->16 7x7) kept tf32x3's backward (1.41 ms against 1.91-2.59).
+STEM_MOST_CHANNELS = 3
+
+
 def big_tiles(s: ConvSpec) -> int:
     """Block tiles of igemm_big over the forward output (B*Ho*Wo columns, M/g rows per group)."""
     rows = 64 if s.out_channels_per_group <= 64 else 128
@@ -345,6 +351,21 @@ def _backward_rules(spec: ConvSpec, tiles: int) -> list[tuple[str, str]]:
     if spec.is_depthwise:
         # i11: depthwise backward 0.526 ms vs fused_gemm 10.8 (3x3 s2 C144 B=64); regret-gpu.md x1.01 at B=4.
         rules.append(("depthwise", "one input channel per group: gather dX, per-channel dW"))
+    s = spec.as_2d()
+    if s.groups == 1 and (
+        s.channels_per_group <= STEM_MOST_CHANNELS
+        or (s.stride == s.kernel_size and min(s.stride) > 1 and s.dilation == (1, 1) and not any(map(any, s.padding)))
+    ):
+        # zoo-gpu-2026-11-28-h200 (batch 32 backward): on the four stems (3 channels in) im2col_gemm took
+        # 0.67-1.67 ms where the implicit GEMMs' split-K dW took 2.7-19.8 ms (x2.9-x29), and on ConvNeXt's
+        # 2x2 stride-2 downsampling (patches that do not overlap, so im2col is a reshape) x2.5 less.
+        rules.append(
+            (
+                "im2col_gemm",
+                "backward of a first layer or of non-overlapping patches: the weight gradient is one long, "
+                "thin GEMM over every output pixel, which cuBLAS splits",
+            )
+        )
     if tiles >= BIG_ENOUGH:
         # backward-2026-11-26 (kernel sums): tf32x3's dW on row tiles that fit the channels (16, 32, 64)
         # made it the fastest backward at 16 output channels too (ECE408 fa21 conv2 B=1000 1.41 ms vs
