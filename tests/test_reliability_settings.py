@@ -321,3 +321,34 @@ def test_warm_up_reads_byte_order_as_no_dtype_and_none_as_all(cpu_backend, monke
 def test_numba_warm_up_compiles_a_big_endian_float32():
     _needs_numba()
     assert cs.get_backend("numba").warm_up(">f4") >= 0.0
+
+
+# --- special files in the cache folder -------------------------------------------
+
+_SPECIAL_FILE_CALL = """
+import os, warnings, numpy as np, convsuite as cs
+x = np.random.default_rng(5).standard_normal((1, 2, 8, 8)).astype(np.float32)
+w = np.random.default_rng(6).standard_normal((2, 2, 3, 3)).astype(np.float32)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    with cs.use_autotune(True):
+        y = cs.conv2d(x, w, padding=1)
+        cs.tune(x, w, padding=1, budget_s=0)
+np.testing.assert_allclose(y, cs.conv2d(x, w, padding=1, backend="numpy"), rtol=1e-5, atol=1e-5)
+print("warned:", " | ".join(str(c.message) for c in caught))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes need a POSIX system")
+@pytest.mark.parametrize("name", ["tuning.json", ".tuning.lock"])
+def test_a_fifo_in_the_cache_folder_never_blocks_a_call(tmp_path, name):
+    """A FIFO where the cache (or its lock) should be: open() would wait for a writer forever."""
+    os.mkfifo(tmp_path / name)
+    out = _run(_SPECIAL_FILE_CALL, CONVSUITE_CACHE_DIR=str(tmp_path), CONVSUITE_TUNE_BUDGET="0")
+    assert "not a regular file" in out and str(tmp_path) in out
+
+
+def test_a_folder_in_place_of_the_cache_file_is_ignored_with_a_warning(tmp_path):
+    (tmp_path / "tuning.json").mkdir()
+    out = _run(_SPECIAL_FILE_CALL, CONVSUITE_CACHE_DIR=str(tmp_path), CONVSUITE_TUNE_BUDGET="0")
+    assert "tuning" in out and "folder" in out
