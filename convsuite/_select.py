@@ -53,10 +53,6 @@ def choose(
                 if found is not None:
                     (backend, algo), decision = found
                     return backend, algo, _with_source(decision, source, chosen.considered)
-        if algorithm == "auto" and len(backend.algorithms) > 1:
-            fitted = _fitted_choice(spec, direction, name, device, source, chosen.considered)
-            if fitted is not None:
-                return fitted
         decided_by = "rule" if algorithm == "auto" and len(backend.algorithms) > 1 else "request"
         return backend, chosen.algorithm, Decision(source, decided_by, chosen.reason, chosen.considered)
 
@@ -102,15 +98,3 @@ def _ranked(spec: ConvSpec, direction: str, pairs: Sequence[tuple[Backend, str]]
         return None
     backend, algo = labels[ranking[0][0]]
     return backend, algo, ranking.reason()
-
-
-def _fitted_choice(spec, direction, name, device, source, considered) -> tuple[Backend, str, Decision] | None:
-    """A named backend's algorithm by the fitted rule (among its algorithms that can run), if its table knows them."""
-    pairs = _registry.request_candidates(spec, direction, name, "auto", device)[0]
-    if len(pairs) < 2:
-        return None
-    ranked = _ranked(spec, direction, pairs)
-    if ranked is None:
-        return None
-    backend, algo, reason = ranked
-    return backend, algo, Decision(source, "rule", reason, tuple(considered))

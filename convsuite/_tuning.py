@@ -297,12 +297,21 @@ def _read(path: Path) -> dict[str, dict]:
     if not os.path.lexists(path):
         return {}
     try:
-        data = json.loads(read_text(path, f"convsuite tuning cache {path}", max_bytes=CACHE_MAX_BYTES))
+        text = read_text(path, f"convsuite tuning cache {path}", max_bytes=CACHE_MAX_BYTES)
+    except ValueError as exc:  # a folder, a FIFO, unreadable, too large, not text: the message names the file
+        warnings.warn(f"{exc}; ignoring it", stacklevel=3)
+        return {}
+    try:
+        data = json.loads(text)
         if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT or not isinstance(data["entries"], dict):
-            raise ValueError(f"convsuite tuning cache {path}: not a convsuite tuning cache of this format")
+            raise ValueError("not a convsuite tuning cache of this format")
         entries = data["entries"]
     except (ValueError, KeyError, TypeError) as exc:
-        warnings.warn(f"{exc}; ignoring it (it is rewritten on the next tuning)", stacklevel=3)
+        warnings.warn(
+            f"convsuite tuning cache {path} is corrupt or of another format ({exc}); ignoring it "
+            "(it is rewritten on the next tuning)",
+            stacklevel=3,
+        )
         return {}
     problems = {key: why for key, entry in entries.items() if (why := _entry_problem(entry)) is not None}
     if problems:  # one warning for the file, as for a corrupt one
