@@ -53,3 +53,38 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         reasons[key] = reasons.get(key, 0) + 1
     parts = [f"{count} {reason}" for reason, count in sorted(reasons.items(), key=lambda item: -item[1])]
     terminalreporter.write_line(f"skipped {len(skipped)}: " + "; ".join(parts))
+
+
+#: The exhaustive tier: what `make test-all` adds to `make test`. Each entry is a test's node id (file::name)
+#: and which of its parametrisations belong here; the fast tier keeps at least one case of every backend,
+#: algorithm, option class and error path (the default configuration of each CUDA source, the first seed of
+#: each random case, one corrupted-cache scenario per loader, the default parameters of every tunable).
+_EXHAUSTIVE = {
+    # every -D configuration of every source (the default one of each stays fast), and the wheel build
+    "tests/test_cuda_sources.py::test_sources_compile_to_ptx": lambda case: not case.endswith("-]"),
+    "tests/test_cuda_sources.py::test_sources_compile_for_the_oldest_gpu_cuda_13_targets": lambda case: True,
+    "tests/test_cuda_sources.py::test_a_built_wheel_ships_every_source": lambda case: True,
+    # the second random seed of the cross-backend agreement
+    "tests/test_agreement.py::test_forward_matches_reference_random": lambda case: case.endswith("-2]"),
+    "tests/test_agreement.py::test_backward_matches_reference_random": lambda case: case.endswith("-2]"),
+    # every value of every CPU tunable (the defaults are checked by the agreement suite)
+    "tests/test_cpu_tunables.py::test_every_configuration_agrees_with_the_reference": lambda case: True,
+    # every corrupted-file scenario of numba's cache but one per file kind
+    "tests/test_reliability_caches.py::test_a_broken_numba_cache_file_is_moved_aside_once_and_recompiled": (
+        lambda case: case not in ("[index truncated]", "[code garbage]")
+    ),
+}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "exhaustive: the exhaustive tier (make test-all); make test leaves it out")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the exhaustive tier's cases (see _EXHAUSTIVE) so that `-m "not exhaustive"` is the fast tier."""
+    marker = pytest.mark.exhaustive
+    for item in items:
+        base, _, case = item.nodeid.partition("[")
+        rule = _EXHAUSTIVE.get(base)
+        if rule is not None and rule(f"[{case}" if case else ""):
+            item.add_marker(marker)
