@@ -365,7 +365,7 @@ class Explanation:
             lines.append(f"precision: {self.precision} (the algorithm's class; the policy in force is {self.policy!r})")
         best = min((row[2] for row in self.measured if row[2] is not None), default=None)  # ratios to the fastest
         for backend, algorithm, median, spread, status in self.measured:
-            if median is None:
+            if median is None or best is None:  # best is None only when no row has a median
                 lines.append(f"  measured {backend}/{algorithm}: {status}")
             else:
                 lines.append(

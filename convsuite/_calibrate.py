@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -48,7 +48,7 @@ __all__ = ["Calibration", "calibrate", "measure_problem"]
 DEVICES = ("cpu", "gpu")
 #: Measurement settings: ``full`` is the crossover map's (quiet machine, no budget: steady medians);
 #: ``quick`` fits many problems into a budget (calibration, a budgeted crossover run).
-SETTINGS = {
+SETTINGS: dict[str, dict[str, Any]] = {
     "full": dict(repeat=10, rounds=5, min_block_s=0.03, settle_s=0.1),
     "quick": dict(repeat=5, rounds=3, min_block_s=0.01, settle_s=0.02),
 }
@@ -159,7 +159,7 @@ def measure_grid(
             if times:
                 rows.append(case_row(problem, n, times))
             if progress is not None and times:
-                winner = min(times, key=times.get)
+                winner = min(times, key=times.__getitem__)
                 progress(f"[{i + 1}/{len(problems)}] {problem.name} {problem.direction} threads {n}: {winner}")
         durations.append(time.perf_counter() - began)
     return rows, time.perf_counter() - start, 0

@@ -329,6 +329,7 @@ def planned(
     """The cached plan of a call, built on a miss (``params``: pinned tunables of the named algorithm)."""
     name, source = requested_backend(backend)
     geometry = (stride, padding, dilation, groups, name, source, algorithm)
+    key: tuple | None
     try:
         key = plan_key(ndim, direction, a, b, c, *geometry, activation, input_grad)
         if params is not None:

@@ -198,7 +198,7 @@ class Plan:
         layout: str,
         launch: Callable[..., None],
         user_shapes: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...] | None],
-        in_type: type,
+        in_type: type[Any],
         xp_in: Any,
         to_device: Callable[[Any], Any] | None,
         to_caller: Callable[[Any], Any] | None,
@@ -237,6 +237,7 @@ class Plan:
         self._user_y_shape = spec.y_shape[drop:]
         self._gy_shape = self._user_y_shape
         self._grad_w_shape = spec.kernel_size if layout == "signal" else spec.w_shape
+        self._out_shapes: tuple[tuple[int, ...], ...]
         if direction == "forward":
             self._out_shapes = (spec.y_shape,)
         else:
@@ -278,7 +279,7 @@ class Plan:
         return self._xp_in
 
     @property
-    def in_type(self) -> type:
+    def in_type(self) -> type[Any]:
         """The array type the plan's operands must have (NumPy's, or a device array type)."""
         return self._in_type
 
@@ -425,7 +426,7 @@ class Plan:
         if self._padded:
             _nonfinite.fix_backward(spec, grad_y, grad_w, grad_b, self._xp_out, relu_output)
         grad_x = grad_x.reshape(self._x_shape) if self._input_grad else None
-        grads = (grad_x, grad_w.reshape(self._grad_w_shape), grad_b)
+        grads: tuple[Any, ...] = (grad_x, grad_w.reshape(self._grad_w_shape), grad_b)
         if self._result_dtype is not None:
             grads = tuple(None if g is None else g.astype(self._result_dtype) for g in grads)
         return grads if self._to_caller is None else tuple(None if g is None else self._to_caller(g) for g in grads)
@@ -470,7 +471,8 @@ class Plan:
         """
         if self.direction == "forward":
             if len(operands) == 3 and bias is None:
-                operands, bias = operands[:2], operands[2]
+                bias = operands[2]
+                operands = operands[:2]
             if len(operands) != 2:
                 raise TypeError(f"a forward plan takes (x, w, bias=None); got {len(operands)} positional operands")
             x, w = operands
@@ -481,7 +483,7 @@ class Plan:
                     "this plan was built "
                     + ("without a bias; pass none" if self._bias_shape is None else "with a bias; pass one")
                 )
-            if bias is not None:
+            if self._bias_shape is not None:  # bias given: checked just above
                 self._check("bias", bias, self._bias_shape)
             return self._run_forward(x, w, bias, out)
         if len(operands) != 3 or bias is not None:

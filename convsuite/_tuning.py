@@ -43,7 +43,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -549,7 +549,7 @@ def measure_candidates(
     :data:`SINGLE_CORE_TIE` of a multicore fastest (:func:`single_core_on_a_tie`).
     """
     contenders: dict[str, Contender] = {}
-    failed: list[tuple[str, str, None, None, str]] = []
+    failed: list[tuple[str, str, float | None, float | None, str]] = []
     labels: dict[str, tuple[str, str]] = {}
     for backend, algorithm in pairs:
         label = f"{backend.name}/{algorithm}"
@@ -580,7 +580,9 @@ def measure_candidates(
         labels[label] = (backend.name, algorithm)
     timings = {}
     if contenders:
-        settings = dict(repeat=repeat, warmup=1, rounds=rounds, min_block_s=min_block_s, settle_s=settle_s)
+        settings: dict[str, Any] = dict(
+            repeat=repeat, warmup=1, rounds=rounds, min_block_s=min_block_s, settle_s=settle_s
+        )
         timings = measure_side_by_side(contenders, abandon_ratio=ABANDON_RATIO, **settings)
         if confirm:
             timings = confirm_close_call(
@@ -588,7 +590,7 @@ def measure_candidates(
             )
     single_core = {f"{b.name}/{a}": bool(getattr(b, "single_core", False)) for b, a in pairs}
     ranked = single_core_on_a_tie(sorted(timings, key=lambda label: timings[label].median), timings, single_core)
-    rows = [
+    rows: list[tuple[str, str, float | None, float | None, str]] = [
         (
             *labels[label],
             timings[label].median,
@@ -700,7 +702,7 @@ def _tune_entry(spec: ConvSpec, direction: str, pairs: Sequence[tuple[Backend, s
 
 def _usable(entry: dict, spec: ConvSpec, direction: str, pairs: Sequence[tuple[Backend, str]]) -> bool:
     """Whether a cached entry names a runnable candidate with parameters it still accepts."""
-    runnable = {(b.name, a): b for b, a in pairs}
+    runnable: dict[tuple[object, object], Backend] = {(b.name, a): b for b, a in pairs}
     backend = runnable.get((entry.get("backend"), entry.get("algorithm")))
     params = entry.get("params", {})  # a dict: entries are checked when read (_entry_problem)
     if backend is None:

@@ -425,14 +425,14 @@ def prepare_forward(
             f"channel; got shape {tuple(bias.shape)}"
         )
 
-    if padding_p == "valid":
-        pads = ((0, 0),) * ndim
+    if not isinstance(padding_p, str):
+        pads = padding_p
     elif padding_p == "same":
         pads = tuple(map(same_padding, in_size, kernel, stride_t, dilation_t))
     elif padding_p == "full":
         pads = tuple(map(full_padding, kernel, dilation_t))
-    else:
-        pads = padding_p
+    else:  # "valid"
+        pads = ((0, 0),) * ndim
     check_index_bounds(ndim, in_size, kernel, stride_t, dilation_t, pads)
     out_size = []
     for axis, (n, p, k, s, d) in enumerate(zip(in_size, pads, kernel, stride_t, dilation_t)):
