@@ -285,7 +285,7 @@ class Plan:
 
     # --- the per-call path: operands already known to match the plan ----------
 
-    def _operand(self, array):
+    def _operand(self, array: Any) -> Any:
         """One operand: contiguous, of the plan's dtype, canonical shape, on the backend's device."""
         # Attribute checks first, as in _run_forward: CuPy's ascontiguousarray costs microseconds with nothing
         # to do.
@@ -311,7 +311,7 @@ class Plan:
         """
         return self.direction == "forward" and self._to_caller is None and self._result_dtype is None
 
-    def _check_out(self, out):
+    def _check_out(self, out: Any) -> Any:
         """``out`` as the canonical output buffer; ValueError/TypeError naming what it must be."""
         if self._result_dtype is not None and self.direction == "forward":
             raise ValueError(
@@ -338,7 +338,7 @@ class Plan:
             raise ValueError("`out` must be writeable; got a read-only array")
         return out.reshape(self.spec.y_shape)
 
-    def _run_forward(self, x, w, bias, out=None):
+    def _run_forward(self, x: Any, w: Any, bias: Any, out: Any = None) -> Any:
         """Run on operands whose shapes, dtypes and types match the plan: unchecked, so private.
 
         The callers are the front end after a plan-cache hit (its key holds the
@@ -395,7 +395,7 @@ class Plan:
             out = out.astype(self._result_dtype)
         return out if self._to_caller is None else self._to_caller(out)
 
-    def _run_backward(self, grad_y, x, w, relu_output=None):
+    def _run_backward(self, grad_y: Any, x: Any, w: Any, relu_output: Any = None) -> tuple[Any, ...]:
         """Run on operands whose shapes, dtypes and types match the plan: unchecked, so private (as
         :meth:`_run_forward`).
 
@@ -433,7 +433,7 @@ class Plan:
 
     # --- the public, checked entry point ---------------------------------------
 
-    def _check(self, name: str, array, expected: tuple[int, ...]) -> None:
+    def _check(self, name: str, array: Any, expected: tuple[int, ...]) -> None:
         """Refuse an operand that does not match the plan, saying how."""
         shape = getattr(array, "shape", None)
         if type(array) is not self._in_type or shape is None:
@@ -457,7 +457,7 @@ class Plan:
                 "(build another plan for other dtypes)"
             )
 
-    def __call__(self, *operands, bias=None, out=None):
+    def __call__(self, *operands: Any, bias: Any = None, out: Any = None) -> Any:
         """Run the plan: ``plan(x, w, bias=None, out=None)`` forward, ``plan(grad_y, x, w)`` backward.
 
         The operands must have the types, shapes and dtypes the plan was built
@@ -528,7 +528,7 @@ class Plan:
             decision=self.decision,
         )
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[[PlanRecipe], Plan], tuple[PlanRecipe]]:
         """Pickle (and deep-copy) as :meth:`recipe`: launch closures and kernel handles are not data."""
         if self._rebuild is None:
             raise TypeError("this plan was built without a rebuild function, so it cannot be pickled or copied")

@@ -19,7 +19,7 @@ import importlib
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any, Iterator, NoReturn
 
 import numpy as np
 
@@ -79,7 +79,7 @@ class _BrokenBackend(Backend):
     def available(self) -> Verdict:
         return self._reason
 
-    def forward(self, *args, **kwargs):  # pragma: no cover - never selected
+    def forward(self, *args: Any, **kwargs: Any) -> NoReturn:  # pragma: no cover - never selected
         raise BackendUnavailableError(self._reason)
 
     backward = forward
