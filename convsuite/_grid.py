@@ -45,7 +45,7 @@ class Problem:
     dtype: str = "float32"
     extra: dict = field(default_factory=dict, compare=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         # Checked here: an unknown direction has no candidates, so measuring it returned {} without a word.
         if self.direction not in DIRECTIONS:
             raise ValueError(f"`direction` must be 'forward' or 'backward'; got {self.direction!r}")
@@ -73,7 +73,7 @@ def spec_of(problem: Problem) -> ConvSpec:
         )
     dtype = np.dtype(problem.dtype)
 
-    def stand_in(shape):
+    def stand_in(shape: tuple[int, ...]) -> np.ndarray:
         return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape, (0,) * len(shape))
 
     op = f"conv{problem.ndim}d"

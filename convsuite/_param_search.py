@@ -180,7 +180,7 @@ def search_parameters(
                 results[key] = (params, None, None, f"failed: {exc!r}")
                 continue
 
-            def run(launch=launch):
+            def run(launch: Callable[..., None] = launch) -> None:
                 launch(*operands)
                 backend.synchronize()
 
@@ -275,7 +275,9 @@ def _winner(medians: Mapping[tuple, float], incumbent: tuple) -> tuple:
 GRADIENT_AGREEMENT = {"float32": 1e-2, "float64": 1e-8}
 
 
-def agrees_with_default(spec: ConvSpec, direction: str, backend: Backend, algorithm: str, operands, default, params):
+def agrees_with_default(
+    spec: ConvSpec, direction: str, backend: Backend, algorithm: str, operands: tuple, default: dict, params: dict
+) -> str:
     """Why ``params`` does not compute what the default computes ("" when it does).
 
     The tuner times configurations; this keeps a fast wrong one (a tile that

@@ -11,7 +11,7 @@ priority and the first one's own algorithm rule.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from . import _registry, _rule, _tuning
 from ._errors import UnsupportedCaseError
@@ -88,7 +88,7 @@ def _worth_measuring(pairs: Sequence[tuple[Backend, str]]) -> bool:
     return len(pairs) > 1 or any(b.tunables(a) for b, a in pairs)
 
 
-def _with_source(decision: Decision, source: str, considered) -> Decision:
+def _with_source(decision: Decision, source: str, considered: Iterable[tuple[str, str]]) -> Decision:
     """The decision with who asked, and the skipped backends, filled in."""
     return replace(decision, source=source, considered=tuple(considered))
 
@@ -104,7 +104,9 @@ def _ranked(spec: ConvSpec, direction: str, pairs: Sequence[tuple[Backend, str]]
     return backend, algo, ranking.reason()
 
 
-def _fitted_choice(spec, direction, name, device, source, considered) -> tuple[Backend, str, Decision] | None:
+def _fitted_choice(
+    spec: ConvSpec, direction: str, name: str, device: str, source: str, considered: Iterable[tuple[str, str]]
+) -> tuple[Backend, str, Decision] | None:
     """A named backend's algorithm by the fitted rule (among its algorithms that can run), if its table knows them."""
     pairs = _registry.request_candidates(spec, direction, name, "auto", device)[0]
     if len(pairs) < 2:
