@@ -56,7 +56,19 @@ def _read_beside_dask(names: tuple[str, ...], operands: tuple) -> tuple:
     return tuple(a if a is None or is_dask(a) else as_real_array(a, name) for name, a in zip(names, operands))
 
 
-def _lazy_forward(ndim, x, w, bias, stride, padding, dilation, groups, backend, algorithm, activation=None):
+def _lazy_forward(
+    ndim: int,
+    x: Any,
+    w: ArrayLike,
+    bias: ArrayLike | None,
+    stride: IntOrTuple,
+    padding: Padding,
+    dilation: IntOrTuple,
+    groups: int,
+    backend: str | None,
+    algorithm: str,
+    activation: str | None = None,
+) -> Any:
     """The forward of a Dask ``x`` as a lazy Dask array (``convsuite.distributed``)."""
     check_activation(activation)
     w, bias = _read_beside_dask(("w", "bias"), (w, bias))
@@ -66,8 +78,19 @@ def _lazy_forward(ndim, x, w, bias, stride, padding, dilation, groups, backend, 
 
 
 def _lazy_backward(
-    ndim, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm, relu_output=None, input_grad=True
-):
+    ndim: int,
+    grad_y: ArrayLike,
+    x: ArrayLike,
+    w: ArrayLike,
+    stride: IntOrTuple,
+    padding: Padding,
+    dilation: IntOrTuple,
+    groups: int,
+    backend: str | None,
+    algorithm: str,
+    relu_output: ArrayLike | None = None,
+    input_grad: bool = True,
+) -> tuple[Any, Any, Any]:
     """The gradients for a Dask ``x`` or ``grad_y`` as lazy Dask arrays (``convsuite.distributed``)."""
     input_grad = check_input_grad(input_grad)
     names = ("grad_y", "x", "w", "relu_output")
@@ -365,7 +388,7 @@ class Explanation:
             lines.append(f"precision: {self.precision} (the algorithm's class; the policy in force is {self.policy!r})")
         best = min((row[2] for row in self.measured if row[2] is not None), default=None)  # ratios to the fastest
         for backend, algorithm, median, spread, status in self.measured:
-            if median is None:
+            if median is None or best is None:  # best is None only when no row has a median
                 lines.append(f"  measured {backend}/{algorithm}: {status}")
             else:
                 lines.append(
@@ -423,7 +446,13 @@ def explain(
 
 
 def _explanation(
-    op: str, direction: str, backend: str, algorithm: str, decision: Decision, spec, params: dict | None = None
+    op: str,
+    direction: str,
+    backend: str,
+    algorithm: str,
+    decision: Decision,
+    spec: ConvSpec,
+    params: dict | None = None,
 ) -> Explanation:
     params = params or {}
     if not params:
@@ -449,10 +478,15 @@ def _explanation(
     )
 
 
-def _operands_for(x_or_shape, w_or_shape, bias, dtype):
+def _operands_for(
+    x_or_shape: ArrayLike | tuple[int, ...],
+    w_or_shape: ArrayLike | tuple[int, ...],
+    bias: ArrayLike | tuple[int, ...] | None,
+    dtype: np.dtype,
+) -> tuple[Any, Any, Any]:
     """Arrays from arrays, or zero-strided stand-ins from shapes (nothing allocated)."""
 
-    def stand_in(value, name):
+    def stand_in(value: ArrayLike | tuple[int, ...], name: str) -> Any:
         if isinstance(value, tuple):
             if not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in value):
                 raise TypeError(f"`{name}` must be an array or a shape (tuple of ints); got {value!r}")

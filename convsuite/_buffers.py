@@ -20,7 +20,7 @@ _POISON: ContextVar[bool] = ContextVar("convsuite_poison_outputs", default=False
 poisoning = _POISON.get
 
 
-def allocator(xp) -> Callable[[tuple[int, ...], Any], Any]:
+def allocator(xp: Any) -> Callable[[tuple[int, ...], Any], Any]:
     """``xp``'s uninitialised C-order allocation, called as ``alloc(shape, dtype)``.
 
     For CuPy its array constructor itself: ``cupy.empty`` is a Python function
@@ -32,7 +32,7 @@ def allocator(xp) -> Callable[[tuple[int, ...], Any], Any]:
     return xp.empty
 
 
-def empty(shape: tuple[int, ...], dtype, xp):
+def empty(shape: tuple[int, ...], dtype: Any, xp: Any) -> Any:
     """An uninitialised buffer, or one full of NaN while poisoning is on."""
     buffer = allocator(xp)(shape, dtype)
     if _POISON.get():

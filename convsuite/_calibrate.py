@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -48,7 +48,7 @@ __all__ = ["Calibration", "calibrate", "measure_problem"]
 DEVICES = ("cpu", "gpu")
 #: Measurement settings: ``full`` is the crossover map's (quiet machine, no budget: steady medians);
 #: ``quick`` fits many problems into a budget (calibration, a budgeted crossover run).
-SETTINGS = {
+SETTINGS: dict[str, dict[str, Any]] = {
     "full": dict(repeat=10, rounds=5, min_block_s=0.03, settle_s=0.1),
     "quick": dict(repeat=5, rounds=3, min_block_s=0.01, settle_s=0.02),
 }
@@ -94,7 +94,7 @@ def case_row(problem: Problem, threads: int, times: dict[str, float]) -> dict:
     return row
 
 
-def check_threads(threads, name: str = "threads") -> list[int]:
+def check_threads(threads: object, name: str = "threads") -> list[int]:
     """``threads`` (an int or a sequence of ints) as a list of distinct counts this process can run.
 
     Raises
@@ -159,7 +159,7 @@ def measure_grid(
             if times:
                 rows.append(case_row(problem, n, times))
             if progress is not None and times:
-                winner = min(times, key=times.get)
+                winner = min(times, key=times.__getitem__)
                 progress(f"[{i + 1}/{len(problems)}] {problem.name} {problem.direction} threads {n}: {winner}")
         durations.append(time.perf_counter() - began)
     return rows, time.perf_counter() - start, 0
@@ -287,7 +287,7 @@ class Calibration:
         return "\n".join(lines)
 
 
-def check_budget(budget_s) -> float:
+def check_budget(budget_s: object) -> float:
     """``budget_s`` as a positive finite float, or a TypeError/ValueError naming it."""
     if isinstance(budget_s, bool) or not isinstance(budget_s, numbers.Real):
         raise TypeError(f"`budget_s` must be a number of seconds > 0; got {budget_s!r}")
@@ -300,10 +300,10 @@ def check_budget(budget_s) -> float:
     return value
 
 
-def check_device(device) -> str:
+def check_device(device: object) -> str:
     """``device`` when calibration can run there: 'cpu' (a ValueError naming it otherwise)."""
     if device == "cpu":
-        return device
+        return "cpu"
     if device == "gpu":
         raise ValueError(
             "`device` must be 'cpu': on a GPU, auto follows the cupy backend's hand rule, which has no table "
@@ -312,7 +312,14 @@ def check_device(device) -> str:
     raise ValueError(f"`device` must be 'cpu'; got {device!r}")
 
 
-def calibrate(budget_s: float = 60.0, device: str = "cpu", *, threads=None, fresh: bool = False, progress=False):
+def calibrate(
+    budget_s: float = 60.0,
+    device: str = "cpu",
+    *,
+    threads: int | Sequence[int] | None = None,
+    fresh: bool = False,
+    progress: bool = False,
+) -> Calibration:
     """Measure the rule of ``auto`` on this machine within ``budget_s`` seconds, and use it from now on.
 
     Times every backend and algorithm on the part of the crossover grid the

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Iterator
+from typing import Any, Iterator
 
 __all__ = ["capturing", "graph_capture"]
 
@@ -31,7 +31,7 @@ def capturing() -> bool:
     return _CAPTURING.get()
 
 
-def _accelerators():
+def _accelerators() -> Any:
     """CuPy's accelerator switches (private API; None where this CuPy lacks them)."""
     try:
         from cupy._core import _accelerator

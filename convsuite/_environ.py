@@ -26,7 +26,7 @@ def environment_reader(name: str) -> Callable[[], str | None]:
         return lambda: os.environ.get(name)
     key = encode(name)
 
-    def read():
+    def read() -> str | None:
         if os.environ is not environ:  # os.environ replaced wholesale: its own lookup
             return os.environ.get(name)
         raw = data.get(key)

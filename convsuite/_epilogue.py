@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._spec import ConvSpec
+
 __all__ = [
     "ACTIVATIONS",
     "ACTIVATION_CODES",
@@ -41,7 +43,7 @@ ACTIVATIONS = (None, "relu", "relu6")
 ACTIVATION_CODES = {None: 0, "relu": 1, "relu6": 2}
 
 
-def backend_fuses(backend: Any, spec, algorithm: str, activation: str | None) -> bool:
+def backend_fuses(backend: Any, spec: ConvSpec, algorithm: str, activation: str | None) -> bool:
     """Whether ``backend`` applies ``activation`` inside the kernel of ``algorithm``."""
     if activation is None:
         return False
@@ -49,13 +51,13 @@ def backend_fuses(backend: Any, spec, algorithm: str, activation: str | None) ->
     return bool(fuses is not None and fuses(spec, algorithm, activation))
 
 
-def backend_fuses_relu_mask(backend: Any, spec, algorithm: str) -> bool:
+def backend_fuses_relu_mask(backend: Any, spec: ConvSpec, algorithm: str) -> bool:
     """Whether ``backend``'s backward kernels of ``algorithm`` read grad_y through the ReLU output."""
     fuses = getattr(backend, "fuses_relu_mask", None)
     return bool(fuses is not None and fuses(spec, algorithm))
 
 
-def relu_mask_operand(relu_output, dtype, xp):
+def relu_mask_operand(relu_output: Any, dtype: Any, xp: Any) -> Any:
     """``relu_output`` as the fused kernels read it: of ``dtype``, with the same ``<= 0`` answer everywhere."""
     if relu_output.dtype == dtype:
         return relu_output
@@ -64,7 +66,7 @@ def relu_mask_operand(relu_output, dtype, xp):
     return (~(relu_output <= 0)).astype(dtype)
 
 
-def apply_activation(activation: str | None, out, xp) -> None:
+def apply_activation(activation: str | None, out: Any, xp: Any) -> None:
     """Apply ``activation`` to ``out`` in place (after an unfused kernel): one elementwise pass."""
     if activation == "relu":
         xp.maximum(out, 0, out=out)  # NaN propagates, as in torch.relu and the fused kernels
@@ -72,12 +74,12 @@ def apply_activation(activation: str | None, out, xp) -> None:
         xp.clip(out, 0, 6, out=out)  # NaN propagates, as in torch's relu6 and the fused kernels
 
 
-def mask_relu_gradient(grad_y, relu_output, xp):
+def mask_relu_gradient(grad_y: Any, relu_output: Any, xp: Any) -> Any:
     """``grad_y`` where the ReLU output is not ``<= 0``, else 0 (a new array)."""
     return xp.where(relu_output <= 0, xp.zeros((), dtype=grad_y.dtype), grad_y)
 
 
-def apply_activation_lazy(activation: str | None, y):
+def apply_activation_lazy(activation: str | None, y: Any) -> Any:
     """``activation`` of a lazy (Dask) result, still lazy."""
     if activation in ("relu", "relu6"):
         import dask.array as da
@@ -87,7 +89,7 @@ def apply_activation_lazy(activation: str | None, y):
     return y
 
 
-def mask_relu_gradient_lazy(grad_y, relu_output):
+def mask_relu_gradient_lazy(grad_y: Any, relu_output: Any) -> Any:
     """:func:`mask_relu_gradient` for Dask operands (either may be eager), still lazy."""
     import dask.array as da
 

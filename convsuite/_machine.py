@@ -29,7 +29,7 @@ import platform
 import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from . import _forksafe
 from ._threads import get_num_threads, usable_cpus
@@ -125,7 +125,7 @@ class Machine:
         def size(value: int | None) -> str:
             return "unknown" if not value else f"{value / 2**20:g} MiB" if value >= 2**20 else f"{value // 2**10} KiB"
 
-        shown = {
+        shown: dict[str, tuple[str, Callable[[Any], str]]] = {
             "model": ("CPU", str),
             "usable_cores": ("usable cores", str),
             "simd": ("vectors", str),
@@ -155,7 +155,7 @@ class Machine:
         """
         if not isinstance(data, Mapping):
             raise ValueError(f"a machine must be a mapping of its features; got {type(data).__name__}")
-        values = {}
+        values: dict[str, Any] = {}
         for f in fields(cls):
             if f.name not in data:
                 raise ValueError(f"the machine has no {f.name!r}")

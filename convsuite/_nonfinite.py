@@ -22,6 +22,8 @@ an ``(outputs x taps)`` mask.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ._spec import ConvSpec, tap_output_ranges
@@ -35,7 +37,7 @@ def halo_bounds(spec: ConvSpec, axis: int) -> tuple[np.ndarray, np.ndarray]:
     return np.array(lo, dtype=np.int64), np.array(hi, dtype=np.int64)
 
 
-def _host(array) -> np.ndarray:
+def _host(array: Any) -> np.ndarray:
     """A small device array (flags, indices) as a NumPy array."""
     return array if isinstance(array, np.ndarray) else array.get()
 
@@ -45,12 +47,12 @@ def _has_padding(spec: ConvSpec) -> bool:
     return any(before or after for before, after in spec.padding)
 
 
-def _all_finite(array, xp) -> bool:
+def _all_finite(array: Any, xp: Any) -> bool:
     """Whether every element is finite (exact; no floating-point warnings, no errstate)."""
     return bool(xp.isfinite(array).all())
 
 
-def fix_forward(spec: ConvSpec, w, out, xp=np) -> None:
+def fix_forward(spec: ConvSpec, w: Any, out: Any, xp: Any = np) -> None:
     """Set to NaN the outputs where a non-finite weight met a padding zero.
 
     ``w`` and ``out`` are the canonical weight and output buffers (any
@@ -82,7 +84,7 @@ def fix_forward(spec: ConvSpec, w, out, xp=np) -> None:
         plane[:, :, right[m] :] = nan
 
 
-def fix_backward(spec: ConvSpec, grad_y, grad_w, grad_b, xp=np, relu_output=None) -> None:
+def fix_backward(spec: ConvSpec, grad_y: Any, grad_w: Any, grad_b: Any, xp: Any = np, relu_output: Any = None) -> None:
     """Set to NaN the weight gradients of taps that met a non-finite ``grad_y`` in padding.
 
     ``grad_w[m, c, p, q]`` sums ``grad_y[b, m, o] * x_padded[...]`` over every

@@ -145,7 +145,13 @@ def search_parameters(
     """
     start = time.perf_counter()
     verify = agrees_with_default if verify is None else verify
-    record = backend.algorithm_table()[algorithm]
+    records = backend.algorithm_table()
+    if records is None or algorithm not in records:
+        raise ValueError(
+            f"`algorithm` must be one of backend {backend.name!r}'s algorithm records "
+            f"({', '.join(map(repr, sorted(records or {})))}); got {algorithm!r}"
+        )
+    record = records[algorithm]
     default = record.resolve(spec, direction, None)
     valid = [c for c in record.configurations() if record.can_run(spec, direction, c) is True]
     if default not in valid:
@@ -160,7 +166,7 @@ def search_parameters(
         a crash); planning stops when the budget is spent (compilation of
         new configurations counts), keeping at least two to compare.
         """
-        contenders = {}
+        contenders: dict[tuple, Contender] = {}
         for params in configs:
             key = frozen_params(params)
             if len(contenders) >= 2 and time.perf_counter() - start > budget_s:
@@ -174,7 +180,7 @@ def search_parameters(
                 results[key] = (params, None, None, f"failed: {exc!r}")
                 continue
 
-            def run(launch=launch):
+            def run(launch: Callable[..., None] = launch) -> None:
                 launch(*operands)
                 backend.synchronize()
 
@@ -257,7 +263,7 @@ def _winner(medians: Mapping[tuple, float], incumbent: tuple) -> tuple:
     """The fastest key, unless the incumbent is within :data:`MIN_GAIN` of it."""
     if not medians:
         return incumbent
-    best = min(medians, key=medians.get)
+    best = min(medians, key=medians.__getitem__)
     if incumbent in medians and medians[best] > (1.0 - MIN_GAIN) * medians[incumbent]:
         return incumbent
     return best
@@ -269,7 +275,9 @@ def _winner(medians: Mapping[tuple, float], incumbent: tuple) -> tuple:
 GRADIENT_AGREEMENT = {"float32": 1e-2, "float64": 1e-8}
 
 
-def agrees_with_default(spec: ConvSpec, direction: str, backend: Backend, algorithm: str, operands, default, params):
+def agrees_with_default(
+    spec: ConvSpec, direction: str, backend: Backend, algorithm: str, operands: tuple, default: dict, params: dict
+) -> str:
     """Why ``params`` does not compute what the default computes ("" when it does).
 
     The tuner times configurations; this keeps a fast wrong one (a tile that
@@ -295,8 +303,10 @@ def agrees_with_default(spec: ConvSpec, direction: str, backend: Backend, algori
         backend.synchronize()
         # Copies: on the CPU to_host returns the buffer itself, which the next run overwrites.
         results.append([np.array(backend.to_host(out[:2] if i == 0 else out)) for i, out in enumerate(outputs)])
-    host = [None if a is None else backend.to_host(a[:2]) for a in operands[:3]]  # the slice leaves the device
+    # The slice leaves the device.
+    host: list[Any] = [None if a is None else backend.to_host(a[:2]) for a in operands[:3]]
     sliced = dataclasses.replace(spec, batch=min(2, spec.batch))
+    tolerances: list[np.ndarray | None]  # per element; None where GRADIENT_AGREEMENT applies
     if direction == "forward":
         x, w, bias = (
             host[0],

@@ -27,6 +27,7 @@ from ._interop import result_converter
 from ._plans import Decision, Plan, PlanRecipe
 from ._precision import get_precision
 from ._registry import home_backend, registry_name, requested_backend
+from ._spec import ConvSpec
 from ._validation import (
     as_real_array,
     check_activation,
@@ -38,6 +39,7 @@ from ._validation import (
     reserve_memory,
     result_dtype,
 )
+from .backends.base import Backend
 
 __all__ = [
     "OPS",
@@ -99,20 +101,20 @@ def _device_id(array: Any) -> Any:
 
 
 def plan_key(
-    ndim,
-    direction,
-    a,
-    b,
-    c,
-    stride,
-    padding,
-    dilation,
-    groups,
-    name,
-    source,
-    algorithm,
-    activation=None,
-    input_grad=True,
+    ndim: int,
+    direction: str,
+    a: Any,
+    b: Any,
+    c: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    groups: Any,
+    name: str,
+    source: str,
+    algorithm: Any,
+    activation: str | None = None,
+    input_grad: bool = True,
 ) -> tuple:
     """Everything that determines a plan; raises AttributeError/TypeError when it cannot be keyed."""
     return (
@@ -148,22 +150,22 @@ def plan_key(
 
 
 def build(
-    ndim,
-    direction,
-    a,
-    b,
-    c,
-    stride,
-    padding,
-    dilation,
-    groups,
-    name,
-    source,
-    algorithm,
-    measure=None,
-    activation=None,
-    params=None,
-    input_grad=True,
+    ndim: int,
+    direction: str,
+    a: Any,
+    b: Any,
+    c: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    groups: Any,
+    name: str,
+    source: str,
+    algorithm: Any,
+    measure: bool | None = None,
+    activation: str | None = None,
+    params: dict | None = None,
+    input_grad: bool = True,
 ) -> Plan:
     """Validate, choose and plan one problem (a plan-cache miss); ``params`` pins tunable parameters."""
     check_algorithm_type(algorithm)
@@ -231,10 +233,10 @@ def build(
         to_device, to_caller = backend.to_device, backend.to_host
     else:
 
-        def to_device(array, home=home, backend=backend):
+        def to_device(array: Any, home: Backend = home, backend: Backend = backend) -> Any:
             return backend.to_device(home.to_host(array))
 
-        def to_caller(array, home=home, backend=backend):
+        def to_caller(array: Any, home: Backend = home, backend: Backend = backend) -> Any:
             return home.to_device(backend.to_host(array))
 
     return Plan(
@@ -262,7 +264,7 @@ def build(
     )
 
 
-def resolved_params(backend, spec, algorithm: str, direction: str, params: dict | None) -> dict:
+def resolved_params(backend: Backend, spec: ConvSpec, algorithm: str, direction: str, params: dict | None) -> dict:
     """Every tunable parameter's value a plan runs with (empty when the algorithm has none)."""
     table = backend.algorithm_table()
     record = None if table is None else table.get(algorithm)
@@ -311,24 +313,25 @@ def check_params(params: Any, name: str, algorithm: str) -> dict | None:
 
 
 def planned(
-    ndim,
-    direction,
-    a,
-    b,
-    c,
-    stride,
-    padding,
-    dilation,
-    groups,
-    backend,
-    algorithm,
-    activation=None,
-    input_grad=True,
-    params=None,
+    ndim: int,
+    direction: str,
+    a: Any,
+    b: Any,
+    c: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    groups: Any,
+    backend: Any,
+    algorithm: Any,
+    activation: str | None = None,
+    input_grad: bool = True,
+    params: dict | None = None,
 ) -> Plan:
     """The cached plan of a call, built on a miss (``params``: pinned tunables of the named algorithm)."""
     name, source = requested_backend(backend)
     geometry = (stride, padding, dilation, groups, name, source, algorithm)
+    key: tuple | None
     try:
         key = plan_key(ndim, direction, a, b, c, *geometry, activation, input_grad)
         if params is not None:
@@ -348,7 +351,7 @@ def planned(
     return found
 
 
-def read_operand(value, name: str):
+def read_operand(value: Any, name: str) -> Any:
     """An operand as an array, read exactly once: NumPy and CuPy arrays as they are, anything else converted.
 
     Lists, objects with ``__array__`` or ``__dlpack__`` and torch tensors are
@@ -361,7 +364,19 @@ def read_operand(value, name: str):
     return as_real_array(value, name)
 
 
-def run_forward(ndim, x, w, bias, stride, padding, dilation, groups, backend, algorithm, activation=None):
+def run_forward(
+    ndim: int,
+    x: Any,
+    w: Any,
+    bias: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    groups: Any,
+    backend: Any,
+    algorithm: Any,
+    activation: Any = None,
+) -> Any:
     """One in-memory forward call: operands read once, the cached plan run, the result in the caller's kind."""
     back = None
     if type(x) is not np.ndarray:  # the hot path (NumPy operands) pays three type checks
@@ -377,8 +392,19 @@ def run_forward(ndim, x, w, bias, stride, padding, dilation, groups, backend, al
 
 
 def run_backward(
-    ndim, grad_y, x, w, stride, padding, dilation, groups, backend, algorithm, relu_output=None, input_grad=True
-):
+    ndim: int,
+    grad_y: Any,
+    x: Any,
+    w: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    groups: Any,
+    backend: Any,
+    algorithm: Any,
+    relu_output: Any = None,
+    input_grad: Any = True,
+) -> tuple[Any, ...]:
     """One in-memory backward call: operands read once, the cached plan run, gradients in the caller's kind."""
     # The gradient through a ReLU is its own plan: the backend may read grad_y
     # through relu_output inside its kernels (fuses_relu_mask), else the plan masks it first.
@@ -414,7 +440,18 @@ def ndim_of(w: Any, *, is_shape: bool = False) -> int:
 
 
 def forward_plan(
-    ndim, x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, backend=None, algorithm="auto", params=None
+    ndim: int,
+    x: Any,
+    w: Any,
+    bias: Any = None,
+    *,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: Any = 1,
+    backend: Any = None,
+    algorithm: Any = "auto",
+    params: Any = None,
 ) -> Plan:
     """The forward plan of in-memory operands (not cached: the caller keeps it), keywords as ``conv2d``'s."""
     name, source = requested_backend(backend)
@@ -425,27 +462,38 @@ def forward_plan(
 
 
 def forward(
-    ndim, x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, backend=None, algorithm="auto", activation=None
-):
+    ndim: int,
+    x: Any,
+    w: Any,
+    bias: Any = None,
+    *,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: Any = 1,
+    backend: Any = None,
+    algorithm: Any = "auto",
+    activation: Any = None,
+) -> Any:
     """One in-memory forward call, keywords as ``conv2d``'s (for callers below the public API)."""
     return run_forward(ndim, x, w, bias, stride, padding, dilation, groups, backend, algorithm, activation)
 
 
 def backward(
-    ndim,
-    grad_y,
-    x,
-    w,
+    ndim: int,
+    grad_y: Any,
+    x: Any,
+    w: Any,
     *,
-    stride=1,
-    padding=0,
-    dilation=1,
-    groups=1,
-    backend=None,
-    algorithm="auto",
-    relu_output=None,
-    input_grad=True,
-):
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: Any = 1,
+    backend: Any = None,
+    algorithm: Any = "auto",
+    relu_output: Any = None,
+    input_grad: Any = True,
+) -> tuple[Any, ...]:
     """One in-memory backward call, keywords as ``conv2d_backward``'s (for callers below the public API)."""
     geometry = (stride, padding, dilation, groups, backend, algorithm)
     return run_backward(ndim, grad_y, x, w, *geometry, relu_output, input_grad)

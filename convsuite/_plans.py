@@ -198,7 +198,7 @@ class Plan:
         layout: str,
         launch: Callable[..., None],
         user_shapes: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...] | None],
-        in_type: type,
+        in_type: type[Any],
         xp_in: Any,
         to_device: Callable[[Any], Any] | None,
         to_caller: Callable[[Any], Any] | None,
@@ -237,6 +237,7 @@ class Plan:
         self._user_y_shape = spec.y_shape[drop:]
         self._gy_shape = self._user_y_shape
         self._grad_w_shape = spec.kernel_size if layout == "signal" else spec.w_shape
+        self._out_shapes: tuple[tuple[int, ...], ...]
         if direction == "forward":
             self._out_shapes = (spec.y_shape,)
         else:
@@ -278,13 +279,13 @@ class Plan:
         return self._xp_in
 
     @property
-    def in_type(self) -> type:
+    def in_type(self) -> type[Any]:
         """The array type the plan's operands must have (NumPy's, or a device array type)."""
         return self._in_type
 
     # --- the per-call path: operands already known to match the plan ----------
 
-    def _operand(self, array):
+    def _operand(self, array: Any) -> Any:
         """One operand: contiguous, of the plan's dtype, canonical shape, on the backend's device."""
         # Attribute checks first, as in _run_forward: CuPy's ascontiguousarray costs microseconds with nothing
         # to do.
@@ -310,7 +311,7 @@ class Plan:
         """
         return self.direction == "forward" and self._to_caller is None and self._result_dtype is None
 
-    def _check_out(self, out):
+    def _check_out(self, out: Any) -> Any:
         """``out`` as the canonical output buffer; ValueError/TypeError naming what it must be."""
         if self._result_dtype is not None and self.direction == "forward":
             raise ValueError(
@@ -337,7 +338,7 @@ class Plan:
             raise ValueError("`out` must be writeable; got a read-only array")
         return out.reshape(self.spec.y_shape)
 
-    def _run_forward(self, x, w, bias, out=None):
+    def _run_forward(self, x: Any, w: Any, bias: Any, out: Any = None) -> Any:
         """Run on operands whose shapes, dtypes and types match the plan: unchecked, so private.
 
         The callers are the front end after a plan-cache hit (its key holds the
@@ -394,7 +395,7 @@ class Plan:
             out = out.astype(self._result_dtype)
         return out if self._to_caller is None else self._to_caller(out)
 
-    def _run_backward(self, grad_y, x, w, relu_output=None):
+    def _run_backward(self, grad_y: Any, x: Any, w: Any, relu_output: Any = None) -> tuple[Any, ...]:
         """Run on operands whose shapes, dtypes and types match the plan: unchecked, so private (as
         :meth:`_run_forward`).
 
@@ -425,14 +426,14 @@ class Plan:
         if self._padded:
             _nonfinite.fix_backward(spec, grad_y, grad_w, grad_b, self._xp_out, relu_output)
         grad_x = grad_x.reshape(self._x_shape) if self._input_grad else None
-        grads = (grad_x, grad_w.reshape(self._grad_w_shape), grad_b)
+        grads: tuple[Any, ...] = (grad_x, grad_w.reshape(self._grad_w_shape), grad_b)
         if self._result_dtype is not None:
             grads = tuple(None if g is None else g.astype(self._result_dtype) for g in grads)
         return grads if self._to_caller is None else tuple(None if g is None else self._to_caller(g) for g in grads)
 
     # --- the public, checked entry point ---------------------------------------
 
-    def _check(self, name: str, array, expected: tuple[int, ...]) -> None:
+    def _check(self, name: str, array: Any, expected: tuple[int, ...]) -> None:
         """Refuse an operand that does not match the plan, saying how."""
         shape = getattr(array, "shape", None)
         if type(array) is not self._in_type or shape is None:
@@ -456,7 +457,7 @@ class Plan:
                 "(build another plan for other dtypes)"
             )
 
-    def __call__(self, *operands, bias=None, out=None):
+    def __call__(self, *operands: Any, bias: Any = None, out: Any = None) -> Any:
         """Run the plan: ``plan(x, w, bias=None, out=None)`` forward, ``plan(grad_y, x, w)`` backward.
 
         The operands must have the types, shapes and dtypes the plan was built
@@ -470,7 +471,8 @@ class Plan:
         """
         if self.direction == "forward":
             if len(operands) == 3 and bias is None:
-                operands, bias = operands[:2], operands[2]
+                bias = operands[2]
+                operands = operands[:2]
             if len(operands) != 2:
                 raise TypeError(f"a forward plan takes (x, w, bias=None); got {len(operands)} positional operands")
             x, w = operands
@@ -481,7 +483,7 @@ class Plan:
                     "this plan was built "
                     + ("without a bias; pass none" if self._bias_shape is None else "with a bias; pass one")
                 )
-            if bias is not None:
+            if self._bias_shape is not None:  # bias given: checked just above
                 self._check("bias", bias, self._bias_shape)
             return self._run_forward(x, w, bias, out)
         if len(operands) != 3 or bias is not None:
@@ -526,7 +528,7 @@ class Plan:
             decision=self.decision,
         )
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[[PlanRecipe], Plan], tuple[PlanRecipe]]:
         """Pickle (and deep-copy) as :meth:`recipe`: launch closures and kernel handles are not data."""
         if self._rebuild is None:
             raise TypeError("this plan was built without a rebuild function, so it cannot be pickled or copied")

@@ -19,7 +19,7 @@ import importlib
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any, Iterator, NoReturn
 
 import numpy as np
 
@@ -72,13 +72,14 @@ class _BrokenBackend(Backend):
     """Stands in for a backend whose module failed to import, carrying why."""
 
     def __init__(self, name: str, reason: str) -> None:
-        self.name = name
+        # One class stands for every backend whose module failed to import, so the name is per instance.
+        self.name = name  # type: ignore[misc]
         self._reason = reason
 
     def available(self) -> Verdict:
         return self._reason
 
-    def forward(self, *args, **kwargs):  # pragma: no cover - never selected
+    def forward(self, *args: Any, **kwargs: Any) -> NoReturn:  # pragma: no cover - never selected
         raise BackendUnavailableError(self._reason)
 
     backward = forward
@@ -303,7 +304,8 @@ def select(spec: ConvSpec, backend: str | None, algorithm: str, direction: str, 
     ``source`` names the setting that asked for ``backend`` when the caller
     has already resolved it (see :func:`requested_backend`).
     """
-    name, source = requested_backend(backend) if source is None else (backend, source)
+    # A source without a name (backend=None) is resolved like no source: the settings name the backend.
+    name, source = requested_backend(backend) if source is None or backend is None else (backend, source)
     if name != "auto":
         chosen = get_backend(name)
         verdict = chosen.available()

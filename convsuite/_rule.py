@@ -38,7 +38,7 @@ import warnings
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
@@ -47,6 +47,9 @@ from ._files import atomic_write_text, read_json
 from ._machine import Machine
 from ._spec import ConvSpec
 from ._threads import get_num_threads
+
+if TYPE_CHECKING:  # importlib.resources.abc from Python 3.11 on; this name is the one 3.10 has
+    from importlib.abc import Traversable
 
 __all__ = [
     "FEATURE_NAMES",
@@ -138,12 +141,12 @@ def features(spec: ConvSpec, threads: int | None = None) -> tuple[float, ...]:
 # --- where tables live ---------------------------------------------------------
 
 
-def table_path(device: str):
+def table_path(device: str) -> Traversable:
     """Where the first shipped table of ``device`` lives inside the package (``rule-<device>.json``)."""
     return resources.files("convsuite") / "data" / f"rule-{device}.json"
 
 
-def shipped_paths(device: str) -> list:
+def shipped_paths(device: str) -> list[Traversable]:
     """Every shipped table of ``device``: ``rule-<device>.json`` and ``rule-<device>-<machine>.json``."""
     folder = resources.files("convsuite") / "data"
     first = table_path(device)
@@ -349,7 +352,10 @@ def _load_shipped(device: str) -> list[RuleTable]:
             tables = []
             for path in shipped_paths(device):
                 try:
-                    data = checked_table(read_json(path, str(path)), device)
+                    # A file of the installed package; as_file gives it a real path where the package is not
+                    # on the file system (a zip), as read_json's checks (regular file, size) need one.
+                    with resources.as_file(path) as real:
+                        data = checked_table(read_json(real, str(path)), device)
                 except (OSError, ValueError) as exc:  # JSONDecodeError is a ValueError
                     _warn_unusable(path, str(exc), "shipped rule table")
                     continue

@@ -11,7 +11,7 @@ priority and the first one's own algorithm rule.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from . import _registry, _rule, _tuning
 from ._errors import UnsupportedCaseError
@@ -84,7 +84,7 @@ def _worth_measuring(pairs: Sequence[tuple[Backend, str]]) -> bool:
     return len(pairs) > 1 or any(b.tunables(a) for b, a in pairs)
 
 
-def _with_source(decision: Decision, source: str, considered) -> Decision:
+def _with_source(decision: Decision, source: str, considered: Iterable[tuple[str, str]]) -> Decision:
     """The decision with who asked, and the skipped backends, filled in."""
     return replace(decision, source=source, considered=tuple(considered))
 

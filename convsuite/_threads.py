@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from contextlib import contextmanager
+from typing import Iterator
 
 from ._environ import environment_reader
 from ._validation import positive_int
@@ -178,7 +179,7 @@ def user_set() -> bool:
 
 
 @contextmanager
-def task_threads(n: int):
+def task_threads(n: int) -> Iterator[None]:
     """Inside: :func:`get_num_threads` answers ``n`` (capped at :func:`max_threads`) in the calling thread only."""
     previous = _local.n
     _local.n = max(1, min(int(n), max_threads()))

@@ -43,7 +43,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -195,7 +195,7 @@ def autotune_budget() -> float:
         return AUTOTUNE_BUDGET_S
 
 
-def check_budget(budget_s) -> float:
+def check_budget(budget_s: object) -> float:
     """``budget_s`` as a float, or a TypeError/ValueError naming it."""
     if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float, np.integer, np.floating)):
         raise TypeError(f"`budget_s` must be a number of seconds; got {budget_s!r}")
@@ -325,7 +325,7 @@ def _read(path: Path) -> dict[str, dict]:
     return {key: entry for key, entry in entries.items() if key not in problems}
 
 
-def _entry_problem(entry) -> str | None:
+def _entry_problem(entry: object) -> str | None:
     """Why a cache entry is not of the shape :func:`_tune_entry` writes (None: it is).
 
     Checked once, when the file is read, so every later use (``_usable``,
@@ -350,13 +350,13 @@ def _entry_problem(entry) -> str | None:
     return None
 
 
-def _brief(value, limit: int = 60) -> str:
+def _brief(value: object, limit: int = 60) -> str:
     """``repr(value)``, cut to ``limit`` characters (a table can hold hundreds of rows)."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _is_row(row, second: type) -> bool:
+def _is_row(row: object, second: type) -> bool:
     """Whether ``row`` is ``[str, second, median, spread, str]`` with a timing as :func:`_is_timing` reads it."""
     return (
         isinstance(row, list)
@@ -368,14 +368,14 @@ def _is_row(row, second: type) -> bool:
     )
 
 
-def _is_timing(median, spread) -> bool:
+def _is_timing(median: object, spread: object) -> bool:
     """A measured median with its spread, or no median (a candidate that failed or was rejected)."""
     if median is None:
         return spread is None or _is_measure(spread)
     return _is_measure(median) and _is_measure(spread)
 
 
-def _is_measure(value) -> bool:
+def _is_measure(value: object) -> bool:
     """A finite real number >= 0 (JSON also spells NaN and Infinity, and ``true`` is no number here)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
@@ -500,7 +500,7 @@ class TuneResult:
         return "\n".join(lines)
 
 
-def format_param_table(param_table) -> list[str]:
+def format_param_table(param_table: Sequence[Sequence[Any]]) -> list[str]:
     """Lines of a parameter-search table (what ``tune`` and ``explain`` print)."""
     lines = []
     best: dict[str, float] = {}
@@ -521,7 +521,7 @@ def _operands(spec: ConvSpec, direction: str, backend: Backend) -> tuple:
     rng = np.random.default_rng(0)
     dtype = spec.dtype
 
-    def make(shape):
+    def make(shape: tuple[int, ...]) -> Any:
         return backend.to_device(rng.standard_normal(shape).astype(dtype))
 
     xp = backend.array_module()
@@ -558,7 +558,7 @@ def measure_candidates(
     :data:`SINGLE_CORE_TIE` of a multicore fastest (:func:`single_core_on_a_tie`).
     """
     contenders: dict[str, Contender] = {}
-    failed: list[tuple[str, str, None, None, str]] = []
+    failed: list[tuple[str, str, float | None, float | None, str]] = []
     labels: dict[str, tuple[str, str]] = {}
     for backend, algorithm in pairs:
         label = f"{backend.name}/{algorithm}"
@@ -581,7 +581,7 @@ def measure_candidates(
             failed.append((backend.name, algorithm, None, None, f"failed to run: {exc!r}"))
             continue
 
-        def run(launch=launch, operands=operands, backend=backend):
+        def run(launch: Callable[..., None] = launch, operands: tuple = operands, backend: Backend = backend) -> None:
             launch(*operands)
             backend.synchronize()
 
@@ -589,7 +589,9 @@ def measure_candidates(
         labels[label] = (backend.name, algorithm)
     timings = {}
     if contenders:
-        settings = dict(repeat=repeat, warmup=1, rounds=rounds, min_block_s=min_block_s, settle_s=settle_s)
+        settings: dict[str, Any] = dict(
+            repeat=repeat, warmup=1, rounds=rounds, min_block_s=min_block_s, settle_s=settle_s
+        )
         timings = measure_side_by_side(contenders, abandon_ratio=ABANDON_RATIO, **settings)
         if confirm:
             timings = confirm_close_call(
@@ -597,7 +599,7 @@ def measure_candidates(
             )
     single_core = {f"{b.name}/{a}": bool(getattr(b, "single_core", False)) for b, a in pairs}
     ranked = single_core_on_a_tie(sorted(timings, key=lambda label: timings[label].median), timings, single_core)
-    rows = [
+    rows: list[tuple[str, str, float | None, float | None, str]] = [
         (
             *labels[label],
             timings[label].median,
@@ -709,7 +711,7 @@ def _tune_entry(spec: ConvSpec, direction: str, pairs: Sequence[tuple[Backend, s
 
 def _usable(entry: dict, spec: ConvSpec, direction: str, pairs: Sequence[tuple[Backend, str]]) -> bool:
     """Whether a cached entry names a runnable candidate with parameters it still accepts."""
-    runnable = {(b.name, a): b for b, a in pairs}
+    runnable: dict[tuple[object, object], Backend] = {(b.name, a): b for b, a in pairs}
     backend = runnable.get((entry.get("backend"), entry.get("algorithm")))
     params = entry.get("params", {})  # a dict: entries are checked when read (_entry_problem)
     if backend is None:

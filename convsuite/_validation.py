@@ -12,7 +12,7 @@ import math
 import numbers
 import sys
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -137,14 +137,14 @@ def parse_padding(value: Any, ndim: int) -> str | tuple[tuple[int, int], ...]:
     return tuple(pairs)
 
 
-def _xp(value: Any):
+def _xp(value: Any) -> Any:
     """numpy, or cupy for a cupy array (already imported by whoever made it)."""
     if is_cupy_array(value):
         return sys.modules["cupy"]
     return np
 
 
-def _from_foreign(value: Any, name: str):
+def _from_foreign(value: Any, name: str) -> Any:
     """A NumPy array from an object that is not one: ``__array__``, DLPack, lists."""
     if isinstance(value, np.ma.MaskedArray):
         # np.asarray would drop the mask and let masked values (often 1e20 or
@@ -183,7 +183,7 @@ def _is_torch_tensor(value: Any) -> bool:
     return torch is not None and isinstance(value, torch.Tensor)
 
 
-def _from_torch(tensor: Any, name: str):
+def _from_torch(tensor: Any, name: str) -> Any:
     """A torch tensor read zero-copy through DLPack: a NumPy array (CPU) or a CuPy array (CUDA).
 
     bfloat16, which NumPy has no dtype for, is read as float32 (the dtype it is
@@ -214,7 +214,7 @@ def _from_torch(tensor: Any, name: str):
         raise TypeError(f"`{name}` must be a tensor of real numbers; got dtype {tensor.dtype} ({exc})") from None
 
 
-def as_real_array(value: Any, name: str):
+def as_real_array(value: Any, name: str) -> Any:
     """Turn ``value`` into a NumPy/CuPy array of real numbers, or raise.
 
     Accepts NumPy and CuPy arrays, objects with ``__array__`` (e.g. CPU torch
@@ -255,7 +255,7 @@ def as_real_array(value: Any, name: str):
     return array
 
 
-def result_dtype(*arrays) -> np.dtype:
+def result_dtype(*arrays: Any) -> np.dtype:
     """The dtype of the results: NumPy's promotion of the operands' dtypes, integers read as float64.
 
     float16 with float16 gives float16, float16 with float32 gives float32,
@@ -267,7 +267,7 @@ def result_dtype(*arrays) -> np.dtype:
     return np.dtype({2: np.float16, 4: np.float32}.get(widest, np.float64))
 
 
-def compute_dtype(*arrays) -> np.dtype:
+def compute_dtype(*arrays: Any) -> np.dtype:
     """The dtype the kernels compute in: float32 for float16/float32 results, else float64.
 
     Half-precision results are computed in float32 and converted once at the
@@ -276,7 +276,14 @@ def compute_dtype(*arrays) -> np.dtype:
     return np.dtype(np.float64) if result_dtype(*arrays) == np.float64 else np.dtype(np.float32)
 
 
-def check_index_bounds(ndim, in_size, kernel, stride, dilation, pads) -> None:
+def check_index_bounds(
+    ndim: int,
+    in_size: Sequence[int],
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    dilation: Sequence[int],
+    pads: Sequence[tuple[int, int]],
+) -> None:
     """Refuse geometry whose derived offsets reach :data:`INDEX_LIMIT`.
 
     Stride, dilation and each side of the padding were bounded when parsed;
@@ -324,7 +331,7 @@ class PreparedCall:
     layout: str  # "batched", "unbatched" (no batch axis) or "signal" (no batch or channel axes)
     xp: Any  # numpy or cupy
 
-    def to_user(self, array):
+    def to_user(self, array: Any) -> Any:
         """Reshape a canonical ``(B, C, ...)`` result into the caller's layout."""
         if self.layout == "batched":
             return array
@@ -338,7 +345,7 @@ class PreparedCall:
         return tuple(canonical_shape[drop:])
 
 
-def _layout_for(op: str, ndim: int, x, w) -> str:
+def _layout_for(op: str, ndim: int, x: Any, w: Any) -> str:
     """Decide batched / unbatched / signal from the ranks of x and w."""
     full = ndim + 2
     if w.ndim == full and x.ndim == full:
@@ -358,7 +365,7 @@ def _layout_for(op: str, ndim: int, x, w) -> str:
     )
 
 
-def _canonical(array, layout: str, ndim: int):
+def _canonical(array: Any, layout: str, ndim: int) -> Any:
     """Add the batch (and channel) axes that the layout leaves out."""
     if layout == "batched":
         return array
@@ -425,14 +432,14 @@ def prepare_forward(
             f"channel; got shape {tuple(bias.shape)}"
         )
 
-    if padding_p == "valid":
-        pads = ((0, 0),) * ndim
+    if not isinstance(padding_p, str):
+        pads = padding_p
     elif padding_p == "same":
         pads = tuple(map(same_padding, in_size, kernel, stride_t, dilation_t))
     elif padding_p == "full":
         pads = tuple(map(full_padding, kernel, dilation_t))
-    else:
-        pads = padding_p
+    else:  # "valid"
+        pads = ((0, 0),) * ndim
     check_index_bounds(ndim, in_size, kernel, stride_t, dilation_t, pads)
     out_size = []
     for axis, (n, p, k, s, d) in enumerate(zip(in_size, pads, kernel, stride_t, dilation_t)):
@@ -480,7 +487,7 @@ def prepare_backward(
     dilation: Any,
     groups: Any,
     convert: bool = True,
-):
+) -> tuple[PreparedCall, Any]:
     """Validate a backward call; returns the forward's PreparedCall and grad_y.
 
     With ``convert=False`` grad_y comes back reshaped to ``spec.y_shape`` but
@@ -502,7 +509,7 @@ def prepare_backward(
     return convert_operands(call), _contiguous(call.xp, grad_y, spec.dtype)
 
 
-def _contiguous(xp, array, dtype):
+def _contiguous(xp: Any, array: Any, dtype: Any) -> Any:
     """``array`` as a C-contiguous array of native ``dtype`` (a copy only when needed)."""
     return None if array is None else xp.ascontiguousarray(array, dtype=dtype)
 
@@ -606,7 +613,7 @@ def check_activation(activation: Any) -> None:
         raise ValueError(f"`activation` must be one of {accepted}; got {activation!r}")
 
 
-def check_relu_output(relu_output: Any, plan: Any):
+def check_relu_output(relu_output: Any, plan: Any) -> Any:
     """``relu_output`` for a backward plan: the forward's shape, where the operands live.
 
     Any real dtype is accepted (only its sign is read). Returned as an array

@@ -26,9 +26,10 @@ reference silently computed on misread data.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._buffers import poisoned_outputs
 from ._spec import ConvSpec
@@ -193,7 +194,7 @@ def _slab(s: ConvSpec, p: int, q: int) -> tuple:
     return (Ellipsis, rows, cols)
 
 
-def _taps(s: ConvSpec):
+def _taps(s: ConvSpec) -> Iterator[tuple[int, int]]:
     """Every kernel tap ``(p, q)`` of the 2-D view."""
     KH, KW = s.kernel_size
     return ((p, q) for p in range(KH) for q in range(KW))
@@ -262,7 +263,7 @@ def _canonical_grads(spec: ConvSpec, grads: tuple) -> tuple:
 # --- public API ---------------------------------------------------------------
 
 
-def reference_forward(spec: ConvSpec, x, w, bias=None) -> np.ndarray:
+def reference_forward(spec: ConvSpec, x: ArrayLike, w: ArrayLike, bias: ArrayLike | None = None) -> np.ndarray:
     """The float64 forward pass ``conv(x, w) + bias``, computed from the definition.
 
     Parameters
@@ -304,7 +305,9 @@ def reference_forward(spec: ConvSpec, x, w, bias=None) -> np.ndarray:
     return _forward(s, x4, w4, b).reshape(spec.y_shape)
 
 
-def reference_backward(spec: ConvSpec, grad_y, x, w) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def reference_backward(
+    spec: ConvSpec, grad_y: ArrayLike, x: ArrayLike, w: ArrayLike
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The float64 gradients ``(grad_x, grad_w, grad_b)``, computed from the definition.
 
     Parameters
@@ -353,7 +356,7 @@ def _eps(spec: ConvSpec, where: str) -> float:
     return float(np.finfo(dtype).eps)
 
 
-def forward_tolerance(spec: ConvSpec, x, w, bias=None) -> np.ndarray:
+def forward_tolerance(spec: ConvSpec, x: ArrayLike, w: ArrayLike, bias: ArrayLike | None = None) -> np.ndarray:
     """Per-element bound on the forward error of a ``spec.dtype`` computation.
 
     Parameters
@@ -386,7 +389,9 @@ def forward_tolerance(spec: ConvSpec, x, w, bias=None) -> np.ndarray:
     return (n * eps * magnitude + np.finfo(np.float64).tiny).reshape(spec.y_shape)
 
 
-def backward_tolerances(spec: ConvSpec, grad_y, x, w) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def backward_tolerances(
+    spec: ConvSpec, grad_y: ArrayLike, x: ArrayLike, w: ArrayLike
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-element bounds for ``(grad_x, grad_w, grad_b)`` built the same way.
 
     Parameters
@@ -442,7 +447,7 @@ def _mismatches(actual: np.ndarray, expected: np.ndarray, tol: np.ndarray) -> np
     return ~np.where(both_finite, within, same_special)
 
 
-def assert_within(actual, expected, tolerance, name: str = "result") -> None:
+def assert_within(actual: ArrayLike, expected: ArrayLike, tolerance: ArrayLike, name: str = "result") -> None:
     """Raise AssertionError unless ``actual`` matches ``expected`` within ``tolerance``.
 
     Parameters
@@ -507,7 +512,7 @@ PRECISION_CLASS_BOUNDS = {
 }
 
 
-def relative_l2_error(actual, expected) -> float:
+def relative_l2_error(actual: ArrayLike, expected: ArrayLike) -> float:
     """``||actual - expected|| / ||expected||`` in float64 (the norm of the difference if expected is 0).
 
     Parameters
@@ -559,7 +564,9 @@ def precision_bound(reduction_length: int, precision: str) -> float:
     return (a * float(np.sqrt(reduction_length)) + b) * 2.0**-24 + c
 
 
-def assert_precision_class(actual, expected, reduction_length: int, precision: str, name: str = "result") -> None:
+def assert_precision_class(
+    actual: ArrayLike, expected: ArrayLike, reduction_length: int, precision: str, name: str = "result"
+) -> None:
     """Raise AssertionError when ``actual`` errs beyond what its precision class allows.
 
     Parameters

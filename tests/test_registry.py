@@ -278,3 +278,14 @@ def test_numba_thread_limit_follows_the_environment(monkeypatch):
         worker.start()
         worker.join()
     assert seen == [None] and _threads._local.n is None
+
+
+def test_select_with_a_source_but_no_name_follows_the_settings():
+    # The source names who asked for a backend; without a name there is nothing it asked for, so the
+    # settings decide (it once looked up the backend None).
+    from convsuite import _registry
+
+    spec = cs.plan(np.ones((1, 1, 5, 5)), np.ones((1, 1, 3, 3))).spec
+    with cs.use_backend("numpy"):
+        chosen = _registry.select(spec, None, "auto", "forward", source="the backend= argument")
+    assert chosen.backend.name == "numpy" and chosen.source == "use_backend()"

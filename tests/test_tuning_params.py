@@ -277,6 +277,17 @@ def test_pruned_search_reaches_the_optimum_by_local_steps():
     assert found.table[0][0] == {"a": 7, "b": 3}
 
 
+@pytest.mark.parametrize("backend_type, algorithm", [("grid", "nope"), ("old contract", "a")])
+def test_search_refuses_an_algorithm_without_a_record(backend_type, algorithm):
+    # A backend of the older contract declares no records (algorithm_table() is None): nothing to search.
+    backend = _GridBackend() if backend_type == "grid" else _OldContract()
+    spec = cs.plan(X, W, backend="numpy").spec
+    with pytest.raises(ValueError, match=rf"`algorithm` must be one of backend .*; got '{algorithm}'"):
+        _param_search.search_parameters(
+            spec, "forward", backend, algorithm, (), budget_s=1.0, call_s=1.0, measure=_fake_measure, verify=_agrees
+        )
+
+
 def test_search_keeps_the_default_unless_beaten_beyond_noise():
     backend = _GridBackend()
     spec = cs.plan(X, W, backend="numpy").spec

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Any
 
 from .._arrays import is_cupy_array
 from .._registry import get_backend
@@ -44,7 +45,7 @@ class LayerTimes:
     samples: dict[tuple[str, str], list[float]] = field(default_factory=lambda: defaultdict(list))
     kinds: dict[str, tuple[str, str]] = field(default_factory=dict)
 
-    def add(self, layer, direction: str, seconds: float) -> None:
+    def add(self, layer: Any, direction: str, seconds: float) -> None:
         """Record one call of ``layer``."""
         name = self.names.get(id(layer), type(layer).__name__)
         self.kinds[name] = (type(layer).__name__, layer.category)
@@ -70,18 +71,18 @@ def current_recorder() -> LayerTimes | None:
     return _RECORDER.get()
 
 
-def timer_for(array):
+def timer_for(array: Any) -> Any:
     """The device timer of the backend that owns ``array`` (CUDA events for CuPy)."""
     return device_timer("gpu" if is_cupy_array(array) else "cpu")
 
 
-def device_timer(device: str):
+def device_timer(device: str) -> Any:
     """A fresh timer for ``"cpu"`` (wall clock) or ``"gpu"`` (the cupy backend's CUDA events)."""
     return get_backend("cupy").timer() if device == "gpu" else WallTimer()
 
 
 @contextmanager
-def record_layer_times(network) -> Iterator[LayerTimes]:
+def record_layer_times(network: Any) -> Iterator[LayerTimes]:
     """Time every leaf layer of ``network`` called inside the block.
 
     Parameters

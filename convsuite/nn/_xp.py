@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -11,14 +12,14 @@ from .._arrays import is_cupy_array
 __all__ = ["array_module", "real_input", "to_numpy"]
 
 
-def array_module(array):
+def array_module(array: Any) -> Any:
     """``cupy`` for a CuPy array, else ``numpy`` (like ``cupy.get_array_module``)."""
     if is_cupy_array(array):
         return sys.modules["cupy"]  # a CuPy array exists, so cupy is imported
     return np
 
 
-def real_input(x, what: str):
+def real_input(x: Any, what: str) -> Any:
     """``x`` as a layer computes it: floats as they are, integers as float64, else a ``TypeError``.
 
     Integers are read as ``convsuite.conv2d`` reads them: in an integer dtype a
@@ -39,7 +40,7 @@ def real_input(x, what: str):
     )
 
 
-def to_numpy(array) -> np.ndarray:
+def to_numpy(array: Any) -> np.ndarray:
     """``array`` as a NumPy array (copied off the GPU when it lives there)."""
     if is_cupy_array(array):
         return array.get()

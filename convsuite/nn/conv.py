@@ -14,7 +14,7 @@ package's plan cache, keyed on the arrays each call computes with.
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
@@ -39,15 +39,15 @@ class _Conv(Module):
         self,
         in_channels: int,
         out_channels: int,
-        kernel_size,
-        stride=1,
+        kernel_size: int | tuple[int, ...],
+        stride: int | tuple[int, ...] = 1,
         padding: Any = 0,
-        dilation=1,
+        dilation: int | tuple[int, ...] = 1,
         groups: int = 1,
         bias: bool = True,
         backend: str | None = None,
         dtype: Any = "float32",
-        seed=None,
+        seed: int | np.random.Generator | None = None,
         *,
         algorithm: str = "auto",
     ) -> None:
@@ -92,9 +92,9 @@ class _Conv(Module):
             for param in self.parameters():
                 param.data = chosen.to_device(param.data)
         object.__setattr__(self, "_device_backend", device)  # a setting, not module state
-        self._x = None
-        self._act_mask = None  # a fused activation's gradient mask, the layer's own (see forward)
-        self._activation = None
+        self._x: Any = None  # the input, kept for backward
+        self._act_mask: Any = None  # a fused activation's gradient mask, the layer's own (see forward)
+        self._activation: str | None = None
 
     def _keywords(self) -> dict[str, Any]:
         return dict(
@@ -111,7 +111,7 @@ class _Conv(Module):
         """The dtype of the weights (float32 or float64)."""
         return self.weight.data.dtype
 
-    def _on_weight_device(self, *arrays):
+    def _on_weight_device(self, *arrays: Any) -> tuple[tuple[Any, ...], Callable[[Any], Any] | None]:
         """Inputs moved to the device the weights live on, and a function to bring results back (or None).
 
         Only a layer built with a device backend moves anything: its NumPy
@@ -137,7 +137,7 @@ class _Conv(Module):
         device = state.get("_device_backend")
         self.__dict__["_device_backend"] = None if device is None else get_backend(device)
 
-    def forward(self, x, activation: str | None = None):
+    def forward(self, x: Any, activation: str | None = None) -> Any:
         """Convolve ``x`` of shape ``(B, C, ...)`` with the layer's weights.
 
         ``activation="relu"`` (or ``"relu6"``) returns ``relu(conv(x))`` (or
@@ -159,7 +159,7 @@ class _Conv(Module):
 
     skips_input_grad = True
 
-    def backward(self, grad_y, x=None, *, input_grad: bool = True):
+    def backward(self, grad_y: Any, x: Any = None, *, input_grad: bool = True) -> Any:
         """Gradient with respect to the input; weight and bias gradients accumulate.
 
         ``input_grad=False`` returns None and leaves the input gradient's work
@@ -190,7 +190,7 @@ class _Conv(Module):
             self.bias.accumulate(grad_b)
         return grad_x if back is None or grad_x is None else back(grad_x)
 
-    def _gradients_at(self, grad_y, x, input_grad):
+    def _gradients_at(self, grad_y: Any, x: Any, input_grad: bool) -> tuple[Any, Any, Any]:
         """``(grad_x, grad_w, grad_b)`` at input ``x``, nothing accumulated (``grad_b`` None without a bias)."""
         conv_backward = _api.conv1d_backward if self._ndim == 1 else _api.conv2d_backward
         (grad_y, x), back = self._on_weight_device(grad_y, x)
@@ -282,7 +282,7 @@ class Conv2D(_Conv):
     _ndim = 2
 
 
-def _activation_mask(y, activation: str):
+def _activation_mask(y: Any, activation: str) -> Any:
     """The gradient mask of a fused activation, computed from its output ``y`` into a new array.
 
     The layer must not keep ``y`` itself: the caller owns it and may edit it in

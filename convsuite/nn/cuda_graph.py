@@ -83,7 +83,7 @@ class CapturedNetwork:
         """Device addresses of every parameter and buffer: they change when arrays are replaced."""
         return tuple(int(v.data.ptr) if is_cupy_array(v) else id(v) for v in self.network.state_dict().values())
 
-    def _check(self, x) -> None:
+    def _check(self, x: Any) -> None:
         """The per-call checks: cheap ones only (the network's state is checked when it changes)."""
         if self.network.training:
             raise ValueError("CapturedNetwork needs the network in evaluation mode: call network.eval() first")
@@ -95,12 +95,12 @@ class CapturedNetwork:
         if not all(is_cupy_array(p.data) for p in self.network.parameters()):
             raise ValueError("CapturedNetwork needs the network's parameters on the GPU: call network.to('gpu')")
 
-    def _eager(self, x):
+    def _eager(self, x: Any) -> Any:
         self.eager_calls += 1
         with no_grad():
             return self.network(x)
 
-    def _capture(self, x) -> _Capture:
+    def _capture(self, x: Any) -> _Capture:
         """Warm up on a private pool and stream, then capture one pass."""
         import cupy
 
@@ -126,7 +126,7 @@ class CapturedNetwork:
         self.captures += 1
         return _Capture(graph, stream, pool, static_x, static_y, self._weights(), generation)
 
-    def __call__(self, x):
+    def __call__(self, x: Any) -> Any:
         """The network's output for ``x`` (a new CuPy array), from a graph replay when possible."""
         self._check(x)
         import cupy

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,7 @@ from .module import Module, Parameter
 __all__ = ["Add", "Dropout", "Flatten", "Identity", "Linear", "ReLU", "ReLU6"]
 
 
-def _check_grad_y(layer: str, grad_y, expected: tuple[int, ...]) -> None:
+def _check_grad_y(layer: str, grad_y: Any, expected: tuple[int, ...]) -> None:
     """Refuse a ``grad_y`` whose shape is not ``expected`` (the last forward output's).
 
     Element-wise expressions would broadcast it, a reshape would refold it:
@@ -49,7 +49,7 @@ class Identity(Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self._shape = None
+        self._shape: tuple[int, ...] | None = None
 
     @property
     def fusion_transparent(self) -> bool:
@@ -59,12 +59,12 @@ class Identity(Module):
         cls = type(self)
         return cls.forward is Identity.forward and cls.backward is Identity.backward
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         """Return ``x`` unchanged."""
         self._shape = x.shape  # for backward's check
         return x
 
-    def backward(self, grad_y):
+    def backward(self, grad_y: Any) -> Any:
         """Return ``grad_y`` unchanged (once checked to have the last output's shape)."""
         if self._shape is None:
             raise _no_forward(type(self).__name__)
@@ -82,9 +82,9 @@ class ReLU(Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self._mask = None
+        self._mask: Any = None
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         """Clamp ``x`` below at 0 (and above at the upper bound, if any); keep the gradient mask if needed."""
         xp = array_module(x)
         y = xp.maximum(x, 0) if self._upper is None else xp.clip(x, 0, self._upper)
@@ -95,7 +95,7 @@ class ReLU(Module):
             self._mask = (x <= 0) if self._upper is None else ((x <= 0) | (x >= self._upper))
         return y.astype(x.dtype, copy=False)
 
-    def backward(self, grad_y):
+    def backward(self, grad_y: Any) -> Any:
         """``grad_y`` where the input lay inside the linear piece (or was NaN), zero elsewhere."""
         if self._mask is None:
             raise RuntimeError(f"{type(self).__name__}.backward needs a forward pass with gradients enabled first")
@@ -125,17 +125,18 @@ class Dropout(Module):
 
     category = "element-wise"
 
-    def __init__(self, p: float = 0.5, *, seed=None) -> None:
+    def __init__(self, p: float = 0.5, *, seed: int | np.random.Generator | None = None) -> None:
         super().__init__()
-        # numbers.Real takes NumPy scalars (np.float32(0.5)) as the rest of the project does.
-        if not isinstance(p, numbers.Real) or isinstance(p, (bool, np.bool_)) or not 0 <= p < 1:
+        # numbers.Real takes NumPy scalars (np.float32(0.5)) as the rest of the project does; float is
+        # one too, named for the type checker, which does not count float as a numbers.Real.
+        if not isinstance(p, (float, numbers.Real)) or isinstance(p, (bool, np.bool_)) or not 0 <= p < 1:
             raise ValueError(f"`p` must be a number in [0, 1); got {_show(p)}")
         self.p = float(p)
         self._rng = weight_generator(seed)
-        self._mask = None
-        self._shape = None
+        self._mask: Any = None
+        self._shape: tuple[int, ...] | None = None
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         """Apply a fresh dropout mask in training mode; return ``x`` unchanged otherwise."""
         self._shape = x.shape  # for backward's check
         if not self.training or self.p == 0:
@@ -147,7 +148,7 @@ class Dropout(Module):
         self._mask = mask
         return x * mask
 
-    def backward(self, grad_y):
+    def backward(self, grad_y: Any) -> Any:
         """``grad_y`` times the last forward's mask (unchanged if none was applied)."""
         if self._shape is None:
             raise _no_forward("Dropout")
@@ -166,15 +167,15 @@ class Flatten(Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self._shape = None
+        self._shape: tuple[int, ...] | None = None
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         """Reshape ``(B, ...)`` to ``(B, -1)``, remembering the input shape."""
         self._shape = x.shape
         # The explicit product, not -1: NumPy cannot infer -1 for an empty batch (0, C, H, W).
         return x.reshape(x.shape[0], math.prod(x.shape[1:]))
 
-    def backward(self, grad_y):
+    def backward(self, grad_y: Any) -> Any:
         """``grad_y`` reshaped back to the last forward's input shape."""
         if self._shape is None:
             raise _no_forward("Flatten")
@@ -202,7 +203,7 @@ _linear_modules: dict = {}
 _forksafe.at_fork_in_child(_linear_modules.clear)
 
 
-def _linear_without_blas(x, w, b):
+def _linear_without_blas(x: Any, w: Any, b: Any) -> Any:
     """``x @ w.T + b`` on the GPU with one thread per output (no cuBLAS)."""
     import cupy
 
@@ -248,7 +249,13 @@ class Linear(Module):
     category = "fully connected"
 
     def __init__(
-        self, in_features: int, out_features: int, bias: bool = True, *, dtype: Any = "float32", seed=None
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        *,
+        dtype: Any = "float32",
+        seed: int | np.random.Generator | None = None,
     ) -> None:
         super().__init__()
         for name, value in (("in_features", in_features), ("out_features", out_features)):
@@ -260,9 +267,9 @@ class Linear(Module):
         bound = 1.0 / math.sqrt(self.in_features)
         self.weight = Parameter(rng.uniform(-bound, bound, (self.out_features, self.in_features)).astype(dtype))
         self.bias = Parameter(rng.uniform(-bound, bound, self.out_features).astype(dtype)) if bias else None
-        self._x = None
+        self._x: Any = None
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         """``x @ weight.T + bias`` for ``x`` of shape ``(B, in_features)``."""
         if x.ndim != 2 or x.shape[1] != self.in_features:
             raise ValueError(
@@ -280,7 +287,7 @@ class Linear(Module):
 
     skips_input_grad = True
 
-    def backward(self, grad_y, input_grad: bool = True):
+    def backward(self, grad_y: Any, input_grad: bool = True) -> Any:
         """Gradient with respect to the input; accumulates the weight and bias gradients.
 
         ``input_grad=False``: the weight and bias gradients only; returns None.
@@ -304,7 +311,7 @@ class Linear(Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
-def _products(array):
+def _products(array: Any) -> AbstractContextManager[Any]:
     """Where a layer's NumPy products run: on one BLAS thread while NumPy's OpenBLAS spins long.
 
     A product on two or more OpenBLAS threads leaves the idle ones spinning for
@@ -331,16 +338,16 @@ class Add(Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self._shape = None
+        self._shape: tuple[int, ...] | None = None
 
-    def forward(self, a, b):
+    def forward(self, a: Any, b: Any) -> Any:
         """``a + b`` for inputs of one shape."""
         if a.shape != b.shape:
             raise ValueError(f"Add needs inputs of one shape; got {tuple(a.shape)} and {tuple(b.shape)}")
         self._shape = a.shape  # for backward's check
         return a + b
 
-    def backward(self, grad_y):
+    def backward(self, grad_y: Any) -> tuple[Any, Any]:
         """The pair ``(grad_a, grad_b)``, both ``grad_y``."""
         if self._shape is None:
             raise _no_forward("Add")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .._validation import _show
 from ._xp import array_module, real_input
 from .module import Module
@@ -30,9 +32,9 @@ class CrossEntropyLoss(Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self._cache = None
+        self._cache: tuple[Any, Any, Any] | None = None
 
-    def forward(self, logits, targets):
+    def forward(self, logits: Any, targets: Any) -> Any:
         """Mean cross-entropy of ``logits (B, K)`` against integer ``targets (B,)``."""
         self._cache = None  # a failed call must not leave an earlier batch for backward()
         xp = array_module(logits)
@@ -67,7 +69,7 @@ class CrossEntropyLoss(Module):
         self._cache = (log_probs, targets, rows)
         return -log_probs[rows, targets].mean()
 
-    def backward(self, grad_y=1.0):
+    def backward(self, grad_y: Any = 1.0) -> Any:
         """Gradient with respect to the logits (times ``grad_y``, the loss's own gradient)."""
         if self._cache is None:
             raise RuntimeError("CrossEntropyLoss.backward needs a forward pass first")

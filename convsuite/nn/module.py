@@ -25,6 +25,7 @@ from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .._arrays import is_cupy_array
 from .._validation import _show, as_real_array, check_input_grad
@@ -98,17 +99,17 @@ class Parameter:
 
     __slots__ = ("_data", "grad")
 
-    def __init__(self, data) -> None:
+    def __init__(self, data: Any) -> None:
         self.data = data
-        self.grad = None
+        self.grad: Any = None
 
     @property
-    def data(self):
+    def data(self) -> Any:
         """The value (NumPy or CuPy)."""
         return self._data
 
     @data.setter
-    def data(self, value) -> None:
+    def data(self, value: Any) -> None:
         self._data = value
         _generation[0] += 1
 
@@ -122,7 +123,7 @@ class Parameter:
         """The dtype of :attr:`data`."""
         return self._data.dtype
 
-    def accumulate(self, grad) -> None:
+    def accumulate(self, grad: Any) -> None:
         """Add ``grad`` into :attr:`grad`."""
         if self.grad is None:
             self.grad = grad.copy()
@@ -131,34 +132,34 @@ class Parameter:
 
     # --- reading as the array it holds -------------------------------------
 
-    def __array__(self, dtype=None, copy=None):
+    def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
         # NumPy data as it is (no copy unless asked); CuPy data refuses an implicit copy to the host, as CuPy does.
         if copy:
             return np.array(self._data, dtype=dtype, copy=True)
         return np.asarray(self._data, dtype=dtype)
 
-    def __dlpack__(self, *args, **kwargs):
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
         return self._data.__dlpack__(*args, **kwargs)
 
-    def __dlpack_device__(self):
+    def __dlpack_device__(self) -> tuple[int, int]:
         return self._data.__dlpack_device__()
 
     def __len__(self) -> int:
         return len(self._data)
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: Any) -> Any:
         return self._data[key]
 
-    def __setitem__(self, key, value) -> None:
+    def __setitem__(self, key: Any, value: Any) -> None:
         self._data[key] = value  # in place: the same array, so a captured graph still reads it
 
-    def __neg__(self):
+    def __neg__(self) -> Any:
         return -self._data
 
-    def __abs__(self):
+    def __abs__(self) -> Any:
         return abs(self._data)
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         # Only public names (get, copy, ndim, T, ...): protocol names (__deepcopy__, __setstate__) must
         # find the Parameter's own, and _data is absent only while an unpickled Parameter is being filled.
         if name.startswith("_"):
@@ -169,27 +170,31 @@ class Parameter:
         return f"Parameter(shape={self.shape}, dtype={self.data.dtype})"
 
 
-def _arithmetic(op: str):
+def _arithmetic(op: str) -> tuple[Callable[[Parameter, Any], Any], ...]:
     """``Parameter.__op__``, ``__rop__`` and ``__iop__``: as the array's (a new array), and in place on it."""
 
-    def plain(self, other):
+    def plain(self: Parameter, other: Any) -> Any:
         return getattr(self._data, f"__{op}__")(other)
 
-    def reflected(self, other):
+    def reflected(self: Parameter, other: Any) -> Any:
         return getattr(self._data, f"__r{op}__")(other)
 
-    def in_place(self, other):
+    def in_place(self: Parameter, other: Any) -> Parameter:
         getattr(self._data, f"__i{op}__")(other)  # the same array: optimisers and captured graphs still see it
         return self
 
     return plain, reflected, in_place
 
 
-for _op in ("add", "sub", "mul", "truediv", "floordiv", "pow", "matmul"):
-    for _prefix, _method in zip(("", "r", "i"), _arithmetic(_op)):
-        _method.__name__ = f"__{_prefix}{_op}__"
-        setattr(Parameter, _method.__name__, _method)
-del _op, _prefix, _method
+def _install_arithmetic() -> None:
+    """Give :class:`Parameter` the arithmetic operators of the array it holds."""
+    for op in ("add", "sub", "mul", "truediv", "floordiv", "pow", "matmul"):
+        for prefix, method in zip(("", "r", "i"), _arithmetic(op)):
+            method.__name__ = f"__{prefix}{op}__"
+            setattr(Parameter, method.__name__, method)
+
+
+_install_arithmetic()
 
 
 class Module:
@@ -211,6 +216,12 @@ class Module:
 
     category = "container"
 
+    # Set in __init__ through object.__setattr__ (this class's __setattr__ files values into these tables).
+    _parameters: OrderedDict[str, Parameter]
+    _buffers: OrderedDict[str, None]  # names only: the values live in the attributes
+    _modules: OrderedDict[str, Module]
+    training: bool
+
     def __init__(self) -> None:
         object.__setattr__(self, "_parameters", OrderedDict())
         object.__setattr__(self, "_buffers", OrderedDict())
@@ -228,7 +239,7 @@ class Module:
             # An array (or list) assigned to a parameter's name becomes its value: the parameter stays one.
             self._parameters[name].data = as_real_array(value, name)
             return
-        target = None
+        target: OrderedDict[str, Any] | None = None
         if isinstance(value, Parameter):
             target = self._parameters
         elif isinstance(value, Module):
@@ -244,25 +255,25 @@ class Module:
         if target is not None or replaced:  # state changed (a layer's cached input does not count)
             _generation[0] += 1
 
-    def register_buffer(self, name: str, value) -> None:
+    def register_buffer(self, name: str, value: Any) -> None:
         """Keep ``value`` as state (saved by ``state_dict``) that is not learned."""
         setattr(self, name, value)
         self._buffers[name] = None  # the value itself lives in the attribute
 
     # --- calling ---------------------------------------------------------
 
-    def forward(self, *inputs):
+    def forward(self, *inputs: Any) -> Any:
         """The layer's computation; sub-classes define it."""
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
     #: Whether :meth:`backward` takes ``input_grad=False`` (parameter gradients only, returns None).
     skips_input_grad: bool = False
 
-    def backward(self, grad_y):
+    def backward(self, grad_y: Any) -> Any:
         """Gradient with respect to the input, given ``grad_y``; accumulates parameter gradients."""
         raise NotImplementedError(f"{type(self).__name__} does not define backward()")
 
-    def __call__(self, *inputs, **options):
+    def __call__(self, *inputs: Any, **options: Any) -> Any:
         """Run :meth:`forward`, timing it when a recorder is open and this is a leaf module."""
         recorder = _timing.current_recorder()
         if recorder is None or self._modules:
@@ -273,14 +284,15 @@ class Module:
         recorder.add(self, "forward", timer.stop())
         return out
 
-    def run_backward(self, grad_y, input_grad: bool = True):
+    def run_backward(self, grad_y: Any, input_grad: bool = True) -> Any:
         """``backward(grad_y)``, timed like ``__call__`` when a recorder is open.
 
         ``input_grad=False``: parameter gradients only, None returned (the
         input gradient is left out where the layer can, else dropped).
         """
         if input_grad is not True and input_grad is not False:
-            input_grad = check_input_grad(input_grad)
+            # Unreachable for a type checker; callers are not checked, and a non-bool is refused by name.
+            input_grad = check_input_grad(input_grad)  # type: ignore[unreachable]
         recorder = _timing.current_recorder()
         if recorder is None or self._modules:
             return self._backward(grad_y, input_grad)
@@ -290,11 +302,12 @@ class Module:
         recorder.add(self, "backward", timer.stop())
         return out
 
-    def _backward(self, grad_y, input_grad: bool):
+    def _backward(self, grad_y: Any, input_grad: bool) -> Any:
         if input_grad:
             return self.backward(grad_y)
-        if self.skips_input_grad:
-            return self.backward(grad_y, input_grad=False)
+        if self.skips_input_grad:  # such a layer's backward takes input_grad (see skips_input_grad)
+            backward: Callable[..., Any] = self.backward
+            return backward(grad_y, input_grad=False)
         self.backward(grad_y)
         return None
 
@@ -393,7 +406,7 @@ class Module:
                 object.__setattr__(owner, name, value)
 
     @staticmethod
-    def _converted(key: str, value: Any, current, xp):
+    def _converted(key: str, value: Any, current: Any, xp: Any) -> Any:
         """``value`` as an array of ``current``'s dtype on ``xp``, or an error naming ``key``.
 
         Read first in its own dtype, so what cannot be a parameter is refused by
@@ -491,6 +504,9 @@ class Sequential(Module):
         skipped ``Identity`` layers') timing rows are then empty.
     """
 
+    fuse_activations: bool
+    _fused: dict[int, int]  # last layer of a fused run -> its convolution (the last forward's)
+
     def __init__(self, *layers: Module, fuse_activations: bool = True) -> None:
         super().__init__()
         for index, layer in enumerate(layers):
@@ -518,7 +534,8 @@ class Sequential(Module):
         """``(activation, end)`` if layer ``index`` can take, fused, the activation of layer ``end``:
         the next layer, or the first after only ``Identity`` layers.
         """
-        if not self.fuse_activations or not getattr(layers[index], "fusable_activations", ()):
+        fusable = getattr(layers[index], "fusable_activations", ())
+        if not self.fuse_activations or not fusable:
             return None
         end = index + 1
         while end < len(layers) and getattr(layers[end], "fusion_transparent", False):
@@ -526,7 +543,7 @@ class Sequential(Module):
         if end >= len(layers):
             return None
         activation = getattr(layers[end], "fusable_activation", None)
-        if activation is not None and activation in layers[index].fusable_activations:
+        if activation is not None and activation in fusable:
             return activation, end
         return None
 
@@ -548,7 +565,7 @@ class Sequential(Module):
         cached = self.__dict__.get("_runs_cache")
         if cached is not None and cached[0] == key:
             return cached[1]
-        runs = []
+        runs: list[tuple[int, str | None, int]] = []
         index = 0
         while index < len(layers):
             found = self._fusable(layers, index)
@@ -562,7 +579,7 @@ class Sequential(Module):
         object.__setattr__(self, "_runs_cache", (key, runs))
         return runs
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         """Apply the layers in order, fusing a convolution with a following activation where possible."""
         layers = list(self._modules.values())
         fused = {}  # last layer of a fused run -> its convolution
@@ -579,14 +596,15 @@ class Sequential(Module):
 
     skips_input_grad = True
 
-    def backward(self, grad_y, input_grad: bool = True):
+    def backward(self, grad_y: Any, input_grad: bool = True) -> Any:
         """Gradient through the layers in reverse order, honouring the fusions of the last forward.
 
         ``input_grad=False``: the first layer leaves out the gradient with
         respect to the network's input (None is returned); see the module doc.
         """
         if input_grad is not True and input_grad is not False:
-            input_grad = check_input_grad(input_grad)
+            # Unreachable for a type checker; callers are not checked, and a non-bool is refused by name.
+            input_grad = check_input_grad(input_grad)  # type: ignore[unreachable]
         layers = list(self._modules.values())
         index = len(layers) - 1
         while index >= 0:

@@ -23,7 +23,7 @@ _AFFINE_KERNEL: list = []
 _forksafe.at_fork_in_child(_AFFINE_KERNEL.clear)
 
 
-def _running_affine(x, mean, var, weight, bias, eps: float):
+def _running_affine(x: Any, mean: Any, var: Any, weight: Any, bias: Any, eps: float) -> Any:
     """Batch norm with running statistics as one affine map per channel, PyTorch's inference form:
     ``y = x * a + (bias - mean * a)`` with ``a = weight / sqrt(var + eps)``.
 
@@ -87,6 +87,9 @@ class BatchNorm2D(Module):
     """
 
     category = "batch norm"
+    # Buffers, set through register_buffer.
+    running_mean: Any
+    running_var: Any
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, *, dtype: Any = "float32") -> None:
         super().__init__()
@@ -100,9 +103,9 @@ class BatchNorm2D(Module):
         self.bias = Parameter(np.zeros(self.num_features, dtype))
         self.register_buffer("running_mean", np.zeros(self.num_features, dtype))
         self.register_buffer("running_var", np.ones(self.num_features, dtype))
-        self._cache = None
+        self._cache: tuple[Any, Any, bool] | None = None
 
-    def _check(self, x):
+    def _check(self, x: Any) -> Any:
         """``x`` checked, and as float64 when it holds integers (see the class doc)."""
         x = real_input(x, "BatchNorm2D input `x`")
         if x.ndim != 4 or x.shape[1] != self.num_features:
@@ -112,7 +115,7 @@ class BatchNorm2D(Module):
             )
         return x
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         """Normalise per channel with batch statistics (training, updating the running ones) or running ones."""
         x = self._check(x)
         xp = array_module(x)
@@ -142,7 +145,7 @@ class BatchNorm2D(Module):
         self._cache = (xhat, inv_std, self.training) if self._need_cache() else None
         return xhat * self.weight.data.reshape(shape) + self.bias.data.reshape(shape)
 
-    def backward(self, grad_y):
+    def backward(self, grad_y: Any) -> Any:
         """Gradient with respect to the input; accumulates the weight and bias gradients."""
         if self._cache is None:
             raise RuntimeError("BatchNorm2D.backward needs a forward pass with gradients enabled first")

@@ -20,6 +20,8 @@ float inputs keep their dtype; bool, complex and object arrays are refused.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -42,7 +44,7 @@ def _judge_again_after_fork() -> None:
     _host_module = None
 
 
-def _host_kernels():
+def _host_kernels() -> ModuleType | None:
     """``convsuite.backends._numba_pool`` (max pooling for NumPy arrays), or None without numba."""
     global _host_module
     if _host_module is None:
@@ -50,16 +52,19 @@ def _host_kernels():
 
         # The numba backend's own verdict: numba installed, importable and compiling (not NUMBA_DISABLE_JIT).
         if get_backend("numba").available() is True:
-            from ..backends import _numba_pool as module
+            from ..backends import _numba_pool
+
+            _host_module = _numba_pool
         else:
-            module = False
-        _host_module = module
+            _host_module = False
     return _host_module or None
 
 
-def _on_host_kernels(array) -> bool:
-    """Whether ``array`` is one the numba pooling kernels take (NumPy, float32/float64), numba installed."""
-    return isinstance(array, np.ndarray) and array.dtype in (np.float32, np.float64) and _host_kernels() is not None
+def _host_kernels_for(array: Any) -> ModuleType | None:
+    """The numba pooling kernels if they take ``array`` (NumPy, float32/float64) and numba is usable, else None."""
+    if isinstance(array, np.ndarray) and array.dtype in (np.float32, np.float64):
+        return _host_kernels()
+    return None
 
 
 def _out_size(n: int, k: int, s: int, p: int) -> int:
@@ -93,7 +98,7 @@ def _span(n: int, o: int, k: int, s: int, p: int) -> tuple[int, int, int, int]:
     return first, last + 1, p - first, max((o - 1) * s + last + 1, p + n) - first
 
 
-def _tap(padded, p: int, q: int, s: tuple[int, int], out: tuple[int, int]):
+def _tap(padded: Any, p: int, q: int, s: tuple[int, ...], out: tuple[int, int]) -> Any:
     """The strided slice of ``padded`` that tap ``(p, q)`` of every window reads."""
     (sh, sw), (ho, wo) = s, out
     return padded[:, :, p : p + sh * (ho - 1) + 1 : sh, q : q + sw * (wo - 1) + 1 : sw]
@@ -103,8 +108,15 @@ class _Pool2D(Module):
     """Shared geometry of the 2-D pools (inputs ``(B, C, H, W)``)."""
 
     category = "pooling"
+    #: What padding reads as (-inf for max pooling, 0 for average pooling): set by each sub-class.
+    _pad_value: float
 
-    def __init__(self, kernel_size, stride=None, padding=0) -> None:
+    def __init__(
+        self,
+        kernel_size: int | tuple[int, ...],
+        stride: int | tuple[int, ...] | None = None,
+        padding: int | tuple[int, ...] = 0,
+    ) -> None:
         super().__init__()
         self.kernel_size = as_int_tuple(kernel_size, 2, "kernel_size")
         self.stride = self.kernel_size if stride is None else as_int_tuple(stride, 2, "stride")
@@ -118,7 +130,7 @@ class _Pool2D(Module):
             )
         self._cache: Any = None
 
-    def _geometry(self, x) -> tuple[tuple[int, int], tuple, Any]:
+    def _geometry(self, x: Any) -> tuple[tuple[int, int], tuple, Any]:
         """Output size, per-dimension :func:`_span` and the cropped padded input (pad value chosen by the
         sub-class).
         """
@@ -126,18 +138,18 @@ class _Pool2D(Module):
         spans = self._spans(x.shape, out)
         return out, spans, self._pad(x, spans)
 
-    def _spans(self, x_shape, out) -> tuple:
+    def _spans(self, x_shape: tuple[int, ...], out: tuple[int, int]) -> tuple:
         """:func:`_span` of each spatial dimension."""
         return tuple(map(_span, x_shape[2:], out, self.kernel_size, self.stride, self.padding))
 
-    def _taps(self, padded, spans, out):
+    def _taps(self, padded: Any, spans: tuple, out: tuple[int, int]) -> Iterator[tuple[int, int, Any]]:
         """``(p, q, view)`` for every tap that reads the input somewhere, in raster order."""
         (p0, p1, _, _), (q0, q1, _, _) = spans
         for p in range(p0, p1):
             for q in range(q0, q1):
                 yield p, q, _tap(padded, p - p0, q - q0, self.stride, out)
 
-    def _out_shape(self, x) -> tuple[int, int]:
+    def _out_shape(self, x: Any) -> tuple[int, int]:
         """Output size for input ``x``, checked to be 4-D and at least one window large."""
         if x.ndim != 4:
             raise ValueError(f"{type(self).__name__} expects input (B, C, H, W); got shape {tuple(x.shape)}")
@@ -145,9 +157,10 @@ class _Pool2D(Module):
             raise ValueError(
                 f"{type(self).__name__} needs an input of at least 1 row and 1 column; got shape {tuple(x.shape)}"
             )
-        out = tuple(
+        out_h, out_w = (
             _out_size(n, k, s, p) for n, k, s, p in zip(x.shape[2:], self.kernel_size, self.stride, self.padding)
         )
+        out = (out_h, out_w)
         if min(out) < 1:
             raise ValueError(
                 f"{type(self).__name__} with kernel_size={self.kernel_size}, padding={self.padding} needs an input "
@@ -155,7 +168,7 @@ class _Pool2D(Module):
             )
         return out
 
-    def _pad(self, x, spans):
+    def _pad(self, x: Any, spans: tuple) -> Any:
         """The crop of the padded input that the visited taps read (``x`` itself without padding)."""
         (_, _, top, rows), (_, _, left, cols) = spans
         if (top, left, rows, cols) == (0, 0, *x.shape[2:]):
@@ -165,7 +178,14 @@ class _Pool2D(Module):
         padded[:, :, top : top + x.shape[2], left : left + x.shape[3]] = x
         return padded
 
-    def _scatter(self, per_tap, x_shape, dtype, xp, out):
+    def _scatter(
+        self,
+        per_tap: Callable[[int, int, Any], None],
+        x_shape: tuple[int, ...],
+        dtype: Any,
+        xp: Any,
+        out: tuple[int, int],
+    ) -> Any:
         """Sum the per-tap gradients back into an input-shaped array.
 
         ``per_tap(p, q, into)`` writes tap ``(p, q)``'s gradient into ``into``
@@ -193,7 +213,7 @@ class _Pool2D(Module):
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
 
-def _padding(padding, nd: int) -> tuple[int, ...]:
+def _padding(padding: int | tuple[int, ...], nd: int) -> tuple[int, ...]:
     """Non-negative symmetric padding per dimension."""
     return as_int_tuple(padding, nd, "padding", minimum=0)
 
@@ -217,7 +237,7 @@ class MaxPool2D(_Pool2D):
 
     _pad_value = float("-inf")
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         """Window maxima of ``x (B, C, H, W)``; keeps the argmax when gradients are needed.
 
         As ``torch.nn.MaxPool2d``: the first maximal element of a window wins
@@ -225,8 +245,9 @@ class MaxPool2D(_Pool2D):
         window of ``-inf`` keeps its first element that is not padding.
         """
         x = real_input(x, f"{type(self).__name__} input `x`")
-        if _on_host_kernels(x):
-            return self._forward_on_host(x)
+        kernels = _host_kernels_for(x)
+        if kernels is not None:
+            return self._forward_on_host(x, kernels)
         xp = array_module(x)
         out, spans, padded = self._geometry(x)
         kw = self.kernel_size[1]
@@ -245,18 +266,25 @@ class MaxPool2D(_Pool2D):
         self._cache = (x.shape, out, arg) if arg is not None else None
         return best
 
-    def _forward_on_host(self, x):
+    def _forward_on_host(self, x: Any, kernels: ModuleType) -> Any:
         """:meth:`forward` by numba's one-pass kernel (NumPy input): 4-7x the tap-by-tap ufuncs'
         speed on LeNet-5's pools (2-core VM), same values and arg-max.
         """
         out = self._out_shape(x)
-        best, arg = _host_kernels().max_pool2d_forward(
+        best, arg = kernels.max_pool2d_forward(
             np.ascontiguousarray(x), self.kernel_size, self.stride, self.padding, out, self._code_dtype()
         )
         self._cache = (x.shape, out, arg) if self._need_cache() else None
         return best
 
-    def _max_and_arg(self, taps, batch_channels, out, xp, nan_aware: bool):
+    def _max_and_arg(
+        self,
+        taps: list[tuple[int, Any]],
+        batch_channels: tuple[int, int],
+        out: tuple[int, int],
+        xp: Any,
+        nan_aware: bool,
+    ) -> tuple[Any, Any]:
         """Window maxima and arg-max tap codes ``p * kw + q``.
 
         The code is updated by arithmetic, ``arg += taken * (code - arg)``: a masked
@@ -279,7 +307,7 @@ class MaxPool2D(_Pool2D):
             xp.maximum(best, tap, out=best)
         return best, arg
 
-    def _first_valid_tap(self, batch_channels: tuple[int, int], out: tuple[int, int], xp):
+    def _first_valid_tap(self, batch_channels: tuple[int, int], out: tuple[int, int], xp: Any) -> Any:
         """Per window, the code of its first tap inside the input (the arg-max of an all ``-inf`` window)."""
         firsts = []
         for n_out, s, pad in zip(out, self.stride, self.padding):
@@ -293,20 +321,21 @@ class MaxPool2D(_Pool2D):
         """The arg-max codes' type, on both paths (see :func:`_code_dtype`)."""
         return _code_dtype(self.kernel_size[0] * self.kernel_size[1])
 
-    def backward(self, grad_y):
+    def backward(self, grad_y: Any) -> Any:
         """``grad_y`` routed to each window's maximal input (see :meth:`forward`)."""
         if self._cache is None:
             raise RuntimeError(f"{type(self).__name__}.backward needs a forward pass with gradients enabled first")
         x_shape, out, arg = self._cache
         _check_grad_y(type(self).__name__, grad_y, (*x_shape[:2], *out))
-        if _on_host_kernels(grad_y):
-            return _host_kernels().max_pool2d_backward(
+        kernels = _host_kernels_for(grad_y)
+        if kernels is not None:
+            return kernels.max_pool2d_backward(
                 np.ascontiguousarray(grad_y), arg, x_shape, self.kernel_size, self.stride, self.padding
             )
         xp = array_module(grad_y)
         kw = self.kernel_size[1]
 
-        def routed(p, q, into):
+        def routed(p: int, q: int, into: Any) -> None:
             xp.multiply(grad_y, arg == p * kw + q, out=into)
 
         return self._scatter(routed, x_shape, grad_y.dtype, xp, out)
@@ -330,7 +359,7 @@ class AvgPool2D(_Pool2D):
 
     _pad_value = 0.0
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         """Window means of ``x (B, C, H, W)``, padding zeros counted."""
         x = real_input(x, f"{type(self).__name__} input `x`")
         out, spans, padded = self._geometry(x)
@@ -342,7 +371,7 @@ class AvgPool2D(_Pool2D):
         self._cache = (x.shape, out)
         return total * x.dtype.type(1.0 / (kh * kw))
 
-    def backward(self, grad_y):
+    def backward(self, grad_y: Any) -> Any:
         """``grad_y`` spread evenly over each window's inputs."""
         if self._cache is None:
             raise RuntimeError(f"{type(self).__name__}.backward needs a forward pass first")
@@ -351,7 +380,7 @@ class AvgPool2D(_Pool2D):
         share = grad_y * grad_y.dtype.type(1.0 / (self.kernel_size[0] * self.kernel_size[1]))
         xp = array_module(grad_y)
 
-        def spread(p, q, into):
+        def spread(p: int, q: int, into: Any) -> None:
             into[...] = share
 
         return self._scatter(spread, x_shape, grad_y.dtype, xp, out)
@@ -375,7 +404,9 @@ class MaxPool1D(Module):
 
     category = "pooling"
 
-    def __init__(self, kernel_size, stride=None, padding=0) -> None:
+    def __init__(
+        self, kernel_size: int | tuple[int], stride: int | tuple[int] | None = None, padding: int | tuple[int] = 0
+    ) -> None:
         super().__init__()
         (k,) = as_int_tuple(kernel_size, 1, "kernel_size")
         (s,) = (k,) if stride is None else as_int_tuple(stride, 1, "stride")
@@ -385,9 +416,10 @@ class MaxPool1D(Module):
             raise ValueError(f"`padding` must be at most half of kernel_size={k}; got {p}")
         self.kernel_size, self.stride, self.padding = k, s, p
         # A private helper, not a child: this layer is the leaf that timing and repr see.
+        self._pool: MaxPool2D
         object.__setattr__(self, "_pool", MaxPool2D((1, k), (1, s), (0, p)))
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         """Window maxima of ``x (B, C, W)``."""
         x = real_input(x, "MaxPool1D input `x`")
         if x.ndim != 3:
@@ -401,7 +433,7 @@ class MaxPool1D(Module):
             )
         return self._pool.forward(x[:, :, None, :])[:, :, 0, :]
 
-    def backward(self, grad_y):
+    def backward(self, grad_y: Any) -> Any:
         """``grad_y`` routed to each window's (first) maximal input."""
         if self._pool._cache is None:
             raise RuntimeError("MaxPool1D.backward needs a forward pass with gradients enabled first")
@@ -430,16 +462,16 @@ class AdaptiveAvgPool2D(Module):
 
     category = "pooling"
 
-    def __init__(self, output_size=1) -> None:
+    def __init__(self, output_size: int | tuple[int, int] = 1) -> None:
         super().__init__()
         # The type first (bools, arrays and floats refused with their own message), then the value.
         if as_int_tuple(output_size, 2, "output_size") != (1, 1):
             raise ValueError(
                 f"`output_size` must be 1 or (1, 1) (only global pooling is implemented); got {_show(output_size)}"
             )
-        self._shape = None
+        self._shape: tuple[int, ...] | None = None
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         """Mean over ``H`` and ``W`` of ``x (B, C, H, W)``, shape ``(B, C, 1, 1)``."""
         x = real_input(x, "AdaptiveAvgPool2D input `x`")
         if x.ndim != 4:
@@ -451,7 +483,7 @@ class AdaptiveAvgPool2D(Module):
         self._shape = x.shape
         return x.mean(axis=(2, 3), keepdims=True, dtype=x.dtype)
 
-    def backward(self, grad_y):
+    def backward(self, grad_y: Any) -> Any:
         """``grad_y`` spread evenly over the ``H * W`` inputs of each channel."""
         if self._shape is None:
             raise RuntimeError("AdaptiveAvgPool2D.backward needs a forward pass first")

@@ -21,7 +21,7 @@ def _is_torch_conv(module: torch.nn.Module) -> bool:
     return isinstance(module, (torch.nn.Conv1d, torch.nn.Conv2d)) and not isinstance(module, (Conv1d, Conv2d))
 
 
-def _ours(module: torch.nn.Module) -> tuple[type, type]:
+def _ours(module: torch.nn.Module) -> tuple[type[torch.nn.Module], type[torch.nn.Module]]:
     """The torch base class of ``module`` and the convsuite class it becomes."""
     return next((base, ours) for base, ours in _OURS if isinstance(module, base))
 
@@ -109,5 +109,6 @@ def convert(
         model = copy.deepcopy(model)
     for module in [m for m in model.modules() if _is_torch_conv(m)]:
         module.__class__ = _ours(module)[1]
+        assert isinstance(module, (Conv1d, Conv2d))  # now one of ours: its settings are attributes, not tensors
         module.backend, module.algorithm = backend, algorithm
     return model

@@ -55,7 +55,9 @@ class ConvFunction(torch.autograd.Function):
     """``y = conv(x, weight, bias)`` of either rank, forward and backward on convsuite."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, geometry: Geometry):
+    def forward(
+        ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, geometry: Geometry
+    ) -> torch.Tensor:
         """Convolve on convsuite and keep ``x`` and ``weight`` for the backward."""
         conv = _api.conv1d if geometry.ndim == 1 else _api.conv2d
         b = None if bias is None else _operand(bias)
@@ -66,7 +68,7 @@ class ConvFunction(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable  # the backward runs on convsuite, outside autograd: no double backward
-    def backward(ctx, grad_y: torch.Tensor):
+    def backward(ctx: Any, grad_y: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         """The gradients autograd asks for, from one convsuite backward call."""
         x, weight = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad[:3]  # need_b is False without a bias
@@ -119,7 +121,18 @@ def _autocast(tensors: tuple, device_type: str) -> tuple:
     )
 
 
-def convolve(ndim: int, x, weight, bias, stride, padding, dilation, groups, backend, algorithm) -> torch.Tensor:
+def convolve(
+    ndim: int,
+    x: Any,
+    weight: Any,
+    bias: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    groups: Any,
+    backend: str | None,
+    algorithm: str,
+) -> torch.Tensor:
     """One convolution through :class:`ConvFunction`, operands checked (and cast under autocast) first."""
     if isinstance(x, torch.Tensor):
         x, weight, bias = _autocast((x, weight, bias), x.device.type)
@@ -179,9 +192,9 @@ def conv1d(
     input: torch.Tensor,
     weight: torch.Tensor,
     bias: torch.Tensor | None = None,
-    stride=1,
-    padding=0,
-    dilation=1,
+    stride: int | tuple[int, ...] = 1,
+    padding: Any = 0,
+    dilation: int | tuple[int, ...] = 1,
     groups: int = 1,
     *,
     backend: str | None = None,
@@ -194,9 +207,9 @@ def conv2d(
     input: torch.Tensor,
     weight: torch.Tensor,
     bias: torch.Tensor | None = None,
-    stride=1,
-    padding=0,
-    dilation=1,
+    stride: int | tuple[int, ...] = 1,
+    padding: Any = 0,
+    dilation: int | tuple[int, ...] = 1,
     groups: int = 1,
     *,
     backend: str | None = None,

@@ -8,15 +8,20 @@ replaced, plus ``forward``, which calls it as torch's does.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+from torch.nn.common_types import _size_1_t, _size_2_t
+from torch.types import Device
 
 from ._checks import checked_settings
 from ._function import convolve
 
 __all__ = ["Conv1d", "Conv2d"]
+
+#: torch's padding modes (``torch.nn.Conv2d``'s ``padding_mode``).
+PaddingMode = Literal["zeros", "reflect", "replicate", "circular"]
 
 
 def pad_widths(padding: Any, kernel_size: tuple, dilation: tuple) -> list[int]:
@@ -38,11 +43,24 @@ def pad_widths(padding: Any, kernel_size: tuple, dilation: tuple) -> list[int]:
     return widths
 
 
-class _OnConvsuite:
-    """What the convsuite modules add to torch's: the settings, and a forward that runs on convsuite."""
+class _OnConvsuite(torch.nn.Module):
+    """What the convsuite modules add to torch's: the settings, and a forward that runs on convsuite.
+
+    A mixin placed before ``torch.nn.Conv1d``/``Conv2d``, whose attributes it reads (declared here as
+    torch's ``_ConvNd`` declares them, for the type checker).
+    """
 
     backend: str | None
     algorithm: str
+    # torch's, set by torch.nn.Conv1d/Conv2d.__init__
+    kernel_size: tuple[int, ...]
+    stride: tuple[int, ...]
+    padding: str | tuple[int, ...]
+    dilation: tuple[int, ...]
+    groups: int
+    padding_mode: PaddingMode
+    weight: torch.Tensor
+    bias: torch.Tensor | None
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         """Convolve ``input`` (``(B, C, *spatial)`` or unbatched) with the module's weight and bias."""
@@ -50,7 +68,7 @@ class _OnConvsuite:
 
     def _conv_forward(self, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """Torch's padding modes, then convsuite's convolution (zero padding its own)."""
-        padding = self.padding
+        padding: str | tuple[int, ...] | int = self.padding
         if self.padding_mode != "zeros":  # as torch: pad by the mode, then convolve without padding
             input = F.pad(input, pad_widths(padding, self.kernel_size, self.dilation), mode=self.padding_mode)
             padding = 0
@@ -104,15 +122,15 @@ class Conv1d(_OnConvsuite, torch.nn.Conv1d):
         self,
         in_channels: int,
         out_channels: int,
-        kernel_size,
-        stride=1,
+        kernel_size: _size_1_t,
+        stride: _size_1_t = 1,
         padding: Any = 0,
-        dilation=1,
+        dilation: _size_1_t = 1,
         groups: int = 1,
         bias: bool = True,
-        padding_mode: str = "zeros",
-        device=None,
-        dtype=None,
+        padding_mode: PaddingMode = "zeros",
+        device: Device = None,
+        dtype: torch.dtype | None = None,
         *,
         backend: str | None = None,
         algorithm: str = "auto",
@@ -160,15 +178,15 @@ class Conv2d(_OnConvsuite, torch.nn.Conv2d):
         self,
         in_channels: int,
         out_channels: int,
-        kernel_size,
-        stride=1,
+        kernel_size: _size_2_t,
+        stride: _size_2_t = 1,
         padding: Any = 0,
-        dilation=1,
+        dilation: _size_2_t = 1,
         groups: int = 1,
         bias: bool = True,
-        padding_mode: str = "zeros",
-        device=None,
-        dtype=None,
+        padding_mode: PaddingMode = "zeros",
+        device: Device = None,
+        dtype: torch.dtype | None = None,
         *,
         backend: str | None = None,
         algorithm: str = "auto",
