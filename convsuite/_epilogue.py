@@ -39,7 +39,7 @@ __all__ = [
 ACTIVATIONS = (None, "relu", "relu6")
 
 #: The compile-time switch of the CUDA kernels' epilogue for each activation
-#: (template argument ACT, ``activate<ACT>`` in ``cuda_src/common.cuh``).
+#: (template argument ACT, ``activate<ACT>`` in ``backends/cupy/include/common.cuh``).
 ACTIVATION_CODES = {None: 0, "relu": 1, "relu6": 2}
 
 

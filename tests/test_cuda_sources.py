@@ -12,19 +12,22 @@ from pathlib import Path
 
 import pytest
 
-from convsuite.backends._cuda_sources import (
-    ARCH_TARGETS,
-    DEFINES,
-    KERNELS,
-    OVERRIDABLE,
+from convsuite.backends.cupy import _sources
+from convsuite.backends.cupy._catalog import ARCH_TARGETS, DEFINES, KERNELS, OVERRIDABLE
+from convsuite.backends.cupy._sources import (
+    INCLUDE_DIR,
     arch_options,
     compile_options,
+    include_dirs,
     name_expressions,
     normalize_overrides,
-    source_dir,
+    source_path,
 )
 
 REPO = Path(__file__).resolve().parents[1]
+#: Where the sources are in the repository: beside their algorithm modules, and the shared headers.
+ALGORITHMS_DIR = REPO / "convsuite" / "backends" / "cupy" / "algorithms"
+HEADERS_DIR = REPO / "convsuite" / "backends" / "cupy" / "include"
 
 
 def _configurations() -> list[tuple[str, tuple]]:
@@ -61,10 +64,14 @@ def test_each_kernel_of_a_file_has_its_own_instantiations():
 
 
 def test_every_source_file_is_listed_and_present():
-    on_disk = {p.name for p in (REPO / "cuda_src").glob("*.cu")}
+    on_disk = {p.name for p in ALGORITHMS_DIR.glob("*.cu")}
     assert on_disk == set(KERNELS)
-    assert {p.name for p in source_dir().glob("*.cu")} == set(KERNELS)
-    assert (source_dir() / "common.cuh").is_file()
+    assert all(source_path(filename).is_file() for filename in KERNELS)
+    assert (
+        {p.name for p in HEADERS_DIR.iterdir()}
+        == {"common.cuh", "tf32x3.cuh"}
+        == {p.name for p in INCLUDE_DIR.glob("*.cuh")}
+    )
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found: CUDA sources not compiled")
@@ -77,7 +84,7 @@ def test_sources_compile_to_ptx(filename, overrides, tmp_path):
     """Instantiate every kernel the backend uses, for float and double, and compile to PTX.
 
     Also with each ``-D`` configuration a tunable parameter can select
-    (``_cuda_sources.OVERRIDABLE``), so every configuration a user can ask
+    (``CudaSource.overridable``), so every configuration a user can ask
     for compiles here before it reaches NVRTC on a GPU.
     """
     text = _compile_ptx(filename, overrides, ARCH_TARGETS.get(filename, "sm_90"), tmp_path)
@@ -97,8 +104,8 @@ def test_architecture_specific_sources_assemble(filename, tmp_path):
     assert "wgmma.mma_async" not in generic and "trap" in generic
     # With the run-time options (arch_options), a compiler that took another target stops with an error.
     wrapper = tmp_path / "required.cu"
-    wrapper.write_text(f'#include "{source_dir() / filename}"\n')
-    refused = _nvcc(wrapper, "sm_90", tmp_path / "x.ptx", "-DCS_REQUIRE_ARCH_FEATURES=1", *compile_options(()))
+    wrapper.write_text(f'#include "{source_path(filename)}"\n')
+    refused = _nvcc(wrapper, "sm_90", tmp_path / "x.ptx", "-DCS_REQUIRE_ARCH_FEATURES=1", *compile_options(filename))
     assert refused.returncode != 0 and "was not taken" in refused.stderr
     assert arch_options(filename) == (f"-arch={ARCH_TARGETS[filename]}", "-DCS_REQUIRE_ARCH_FEATURES=1")
     assert arch_options("conv2d.cu") == ()
@@ -127,7 +134,7 @@ def _nvcc(source: Path, arch: str, output: Path, *options: str) -> subprocess.Co
         f"-arch={arch}",
         mode,
         *options,
-        f"-I{source_dir()}",
+        *(f"-I{folder}" for folder in include_dirs()),
         str(source),
         "-o",
         str(output),
@@ -138,27 +145,32 @@ def _nvcc(source: Path, arch: str, output: Path, *options: str) -> subprocess.Co
 def _compile_ptx(filename: str, overrides: tuple, arch: str, tmp_path: Path, cubin: bool = False) -> str:
     """PTX of ``filename`` with every kernel the backend uses instantiated (float and double);
     ``cubin``: also assembled by ptxas (the PTX is returned)."""
-    lines = [f'#include "{source_dir() / filename}"', "void convsuite_instantiate_all() {"]
+    lines = [f'#include "{source_path(filename)}"', "void convsuite_instantiate_all() {"]
     lines += [f"    (void)&{name};" for name in name_expressions(filename)]
     lines.append("}")
     wrapper = tmp_path / f"instantiate_{filename}"
     wrapper.write_text("\n".join(lines) + "\n")
     ptx = tmp_path / "out.ptx"
-    result = _nvcc(wrapper, arch, ptx, *compile_options(overrides))
+    result = _nvcc(wrapper, arch, ptx, *compile_options(filename, overrides))
     assert result.returncode == 0, result.stderr
     if cubin:  # nvcc runs its own ptxas on the same instantiations
-        assembled = _nvcc(wrapper, arch, tmp_path / "out.cubin", *compile_options(overrides))
+        assembled = _nvcc(wrapper, arch, tmp_path / "out.cubin", *compile_options(filename, overrides))
         assert assembled.returncode == 0, assembled.stderr
     return ptx.read_text()
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found: CUDA sources not compiled")
 def test_sources_refuse_to_compile_without_the_shared_constants(tmp_path):
-    """The constants come from DEFINES only: a source compiled without them stops with an error."""
-    wrapper = tmp_path / "no_defines.cu"
-    wrapper.write_text(f'#include "{source_dir() / "conv2d.cu"}"\n')
-    result = _nvcc(wrapper, "sm_90", tmp_path / "x.ptx")
-    assert result.returncode != 0 and "compile_options" in result.stderr
+    """The constants come from the records only: a source compiled without them stops with an error (the
+    shared ones: common.cuh's check; tf32x3's, read by #if, its own check, as they would otherwise read as 0)."""
+    for filename in ("conv2d.cu", "implicit_gemm_tf32x3.cu"):
+        wrapper = tmp_path / "no_defines.cu"
+        wrapper.write_text(f'#include "{source_path(filename)}"\n')
+        result = _nvcc(wrapper, "sm_90", tmp_path / "x.ptx")
+        assert result.returncode != 0 and "compile_options" in result.stderr, filename
+    shared_only = [f"-D{name}={value}" for name, value in _sources.SHARED_DEFINES.items()]
+    result = _nvcc(wrapper, "sm_90", tmp_path / "x.ptx", *shared_only)
+    assert result.returncode != 0 and "CS_TX_BLOCKS, CS_TX_STAGES" in result.stderr
 
 
 def test_configurations_cover_every_overridable_value():
@@ -182,8 +194,12 @@ def test_overrides_are_checked_and_normalised():
     assert normalize_overrides("depthwise.cu", [("CS_DW_PY", DEFINES["CS_DW_PY"]), ("CS_DW_PX", px)]) == (
         ("CS_DW_PX", px),
     )
-    assert "-DCS_RT_PX=8" in compile_options((("CS_RT_PX", 8),))
-    assert f"-DCS_RT_PX={DEFINES['CS_RT_PX']}" in compile_options()
+    assert "-DCS_RT_PX=8" in compile_options("conv2d.cu", (("CS_RT_PX", 8),))
+    assert f"-DCS_RT_PX={DEFINES['CS_RT_PX']}" in compile_options("conv2d.cu")
+    # A source gets the shared constants and its own (with those of the source it includes), no others.
+    assert set(compile_options("conv2d_masked.cu")) == {
+        f"-D{name}={DEFINES[name]}" for name in ("CS_THREADS", "CS_CONST_BYTES", "CS_TX_PROMOTE", "CS_RT_PX")
+    }
     with pytest.raises(ValueError, match=r"CS_RT_PX is not a per-configuration constant of pointwise.cu"):
         normalize_overrides("pointwise.cu", {"CS_RT_PX": 2})
     with pytest.raises(ValueError, match=r"CS_GEMM_BM is not a per-configuration constant of implicit_gemm.cu"):
@@ -196,7 +212,7 @@ def test_overrides_are_checked_and_normalised():
 
 def test_shared_constants_are_not_redefined_in_the_sources():
     """No .cu or .cuh file defines a constant that DEFINES provides."""
-    for path in [*(REPO / "cuda_src").glob("*.cu"), REPO / "cuda_src" / "common.cuh"]:
+    for path in [*ALGORITHMS_DIR.glob("*.cu"), *HEADERS_DIR.glob("*.cuh")]:
         text = path.read_text()
         for name in DEFINES:
             assert f"#define {name}" not in text, f"{path.name} redefines {name}"
@@ -226,17 +242,19 @@ def test_a_built_wheel_ships_every_source(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     (wheel,) = tmp_path.glob("convsuite-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for filename in [*KERNELS, "common.cuh"]:
-        assert f"convsuite/cuda_src/{filename}" in names
+    for filename in KERNELS:
+        assert f"convsuite/backends/cupy/algorithms/{filename}" in names
+    for header in ("common.cuh", "tf32x3.cuh"):
+        assert f"convsuite/backends/cupy/include/{header}" in names
     assert "convsuite/bench/workloads.json" in names
     target = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)], check=True
     )
     code = (
-        "import convsuite.backends._cuda_sources as s, sys;"
-        "assert str(s.source_dir()).startswith(sys.argv[1]), s.source_dir();"
-        "[s.source_text(f) for f in s.KERNELS]"
+        "import convsuite.backends.cupy._catalog as c, convsuite.backends.cupy._sources as s, sys;"
+        "assert all(str(s.source_path(f)).startswith(sys.argv[1]) for f in c.KERNELS), s.include_dirs();"
+        "[s.compile_source(f) for f in c.KERNELS]"
     )
     subprocess.run([sys.executable, "-c", code, str(target)], check=True, cwd=tmp_path, env={"PYTHONPATH": str(target)})
 
@@ -246,38 +264,40 @@ def test_compile_source_names_each_included_header_by_its_hash(tmp_path, monkeyp
     the compiled text ends with each included header's hash, so an edited header is a new key."""
     import hashlib
 
-    from convsuite.backends import _cuda_sources
-
     # Headers beyond common.cuh, written out here (not read from the sources' #include lines).
     shared_headers = {f: ["tf32x3.cuh"] for f in ("implicit_gemm_tf32x3.cu", "tf32x3_image.cu", "tf32x3_wgmma.cu")}
     for filename in KERNELS:
-        text = _cuda_sources.compile_source(filename)
-        source = _cuda_sources.source_text(filename)
+        text = _sources.compile_source(filename)
+        source = _sources.source_text(filename)
         assert text.startswith(source)  # line numbers of messages unchanged
         headers = ["common.cuh", *shared_headers.get(filename, [])]
         if filename.endswith("_masked.cu"):  # includes its plain source, hashed too
             headers.append(filename.replace("_masked.cu", ".cu"))
         expected = []
         for header in sorted(headers):
-            expected += ["//", header, "sha256", hashlib.sha256((source_dir() / header).read_bytes()).hexdigest()]
+            expected += ["//", header, "sha256", hashlib.sha256(source_path(header).read_bytes()).hexdigest()]
         assert text[len(source) :].split() == expected, filename
-    copy = tmp_path / "cuda_src"
-    shutil.copytree(source_dir(), copy)
-    monkeypatch.setattr(_cuda_sources, "source_dir", lambda: copy)
-    before = _cuda_sources.compile_source("conv2d.cu")
-    with open(copy / "common.cuh", "a") as header:
+    headers, sources = tmp_path / "include", tmp_path / "algorithms"
+    shutil.copytree(INCLUDE_DIR, headers)
+    sources.mkdir()
+    for filename in KERNELS:
+        shutil.copy(source_path(filename), sources / filename)
+    monkeypatch.setattr(_sources, "include_dirs", lambda: (headers, sources))
+    assert source_path("conv2d.cu") == sources / "conv2d.cu"
+    before = _sources.compile_source("conv2d.cu")
+    with open(headers / "common.cuh", "a") as header:
         header.write("\n// an edit\n")
-    after = _cuda_sources.compile_source("conv2d.cu")
+    after = _sources.compile_source("conv2d.cu")
     assert before != after and before.splitlines()[:-1] == after.splitlines()[:-1]
     # A masked module reads common.cuh through its plain source: an edit to either is a new key.
-    masked = _cuda_sources.compile_source("implicit_gemm_masked.cu")
-    with open(copy / "common.cuh", "a") as header:
+    masked = _sources.compile_source("implicit_gemm_masked.cu")
+    with open(headers / "common.cuh", "a") as header:
         header.write("\n// another edit\n")
-    assert _cuda_sources.compile_source("implicit_gemm_masked.cu") != masked
-    masked = _cuda_sources.compile_source("implicit_gemm_masked.cu")
-    with open(copy / "implicit_gemm.cu", "a") as plain:
+    assert _sources.compile_source("implicit_gemm_masked.cu") != masked
+    masked = _sources.compile_source("implicit_gemm_masked.cu")
+    with open(sources / "implicit_gemm.cu", "a") as plain:
         plain.write("\n// an edit\n")
-    assert _cuda_sources.compile_source("implicit_gemm_masked.cu") != masked
+    assert _sources.compile_source("implicit_gemm_masked.cu") != masked
 
 
 def test_grid_stride_loops_take_64_bit_indices_before_an_int_could_overflow():

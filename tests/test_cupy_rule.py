@@ -14,7 +14,9 @@ import pytest
 import convsuite as cs
 from convsuite._capture import graph_capture
 from convsuite.backends import _cupy_rule as rule
-from convsuite.backends._cupy_algorithms import RECORDS, register_tiled_blocks, splitk_tiles
+from convsuite.backends.cupy._catalog import RECORDS
+from convsuite.backends.cupy.algorithms.conv2d import register_tiled_blocks
+from convsuite.backends.cupy.algorithms.pointwise import splitk_tiles
 from convsuite.backends.cupy_backend import CupyBackend
 
 GPU = CupyBackend()

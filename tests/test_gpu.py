@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 
 import convsuite as cs
-from convsuite.backends._cupy_algorithms import FUSED_ACTIVATION
+from convsuite.backends.cupy._catalog import FUSED_ACTIVATION
 from convsuite.backends.cupy_backend import ALGORITHMS, ONE_D_ALGORITHMS
 from convsuite.testing import (
     assert_within,
@@ -356,7 +356,7 @@ def test_tf32x3_image_matches_reference(case, bias):
 def test_tf32x3_image_blocks_walk_over_more_images_than_the_gpu_holds():
     """Persistent blocks: a batch several times the resident blocks, each block taking many images."""
     from convsuite.backends import _cupy_runtime as rt
-    from convsuite.backends._cupy_algorithms import tf32x3_image_geometry
+    from convsuite.backends.cupy.algorithms.tf32x3_image import tf32x3_image_geometry
 
     rng = np.random.default_rng(47)
     image, w = (8, 20, 20), rng.standard_normal((24, 8, 3, 3)).astype(np.float32)
@@ -494,7 +494,7 @@ def test_long_signals_every_1d_algorithm(algorithm, n, k, pad):
 def test_blocked_persistent_runs(x_shape, w_shape, kw, dtype, persistent):
     """conv1d_blocked_pipelined's persistent grid: each block walks a run of items, stage by stage
     (and the one-tile-per-block kernel on the same cases)."""
-    from convsuite.backends import _cupy_algorithms as algs
+    from convsuite.backends.cupy.algorithms import conv1d as algs
 
     rng = np.random.default_rng(x_shape[-1])
     x = rng.standard_normal(x_shape).astype(dtype)
@@ -1050,7 +1050,7 @@ def test_tunable_configurations_match_reference(algorithm, dtype):
 def test_tunable_plans_share_modules_and_record_compile_times():
     """Defaults spelled out share the default plan and module; a -D configuration compiles once, timed."""
     from convsuite.backends import _cupy_runtime as rt
-    from convsuite.backends._cupy_algorithms import REGISTER_PX
+    from convsuite.backends.cupy.algorithms.conv2d import REGISTER_PX
 
     backend = cs._registry.get_backend("cupy")
     record = backend.algorithm_table()["register_tiled"]
@@ -1170,7 +1170,7 @@ def test_a_first_call_compiles_the_modules_of_its_kernels_only(tmp_path):
     import sys
 
     from convsuite.backends import _cupy_runtime as rt
-    from convsuite.backends._cupy_algorithms import TF32X3_WGMMA_CAPABILITY
+    from convsuite.backends.cupy.algorithms.implicit_gemm import TF32X3_WGMMA_CAPABILITY
 
     env = {**__import__("os").environ, "CUPY_CACHE_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", _ONE_KERNEL_CHILD], env=env, capture_output=True, text=True)

@@ -18,7 +18,7 @@ import pytest
 
 import convsuite as cs
 from convsuite import _epilogue
-from convsuite.backends._cupy_algorithms import FUSED_RELU_MASK, RECORDS
+from convsuite.backends.cupy._catalog import FUSED_RELU_MASK, RECORDS
 from convsuite.testing import assert_within, backward_tolerances, reference_backward
 
 INFO = {b.name: b for b in cs.list_backends()}["cupy"]

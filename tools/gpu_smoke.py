@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 import convsuite as cs
-from convsuite.backends._cupy_algorithms import FUSED_RELU_MASK as backend_masks
+from convsuite.backends.cupy._catalog import FUSED_RELU_MASK as backend_masks
 from convsuite.testing import backward_tolerances, forward_tolerance, reference_backward, reference_forward
 
 
@@ -104,7 +104,7 @@ for dtype in (np.float32, np.float64):
 # every kernel a tunable selects (blocked's persistent),
 # and each template variant of the big implicit GEMMs' gathers, each value alone with the others
 # at their defaults, on the first case each algorithm runs.
-from convsuite.backends._cuda_sources import OVERRIDABLE  # noqa: E402
+from convsuite.backends.cupy._catalog import OVERRIDABLE  # noqa: E402
 
 compiled = {
     "register_tiled": ("px",),

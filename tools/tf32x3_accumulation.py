@@ -22,9 +22,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
 
-    from convsuite.backends import _cuda_sources
+    from convsuite.backends.cupy import _sources
 
-    _cuda_sources.DEFINES["CS_TX_PROMOTE"] = args.promote  # before any module is compiled
+    _sources.SHARED_DEFINES["CS_TX_PROMOTE"] = args.promote  # before any module is compiled
     import cupy as cp
     import numpy as np
     import torch

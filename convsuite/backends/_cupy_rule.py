@@ -64,8 +64,10 @@ import math
 from typing import Callable
 
 from .._spec import ConvSpec
-from ._cupy_algorithms import TF32X3_IMAGE_MAX_CHANNELS, TF32X3_IMAGE_MAX_WARPS, register_tiled_blocks, splitk_tiles
 from .base import Verdict
+from .cupy.algorithms.conv2d import register_tiled_blocks
+from .cupy.algorithms.pointwise import splitk_tiles
+from .cupy.algorithms.tf32x3_image import TF32X3_IMAGE_MAX_CHANNELS, TF32X3_IMAGE_MAX_WARPS
 
 __all__ = ["choose", "big_tiles"]
 

@@ -1,10 +1,10 @@
 """CUDA plumbing of the cupy backend: modules, kernel handles, packed launches, device facts, timing.
 
 Everything here is per device and cached: NVRTC compiles each kernel (an
-entry of ``_cuda_sources.KERNELS``: one template argument list, both dtypes,
-and both index types where it has them) once per device and per
-configuration (the shared ``-D`` constants of ``_cuda_sources``, some
-replaced by a tunable parameter's value), a kernel handle is looked up once,
+kernel template of a ``cupy._sources.CudaSource``: one template argument list,
+both dtypes, and both index types where it has them) once per device and per
+configuration (the source's ``-D`` constants, some replaced by a tunable
+parameter's value), a kernel handle is looked up once,
 the multiprocessor count is queried once. cupy is imported on first use only.
 A module per kernel rather than per file, because a first call compiles only
 what it runs: the tf32x3 forward kernel alone compiles in ~4 s, its file's
@@ -17,7 +17,7 @@ reads modules built with ``name_expressions`` back from it too, with the
 mangled names NVRTC produced (``cupy/cuda/compiler.py``,
 ``_compile_with_cache_cuda``). Each configuration is its own entry, since the
 key holds the ``-D`` options; the source handed to NVRTC ends with the hash of
-the headers it includes (:func:`_cuda_sources.compile_source`), since the key
+the headers it includes (:func:`.cupy._sources.compile_source`), since the key
 does not read them. So a configuration compiled by one process (a sweep, a
 tuner) is loaded, not compiled, by the next; :func:`disk_cache` says where,
 and whether this CuPy reads it back. Within a process each configuration is
@@ -57,16 +57,15 @@ from contextlib import contextmanager
 import numpy as np
 
 from .. import _forksafe
-from ._cuda_sources import (
-    DEFINES,
-    KERNELS,
+from .cupy._sources import (
+    SHARED_DEFINES,
     arch_options,
     compile_options,
     compile_source,
+    include_dirs,
     name_expression,
     name_expressions,
     normalize_overrides,
-    source_dir,
 )
 
 __all__ = [
@@ -92,7 +91,7 @@ __all__ = [
     "zeros",
 ]
 
-THREADS = DEFINES["CS_THREADS"]
+THREADS = SHARED_DEFINES["CS_THREADS"]
 
 _lock = _forksafe.lock()
 _modules: dict[tuple[int, str, tuple, str | None], object] = {}
@@ -131,19 +130,19 @@ def device_id() -> int:
 def module(filename: str, overrides=(), *, kernel: str):
     """The compiled module of ``kernel`` of ``filename`` on the current device, built once per configuration.
 
-    ``kernel`` is an entry of ``_cuda_sources.KERNELS[filename]`` (such as
+    ``kernel`` is a kernel template of the source ``filename`` declares (such as
     ``"conv2d_register_tiled@8"`` or ``"conv2d_direct|I"``): the module
     holds its instantiations only, and its own copy of every ``__constant__``
     symbol of the source (a kernel reads the copy of its module).
     ``overrides`` replaces some ``-D`` constants (see
-    ``_cuda_sources.OVERRIDABLE``): a mapping or ``(name, value)`` pairs;
+    ``CudaSource.overridable``): a mapping or ``(name, value)`` pairs;
     values equal to the defaults are dropped, so the default configuration
     of a kernel is one module whatever the spelling.
 
     Raises
     ------
     KeyError
-        ``kernel`` is not an entry of ``KERNELS[filename]``.
+        ``kernel`` is not a kernel of ``filename``, or no imported module declares ``filename``.
     """
     overrides = normalize_overrides(filename, overrides)
     cp = cupy()
@@ -164,7 +163,8 @@ def module(filename: str, overrides=(), *, kernel: str):
             # CuPy appends after the options: so given, NVRTC built wgmma kernels on an H100
             # (tools/wgmma_probe.py at tag notebook-2026-11-28, 2026-11-27), which it refuses for plain sm_90.
             target = arch_options(filename)
-            options = (*target, "-std=c++17", f"-I{source_dir()}", *compile_options(overrides))
+            includes = tuple(f"-I{folder}" for folder in include_dirs())
+            options = (*target, "-std=c++17", *includes, *compile_options(filename, overrides))
             compiled = _build(cp, compile_source(filename), options, expressions, f"{filename} ({kernel})")
             seconds = time.perf_counter() - t0
             with _lock:
@@ -327,11 +327,13 @@ def module_seconds() -> dict[tuple[str, tuple, str], float]:
         return dict(_module_seconds)
 
 
-def compile_all() -> None:
-    """Build every kernel's module on the current device (what first calls of every algorithm would do)."""
-    for filename, kernels in KERNELS.items():
-        for entry in kernels:
-            module(filename, kernel=entry)
+def compile_all(sources) -> None:
+    """Build the module of every kernel of ``sources`` (``CudaSource`` records) on the current device
+    (what first calls of every algorithm would do).
+    """
+    for source in sources:
+        for entry in source.kernels:
+            module(source.filename, kernel=entry)
 
 
 def kernel(filename: str, name: str, dtype: str, total: int | None = None, overrides=()):

@@ -156,6 +156,11 @@ class KernelModuleBackend(Backend):
         """The backend's algorithms; subclasses list them (see :meth:`record`)."""
         raise NotImplementedError
 
+    @property
+    def algorithms(self) -> tuple[str, ...]:
+        """The names of the records of :meth:`_records`, in their order (the first is the default)."""
+        return tuple(self.algorithm_table())
+
     def algorithm_table(self) -> Mapping[str, Algorithm]:
         table = self.__dict__.get("_table")
         if table is None:

@@ -1,8 +1,10 @@
 """The ``cupy`` backend: hand-written CUDA kernels run through ``cupy.RawModule``.
 
 Each way of computing is a named algorithm a user can pin with
-``algorithm=``; the records (name, summary, directions, the cases each one
-declines and why, its launch plan) live in :mod:`._cupy_algorithms`, the
+``algorithm=``; each record (name, summary, directions, the cases it
+declines and why, its launch plan, every flag read here) lives in its
+algorithm module beside its ``.cu`` files (:mod:`.cupy.algorithms`, found by
+a naming convention; the tables are derived in :mod:`.cupy._catalog`), the
 CUDA plumbing (NVRTC modules built once per device with the shared ``-D``
 constants, kernel handles, timing) in :mod:`._cupy_runtime`. cupy is imported
 only when the backend is first used.
@@ -66,46 +68,24 @@ from .._epilogue import ACTIVATION_CODES
 from .._precision import admits, get_precision
 from .._spec import ConvSpec
 from . import _cupy_runtime as rt
-from ._cupy_algorithms import (
+from ._cupy_rule import choose
+from .base import Backend, Launch, Verdict
+from .cupy._catalog import (
     ALGORITHMS,
+    CALLS_CUBLAS,
     FUSED_ACTIVATION,
     FUSED_RELU_MASK,
     ONE_D_ALGORITHMS,
     RECORDS,
+    SOURCES,
     TWO_D_ALGORITHMS,
-    _depthwise_fixed,
     plan_backward_relu,
     plan_forward_activation,
 )
-from ._cupy_rule import choose
-from .base import Backend, Launch, Verdict
 
 __all__ = ["CupyBackend", "ALGORITHMS", "ONE_D_ALGORITHMS", "TWO_D_ALGORITHMS"]
 
 _PLAN_CACHE_SIZE = 256
-
-
-#: Algorithms that multiply through cuBLAS (declined while a CUDA graph is captured).
-_CALLS_CUBLAS = frozenset({"pointwise_gemm", "im2col_gemm"})
-
-#: Forward kernels whose input tiles hold padding as zeros that are multiplied
-#: like any other input (load_patch, the implicit-GEMM gathers, the 1-D tiles
-#: of tiled_halo, tiled_cached_halo and blocked). The others get the front end's
-#: fix-up, whose check of the weights (``bool(isfinite(w).all())``) waits for the
-#: kernel and copies a flag to the host on every padded call.
-_IEEE_FORWARD = frozenset(
-    {
-        "tiled_shared",
-        "register_tiled",
-        "fused_gemm",
-        "igemm_big",
-        "tf32x3",
-        "tf32x3_image",
-        "tiled_halo",
-        "tiled_cached_halo",
-        "blocked",
-    }
-)
 
 
 def _int32_geometry(spec: ConvSpec) -> int:
@@ -138,7 +118,7 @@ class CupyBackend(Backend):
         self._plans.clear()
 
     def algorithm_table(self):
-        """The cupy algorithm records (:data:`._cupy_algorithms.RECORDS`)."""
+        """The cupy algorithm records (:data:`.cupy._catalog.RECORDS`)."""
         return RECORDS
 
     def available(self) -> Verdict:
@@ -224,7 +204,7 @@ class CupyBackend(Backend):
         """
         self.warm_up_dtypes(dtype)
         t0 = time.perf_counter()
-        rt.compile_all()
+        rt.compile_all(SOURCES)
         return time.perf_counter() - t0
 
     # --- which algorithm can run what ------------------------------------
@@ -259,7 +239,7 @@ class CupyBackend(Backend):
                 "stride, dilation, padding or a padded/dilated extent of 2^30 or more overflows "
                 "the kernels' 32-bit int geometry; the 'cython' and 'numba' backends index with 64 bits"
             )
-        if algorithm in _CALLS_CUBLAS and capturing():
+        if algorithm in CALLS_CUBLAS and capturing():
             return "calls cuBLAS, which CuPy refuses during CUDA-graph stream capture"
         return super().can_run(spec, algorithm, direction, params)
 
@@ -270,13 +250,8 @@ class CupyBackend(Backend):
         front end's fix-up, which would synchronise with the host (and break
         CUDA-graph capture), is skipped for them.
         """
-        if algorithm == "im2col_gemm":
-            return True  # zero-filled columns through cuBLAS, forward and weight gradient
-        if direction != "forward":
-            return False
-        if algorithm == "depthwise":
-            return _depthwise_fixed(spec.as_2d()) != (0, 0)  # the compiled-K path reads zero rows
-        return algorithm in _IEEE_FORWARD
+        record = RECORDS.get(algorithm)
+        return record is not None and record.multiplies_padding(spec, direction)
 
     def choose_algorithm(self, spec: ConvSpec, direction: str) -> tuple[str, str]:
         """The algorithm of the first class rule that applies, can run and is admitted by the precision policy
@@ -339,7 +314,7 @@ class CupyBackend(Backend):
 
     #: Whether ``relu_output=`` runs the masked kernels (True) or a masked copy
     #: of grad_y then the plain kernels (False, the default). The algorithms of
-    #: :data:`._cupy_algorithms.FUSED_RELU_MASK` can read grad_y through the
+    #: :data:`.cupy._catalog.FUSED_RELU_MASK` can read grad_y through the
     #: ReLU output at every load, but on the cnn-train-3x3 layers (H100,
     #: 2026-11-22, docs/measurements/backward-ladder-i17-2026-11-22b.md at tag notebook-2026-11-28) that
     #: was slower than one masked copy: fused_gemm 0.74-0.78x, igemm_big
@@ -354,7 +329,7 @@ class CupyBackend(Backend):
         """Whether ``relu_output=`` is applied inside ``algorithm``'s backward kernels.
 
         Only with :attr:`relu_mask_in_kernels` set and for
-        :data:`._cupy_algorithms.FUSED_RELU_MASK` (the implicit GEMMs,
+        :data:`.cupy._catalog.FUSED_RELU_MASK` (the implicit GEMMs,
         depthwise, the dW ladder): their dX and dW kernels and the db
         reduction then apply ``0 if relu_output <= 0 else grad_y`` at every
         load, so no masked copy of grad_y is written and read back. The cuBLAS

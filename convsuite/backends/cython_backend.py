@@ -104,7 +104,6 @@ class CythonBackend(KernelModuleBackend):
     name = "cython"
     device = "cpu"
     priority = 20
-    algorithms = ("direct", "gemm", "depthwise")
     description = "Cython, one core: tiled AXPY loops gcc vectorises, or im2col + BLAS; GIL released"
     # No OpenMP; gemm's BLAS at one thread: scipy-openblas32 is set to one at load (_blas_routines),
     # SciPy's fallback is held to one by threadpoolctl during a launch (without threadpoolctl, an

@@ -327,7 +327,6 @@ class NumbaBackend(KernelModuleBackend):
     name = "numba"
     device = "cpu"
     priority = 30
-    algorithms = ("direct", "gemm", "blocked", "line1d", "depthwise")
     description = "Numba prange over independent output tiles, all cores (direct, im2col+BLAS, 1-D line)"
     kernel_module = _DIRECT
     missing_hint = "numba is not installed; install it with `pip install 'convsuite[numba]'`"

@@ -2,6 +2,6 @@
 // ladder, reading grad_y through the ReLU output (relu_output=), as a module of their
 // own. The kernels are templates defined in wgrad_ladder.cu (a MASK switch in its
 // device bodies); naming only their "_masked" instantiations here
-// (_cuda_sources.KERNELS) leaves the plain module's compile as it was and compiles
+// (its CudaSource) leaves the plain module's compile as it was and compiles
 // these on the first backward through a ReLU. common.cuh comes with the plain source.
 #include "wgrad_ladder.cu"

@@ -251,7 +251,7 @@ __global__ void conv1d_blocked(const T* __restrict__ x, const T* __restrict__ w,
 // a piece that is not wholly inside the row goes element by element, zeros outside
 // it. The outputs are staged in the stage's buffer once it is read, then stored
 // coalesced. A launch with shared memory for one stage only (a long halo) loads,
-// then computes. The stage layout must match _cupy_algorithms._blocked_stage_elements.
+// then computes. The stage layout must match _blocked_stage_elements (conv1d.py).
 // Register budget by the bytes of accumulators: float at V <= 9 in 32 registers, 8 blocks of
 // 256 (no spills at any width; unbounded, ptxas took 56 at K=31: 4 blocks' loads in flight
 // instead of 8); double at V <= 9 and float above in 64; double above in 128 (sm_90, nvcc 13).

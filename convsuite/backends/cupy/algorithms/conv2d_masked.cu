@@ -3,6 +3,6 @@
 // per group, reading grad_y through the ReLU output (relu_output=), as a module of
 // their own. The kernels are templates defined in conv2d.cu (a MASK switch in its
 // device bodies); naming only their "_masked" instantiations here
-// (_cuda_sources.KERNELS) leaves the plain module's compile as it was and compiles
+// (its CudaSource) leaves the plain module's compile as it was and compiles
 // these on the first backward through a ReLU. common.cuh comes with the plain source.
 #include "conv2d.cu"

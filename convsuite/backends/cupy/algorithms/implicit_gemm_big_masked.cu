@@ -2,7 +2,7 @@
 // (the forward kernel on grad_y) and its weight gradient, reading grad_y through the
 // ReLU output (relu_output=), as a module of their own. The kernels are templates
 // defined in implicit_gemm_big.cu (a MASK switch in its device bodies); naming only
-// their "_masked" instantiations here (_cuda_sources.KERNELS) leaves the plain module's
+// their "_masked" instantiations here (its CudaSource) leaves the plain module's
 // compile as it was and compiles these on the first backward through a ReLU. common.cuh
 // comes with the plain source.
 #include "implicit_gemm_big.cu"

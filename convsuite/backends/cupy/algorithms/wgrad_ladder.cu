@@ -24,7 +24,7 @@
 #include "common.cuh"
 
 #ifndef CS_LADDER_YB
-#error "compile with the -D options of convsuite.backends._cuda_sources.compile_options()"
+#error "compile with the -D options of convsuite.backends.cupy._sources.compile_options()"
 #endif
 
 // The input channel of weight row (m, c) and its offsets.

@@ -5,7 +5,7 @@
 #pragma once
 
 #if !defined(CS_TX_PROMOTE)
-#error "compile with the -D options of convsuite.backends._cuda_sources.compile_options() (CS_TX_PROMOTE)"
+#error "compile with the -D options of convsuite.backends.cupy._sources.compile_options() (CS_TX_PROMOTE)"
 #endif
 
 // One TF32 value (as its 32-bit pattern) rounded to nearest, ties away from

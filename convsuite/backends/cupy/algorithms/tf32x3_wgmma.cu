@@ -1,6 +1,6 @@
 // tf32x3_wgmma: tf32x3's forward product (error-compensated TF32, see
 // implicit_gemm_tf32x3.cu) on Hopper's warpgroup MMA, wgmma.mma_async
-// (sm_90a; this file is compiled with -arch=sm_90a, _cuda_sources.ARCH_TARGETS).
+// (sm_90a; this file is compiled with -arch=sm_90a, its CudaSource's arch).
 //
 // Why another kernel: mma.sync's warps issue every m16n8k8 MMA (48 a k-step),
 // their fragment loads and the splits themselves. A wgmma is one asynchronous
@@ -37,7 +37,7 @@
 #include "common.cuh"
 #include "tf32x3.cuh"
 
-// At run time the backend asks for sm_90a and this check (_cuda_sources.arch_options): a compiler
+// At run time the backend asks for sm_90a and this check (_sources.arch_options): a compiler
 // that took another target fails here, rather than building kernels that trap when launched.
 #if defined(CS_REQUIRE_ARCH_FEATURES) && defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "tf32x3_wgmma.cu was compiled for a target without sm_90a's features (wgmma): -arch=sm_90a was not taken"
@@ -91,7 +91,7 @@ __device__ __forceinline__ void tw_fence_proxy() { asm volatile("fence.proxy.asy
 #endif
 
 // Stages of the cp.async pipeline (S - 2 copied ahead): CS_TW_STAGES, one value with the launch,
-// which sizes the dynamic shared memory from it (_cuda_sources.DEFINES); and the blocks per
+// which sizes the dynamic shared memory from it (its CudaSource's defines); and the blocks per
 // multiprocessor the registers must allow (128 registers). H100, 2026-11-27, against S = 4 and 3 blocks, stages of
 // two k-steps, and the weights copied through L2 only (docs/measurements/tf32x3-wgmma-2026-11-27-h100.md):
 // the weights through L1 made the kernel 1.4-1.8x faster on every layer measured, S = 5 and 4 blocks

@@ -90,11 +90,11 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
-// Constants shared with the launch code arrive as -D options from one table
-// (convsuite/backends/_cuda_sources.py, DEFINES); never define them here.
-#if !defined(CS_THREADS) || !defined(CS_CONST_BYTES) || !defined(CS_BLOCKED_V) || !defined(CS_RT_PX) || \
-    !defined(CS_GEMM_BM) || !defined(CS_GEMM_BN) || !defined(CS_GEMM_BK) || !defined(CS_DW_PX) || !defined(CS_DW_PY) || !defined(CS_PW_PX)
-#error "compile with the -D options of convsuite.backends._cuda_sources.compile_options()"
+// Constants shared with the launch code arrive as -D options, each from the one
+// record that defines it (convsuite/backends/cupy/_sources.py, SHARED_DEFINES, and
+// each source's CudaSource beside its algorithm module); never define them here.
+#if !defined(CS_THREADS) || !defined(CS_CONST_BYTES)
+#error "compile with the -D options of convsuite.backends.cupy._sources.compile_options()"
 #endif
 
 // Constant memory for the *_const algorithms (CS_CONST_BYTES, the hardware

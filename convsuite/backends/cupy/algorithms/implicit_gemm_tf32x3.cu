@@ -51,7 +51,7 @@
 #define TX_PAD 8
 // The forward kernel's shared-memory stages (cp.async), S - 1 copies ahead of the MMAs: CS_TX_STAGES
 // at BM = 64 (the backend's "stages" tunable), two at BM = 128. The stages are dynamic shared memory
-// (the launch passes their size: _cupy_algorithms.tf32x3_stage_bytes, whose TF32X3_A_ROW and
+// (the launch passes their size: tf32x3_stage_bytes (implicit_gemm.py), whose TF32X3_A_ROW and
 // TF32X3_B_PAD are TX_AROW and TX_PAD below): five or more at BM = 64 pass the 48 KiB a static
 // array may take.
 __host__ __device__ constexpr int tx_stages(int BM) { return BM >= 128 ? 2 : CS_TX_STAGES; }
@@ -186,10 +186,13 @@ __host__ __device__ constexpr int tx_wgrad_threads(int BM) { return BM >= 32 ? 2
 
 // Minimum resident blocks the forward kernel's registers must allow: CS_TX_BLOCKS
 // blocks of 128 threads (BM = 64), half as many of 256 (BM = 128), at least one; 0
-// gives no minimum. Occupancy, not code, changes: 4 (the module of DEFINES) caps the
+// gives no minimum. Occupancy, not code, changes: 4 (the default module) caps the
 // kernel at 128 registers, 3 at 168. The backend's rule (_default_blocks_tf32x3)
 // takes 3 from 768 products per output, where it measured faster, 4 below.
 __host__ __device__ constexpr int tx_fwd_min_blocks(int BM) { return CS_TX_BLOCKS * 64 / BM > 0 ? CS_TX_BLOCKS * 64 / BM : 1; }
+#if !defined(CS_TX_BLOCKS) || !defined(CS_TX_STAGES)
+#error "compile with the -D options of convsuite.backends.cupy._sources.compile_options() (CS_TX_BLOCKS, CS_TX_STAGES)"
+#endif
 #if CS_TX_BLOCKS > 0
 #define TX_FWD_BOUNDS(BM) __launch_bounds__(2 * (BM), tx_fwd_min_blocks(BM))
 #else
