@@ -466,6 +466,7 @@ NOT_IN_ASV = {
     "setuptools": "the test suite's wheel-contents test (the build has its own)",
     "wheel": "the test suite's wheel-contents test (the build has its own)",
     "ruff": "the linter",
+    "mypy": "the type checker (make lint)",
     "nvidia-cuda-cuobjdump": "SASS instruction mixes, a GPU developer's tool",
     "nvidia-cuda-nvdisasm": "SASS instruction mixes, a GPU developer's tool",
 }
