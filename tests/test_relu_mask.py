@@ -18,11 +18,11 @@ import pytest
 
 import convsuite as cs
 from convsuite import _epilogue, _nonfinite
-from convsuite.backends.cupy import _catalog as algs
 from convsuite.backends import _cupy_runtime as rt
+from convsuite.backends.base import Backend
+from convsuite.backends.cupy import _catalog as algs
 from convsuite.backends.cupy._catalog import KERNELS
 from convsuite.backends.cupy._sources import normalize_overrides
-from convsuite.backends.base import Backend
 from convsuite.backends.cupy_backend import CupyBackend
 from convsuite.backends.numpy_backend import NumpyBackend
 from convsuite.testing import assert_within, backward_tolerances, reference_backward
