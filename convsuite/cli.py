@@ -15,6 +15,7 @@ import sys
 
 from convsuite.bench._arguments import names_among, positive
 from convsuite.bench.machine import blas_description, cpu_description, cpu_flags, gpu_description, library_versions
+from convsuite.bench.timing import passive_openmp
 
 __all__ = ["build_parser", "cpu_description", "gpu_description", "main"]
 
@@ -185,6 +186,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         request.baseline,
         f"{meta['workload']}, {args.dtype}, on {where} (copy {ceilings['copy_gbs']:.1f} GB/s, "
         f"GEMM {ceilings['gemm_gflops']:.0f} GFLOP/s)",
+        meta,
     )
     if "compare_to" in meta:
         print_ratios(meta["compare_to"])
@@ -521,6 +523,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``convsuite`` console script and ``python -m convsuite``."""
+    # Before anything loads numba's or torch's OpenMP runtime: each reads the policy once, at load.
+    passive_openmp()
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)

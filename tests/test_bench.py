@@ -167,15 +167,16 @@ def test_gpu_comparison_without_a_gpu_says_why(capsys):
 
 
 def test_reduced_rows_are_shown_per_unit_of_work():
-    from convsuite.bench.report import _rows
+    from convsuite.bench.report import _cells, _notes, speedups
 
     big = Case("test", "big", "conv2d", (16, 8, 24, 24), (8, 8, 3, 3), padding=1)  # > 5e6 MACs
     results = [measure(big, name, "backend", "float32", 1, FIXED) for name in ("numpy", "python")]
-    rows = {row[1]: row for row in _rows(results, "numpy")}
-    assert rows["numpy"][2] != "-"  # full size: its time
-    assert rows["python"][2] == "-" and rows["python"][3] == "-"  # not beside full-size times
-    assert "reduced to batch 1" in rows["python"][8] and "GFLOP/s" in rows["python"][8]
-    assert rows["python"][4].endswith("x")  # the speedup is per unit of work
+    ratio = speedups(results, "numpy")
+    rows = {r.contender: (_cells(r, ratio), " ".join(_notes(r))) for r in results}
+    assert rows["numpy"][0]["ms"] != "-"  # full size: its time
+    assert rows["python"][0]["ms"] == "-" and rows["python"][0]["kernel"] == "-"  # not beside full-size times
+    assert "reduced to batch 1" in rows["python"][1] and "GFLOP/s" in rows["python"][1]
+    assert rows["python"][0]["speedup"].endswith("x")  # the speedup is per unit of work
 
 
 def test_time_vs_size_lines_join_only_one_family():
@@ -231,15 +232,22 @@ def test_plots_skipped_without_matplotlib_is_said(tmp_path, monkeypatch):
     assert report.PLOTS_SKIPPED in json.loads((tmp_path / "results.json").read_text())["meta"]["notes"]
 
 
-def test_anchor_not_installed_gets_a_note(monkeypatch):
+def test_anchor_not_installed_is_listed_once(monkeypatch):
     import convsuite.bench.anchors as anchors
-    from convsuite.bench.compare import _anchor_notes
     from convsuite.bench.measure import Result
+    from convsuite.bench.report import unavailable_contenders
 
-    skipped = Result(
-        "w", "c", "forward", "torch", "anchor", "float32", status="skipped", reason="torch is not installed"
-    )
-    assert _anchor_notes([skipped, skipped]) == ["anchor torch left out: torch is not installed"]
+    def skipped(case, name, kind, reason):
+        return Result("w", case, "forward", name, kind, "float32", status="skipped", reason=reason)
+
+    results = [
+        skipped("a", "torch", "anchor", "torch is not installed"),
+        skipped("b", "torch", "anchor", "torch is not installed"),
+        skipped("a", "cupy", "backend", "unavailable: cupy is not installed"),
+        skipped("b", "cupy", "backend", "unavailable: cupy is not installed"),
+        skipped("a", "python", "backend", "9.4e+06 multiply-adds is more than a comparison gives"),  # this case only
+    ]
+    assert unavailable_contenders(results) == {"torch": "torch is not installed", "cupy": "cupy is not installed"}
     assert "torch" in anchors.ANCHORS
 
 

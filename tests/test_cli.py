@@ -73,7 +73,7 @@ def no_measuring(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("measured before rejecting the arguments")
 
-    monkeypatch.setattr("convsuite.bench.compare.measure", forbidden)
+    monkeypatch.setattr("convsuite.bench.compare.measure_case", forbidden)
     monkeypatch.setattr("convsuite.bench.compare.measure_cpu_ceilings", forbidden)
 
 

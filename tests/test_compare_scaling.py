@@ -43,7 +43,7 @@ def no_measuring(monkeypatch):
         raise AssertionError("measured before rejecting the arguments")
 
     monkeypatch.setattr(scaling_view, "scaling_rows", forbidden)
-    monkeypatch.setattr("convsuite.bench.compare.measure", forbidden)
+    monkeypatch.setattr("convsuite.bench.compare.measure_case", forbidden)
 
 
 @pytest.mark.parametrize(
