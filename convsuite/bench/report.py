@@ -230,11 +230,19 @@ def _case_table(rows: list[Result], layout: str, ratio: dict, case: str):
     return table, notes
 
 
+def _natural_width(table) -> int:
+    """The width ``table`` takes with every cell on one line (drawn on a console as wide as it needs)."""
+    from rich.console import Console
+
+    wide = Console(file=io.StringIO(), width=10_000, color_system=None)
+    with wide.capture() as captured:
+        wide.print(table)
+    return max((len(line.rstrip()) for line in captured.get().splitlines()), default=0)
+
+
 def _fits(tables: list, console) -> bool:
     """Whether every table fits the console's width with every cell whole."""
-    from rich.measure import Measurement
-
-    return all(Measurement.get(console, console.options, t).minimum <= console.width for t in tables)
+    return all(_natural_width(t) <= console.width for t in tables)
 
 
 def print_table(results: list[Result], baseline: str, title: str, meta: dict | None = None, console=None) -> None:
@@ -245,6 +253,7 @@ def print_table(results: list[Result], baseline: str, title: str, meta: dict | N
     nowhere here (not installed, no GPU) are listed once at the end, not in
     every table.
     """
+    from rich.padding import Padding
     from rich.text import Text
 
     console = console or _console()
@@ -275,13 +284,13 @@ def print_table(results: list[Result], baseline: str, title: str, meta: dict | N
     for table, notes in built:
         console.print(table)
         for i, note in enumerate(notes, 1):
-            console.print(Text(f"  {i}. {note}", style="dim"))
+            console.print(Padding(Text(f"{i}. {note}", style="dim"), (0, 0, 0, 2)))
     if layout == "compact":
         console.print(Text(f"({_COMPACT_OMITS})", style="dim"))
     if unavailable:
         console.print(Text("not available here (left out of every case):"))
         for name, reason in unavailable.items():
-            console.print(Text(f"  {name}: {reason}"))
+            console.print(Padding(Text(f"{name}: {reason}"), (0, 0, 0, 2)))
     if meta.get("isolation"):
         console.print(Text(f"isolation: {meta['isolation']}", style="dim"))
 
