@@ -59,14 +59,16 @@ def _numba_layer() -> str:
     return f"threading layer {_numba_kernels.threading_layer()}"
 
 
-def _table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+def _table(title: str, columns: list[str], rows: list[list[str]], whole: tuple[str, ...] = ()) -> None:
+    """A rich table; the columns named in ``whole`` never split a cell (names and numbers)."""
+    from rich import box
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=escape(title))
+    table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for column in columns:
-        table.add_column(column)
+        table.add_column(column, no_wrap=column in whole)
     for row in rows:
         table.add_row(*(escape(cell) for cell in row))  # reasons quote `pip install 'convsuite[cuda]'`
     Console().print(table)
@@ -102,11 +104,17 @@ def cmd_info(args: argparse.Namespace) -> int:
         "versions: " + ", ".join(f"{p} {versions[p]}" for p in _PACKAGES),
         f"threads: numba backend uses {convsuite.get_num_threads()} (convsuite.set_num_threads), {_numba_layer()}",
     )
-    rows = [
-        [b.name, b.device, "yes" if b.available else f"no: {b.reason}", ", ".join(b.algorithms), b.description]
-        for b in convsuite.list_backends()
-    ]
-    _table("backends (auto tries them top to bottom)", ["backend", "device", "available", "algorithms", "what"], rows)
+    backends = convsuite.list_backends()
+    rows = [[b.name, b.device, "yes" if b.available else "no (below)", ", ".join(b.algorithms)] for b in backends]
+    _table(
+        "backends (auto tries them top to bottom)",
+        ["backend", "device", "available", "algorithms"],
+        rows,
+        whole=("backend", "device", "available"),
+    )
+    # The long texts under the table, one paragraph each, so that no table cell holds a sentence.
+    _print(*(f"{b.name}: {b.description}" for b in backends))
+    _print(*(f"{b.name} is not available: {b.reason}" for b in backends if not b.available))
     return 0
 
 
@@ -297,6 +305,7 @@ def cmd_model(args: argparse.Namespace) -> int:
         f"(median of {args.repeat}, interleaved, after warm-up)",
         ["contender", "ms", "vs torch", "logits rel. diff", "warm s", "note"],
         rows,
+        whole=("contender", "ms", "vs torch", "logits rel. diff", "warm s"),
     )
     _print(f"isolation: {meta['isolation']}")
     if out is not None:
