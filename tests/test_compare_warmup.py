@@ -52,6 +52,13 @@ def test_warm_up_lasts_until_the_time_per_call_stops_falling():
     assert script.calls >= 1 + 7 + 3
 
 
+def test_long_calls_settle_on_windows_of_two():
+    """A call of a fifth of a second is steady on its own: four blocks, not six, once it stops falling."""
+    slow = Scripted([1.0, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2])
+    warm = warm_up(slow.run, slow.timer, block_s=0.0)
+    assert warm.stable and warm.calls == 4
+
+
 def test_warm_up_stops_at_its_cap_and_says_so():
     falling = Scripted([1.0 * 0.7**n for n in range(100)])  # never settles
     warm = warm_up(falling.run, falling.timer, block_s=0.0, max_blocks=8)

@@ -277,7 +277,7 @@ def measuring_process(backends: list[str] = ()) -> Iterator[tuple[Callable, str]
     waits = openmp_waits()
     if waits.passive:
         _torch_threads()
-        yield measure_case, f"OpenMP waits passive ({waits.description}); contenders timed interleaved in this process"
+        yield measure_case, f"{waits.description}; contenders timed interleaved in this process"
         return
     context = multiprocessing.get_context("spawn")
     with _environment(WAIT_POLICY, "PASSIVE"):

@@ -203,7 +203,7 @@ def compare_model(
         rounds=rounds,
         torch_threads=torch.get_num_threads(),
         isolation=(
-            f"OpenMP waits passive ({waits.description})"
+            waits.description
             if waits.passive
             else f"{waits.description}: torch and convsuite timed in one process may slow each other down"
         ),

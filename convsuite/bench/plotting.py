@@ -96,8 +96,9 @@ def _time_per_case(ok: list[Result], styles: dict, meta: dict, plt) -> bytes:
     """Median time of every contender on every case: one labelled row per case, least work at the bottom."""
     cases = _case_order(ok)
     work = {r.case: r.flops for r in ok if not _reduced(r)}
-    fig, ax = plt.subplots(figsize=(9, 1.4 + 0.42 * len(cases)))
-    offsets = {name: (i - (len(styles) - 1) / 2) * 0.08 for i, name in enumerate(styles)}
+    fig, ax = plt.subplots(figsize=(9, 1.4 + 0.6 * len(cases)))
+    # A small vertical offset per contender, so equal times stay visible side by side (first on top).
+    offsets = {name: ((len(styles) - 1) / 2 - i) * 0.09 for i, name in enumerate(styles)}
     reduced_shown = False
     for name, style in styles.items():
         rows = [r for r in ok if r.contender == name]
@@ -151,22 +152,29 @@ def _time_per_case(ok: list[Result], styles: dict, meta: dict, plt) -> bytes:
 
 
 def _speedup(ok: list[Result], styles: dict, ratio: dict, baseline: str, meta: dict, plt) -> bytes:
-    """Speedup over the baseline per case: horizontal bars grouped by case, cases named on the left."""
+    """Speedup over the baseline per case: bars from 1 (the baseline) to each contender's ratio, cases named."""
     cases = _case_order(ok)
-    names = [n for n in styles if any((c, n) in ratio for c in cases)]
+    names = [n for n in styles if n != baseline and any((c, n) in ratio for c in cases)]
     height = 0.8 / max(len(names), 1)
-    fig, ax = plt.subplots(figsize=(9, 1.4 + 0.22 * len(cases) * max(len(names), 1) ** 0.5 * 1.6))
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.12 * len(cases) * max(len(names), 1) + 0.3 * len(cases)))
     for i, name in enumerate(names):
-        ys = [j - 0.4 + (i + 0.5) * height for j, c in enumerate(cases) if (c, name) in ratio]
-        xs = [ratio[(c, name)] for c in cases if (c, name) in ratio]
-        ax.barh(ys, xs, height, color=styles[name]["color"], edgecolor="#333333", linewidth=0.4, label=name)
-    ax.axvline(1.0, color="black", linewidth=1.0)
+        # The first contender on top of its group, as in the legend.
+        found = [(j, ratio[(c, name)]) for j, c in enumerate(cases) if (c, name) in ratio]
+        ys = [j + 0.4 - (i + 0.5) * height for j, _ in found]
+        # From 1 to the ratio: on a log axis a bar from the axis' edge would give its length no meaning.
+        widths = [value - 1.0 for _, value in found]
+        ax.barh(
+            ys, widths, height, left=1.0, color=styles[name]["color"], edgecolor="#333333", linewidth=0.4, label=name
+        )
+    ax.axvline(1.0, color="black", linewidth=1.2, label=f"{baseline} (= 1)")
     ax.set_xscale("log")
     ax.set_yticks(range(len(cases)))
     ax.set_yticklabels(cases, fontsize=8)
     ax.set_ylim(-0.6, len(cases) - 0.4)
-    ax.set_xlabel(f"speedup over {baseline} (throughput ratio, log scale; > 1 is faster)")
-    ax.set_title(f"{meta.get('workload', '')}: speedup over {baseline}", fontsize=10)
+    for y in range(len(cases) - 1):
+        ax.axhline(y + 0.5, color="#dddddd", linewidth=0.6)
+    ax.set_xlabel(f"speedup over {baseline} (throughput ratio, log scale): right of the line is faster")
+    ax.set_title(f"{meta.get('workload', '')}: speedup over {baseline}, least work at the bottom", fontsize=10)
     ax.grid(True, axis="x", which="both", alpha=0.3)
     _outside_legend(ax, "contender")
     return png_bytes(fig, plt)

@@ -284,13 +284,13 @@ def print_table(results: list[Result], baseline: str, title: str, meta: dict | N
     for table, notes in built:
         console.print(table)
         for i, note in enumerate(notes, 1):
-            console.print(Padding(Text(f"{i}. {note}", style="dim"), (0, 0, 0, 2)))
+            console.print(Padding(Text(f"{i}. {note}", style="dim"), (0, 0, 0, 2), expand=False))
     if layout == "compact":
         console.print(Text(f"({_COMPACT_OMITS})", style="dim"))
     if unavailable:
         console.print(Text("not available here (left out of every case):"))
         for name, reason in unavailable.items():
-            console.print(Padding(Text(f"{name}: {reason}"), (0, 0, 0, 2)))
+            console.print(Padding(Text(f"{name}: {reason}"), (0, 0, 0, 2), expand=False))
     if meta.get("isolation"):
         console.print(Text(f"isolation: {meta['isolation']}", style="dim"))
 

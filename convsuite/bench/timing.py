@@ -99,7 +99,7 @@ def openmp_waits() -> OpenMPWaits:
             f"{WAIT_POLICY}=PASSIVE was set after an OpenMP runtime had loaded ({', '.join(_LOADED_BEFORE)}): "
             "its idle threads spin between calls",
         )
-    return OpenMPWaits(True, f"{WAIT_POLICY}=PASSIVE (idle OpenMP threads sleep)")
+    return OpenMPWaits(True, f"{WAIT_POLICY}=PASSIVE before any OpenMP runtime loaded: idle OpenMP threads sleep")
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,8 @@ WARM_MAX_S = 10.0
 #: A block repeats a short call until it lasts this long, so the clock's resolution and one
 #: interrupt do not decide stability.
 WARM_BLOCK_S = 0.02
+#: A block this long compares windows of two blocks instead of ``window``.
+LONG_BLOCK_S = 0.1
 
 
 def warm_up(
@@ -161,8 +163,9 @@ def warm_up(
     cold caches and starting thread pools all show as a *falling* time per
     call, so the contender is warm once the median of the last ``window``
     blocks is no more than ``tolerance`` below the median of the ``window``
-    blocks before them; a rise is the noise of a shared machine, not a
-    contender still warming. At a cap the result is marked not stable.
+    blocks before them (two and two for blocks of a tenth of a second or
+    more); a rise is the noise of a shared machine, not a contender still
+    warming. At a cap the result is marked not stable.
     """
     check_settings(repeat=window, rounds=1, warmup=max_blocks, settle_s=max_s, min_block_s=block_s)
     clock = timer()
@@ -182,9 +185,11 @@ def warm_up(
             n += 1
         calls += n
         per_call.append(spent / n)
-        if len(per_call) >= 2 * window:
-            recent = statistics.median(per_call[-window:])
-            before = statistics.median(per_call[-2 * window : -window])
+        # Blocks of long calls (a tenth of a second each) are steady on their own: a window of two.
+        size = 2 if spent >= LONG_BLOCK_S else window
+        if len(per_call) >= 2 * size:
+            recent = statistics.median(per_call[-size:])
+            before = statistics.median(per_call[-2 * size : -size])
             if recent >= (1.0 - tolerance) * before:
                 stable = True
                 break
