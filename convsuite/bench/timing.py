@@ -4,7 +4,9 @@
   layer) sleep instead of spinning between calls, so contenders timed in one
   process do not take cores from each other; :func:`openmp_waits` says whether
   that is in force here (a runtime loaded before the variable was set keeps
-  spinning).
+  spinning). Importing this module calls it: every measuring module of the
+  harness (compare, sweep, the network and scaling scripts) imports it, and
+  so sets the policy before it imports torch or starts numba's pool.
 - :func:`warm_up` calls a contender until its per-call time is stable (JIT
   compilation, on-disk caches, BLAS and thread pools), with a cap, and
   reports what that cost.
@@ -299,3 +301,8 @@ def cuda_events_median(fn: Callable[[], object], repeat: int, warmup: int = 2) -
     check_settings(repeat=repeat, warmup=warmup, rounds=1)
     require_gpu("cuda_events_median")
     return events_median(fn, get_backend("cupy").timer, repeat, warmup)
+
+
+# The harness's one switch, thrown when it is imported (see the module's description); a policy the
+# user set is kept, and openmp_waits() tells whether it came in time.
+passive_openmp()
