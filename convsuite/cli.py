@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+import shutil
 import sys
 
 from convsuite.bench._arguments import names_among, positive
@@ -511,7 +512,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     _print(
         f"{result.backend}/{result.algorithm} on {result.workload} ({result.direction}, {result.dtype}), "
         f"{result.meta['device_description']}, {result.meta['date']}",
-        format_table(result),
+        format_table(result, shutil.get_terminal_size().columns),
     )
     failures = [line for line in summary_lines(result) if line.startswith("FAILED")]
     _print(*(line for line in summary_lines(result) if not line.startswith("FAILED")))

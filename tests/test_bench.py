@@ -262,3 +262,24 @@ def test_cpu_description_names_the_cores_a_process_may_use(monkeypatch):
     assert machine.cpu_description().endswith("16 logical cores (2 usable by this process)")
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     assert machine.cpu_description().endswith("16 logical cores")
+
+
+def test_gpu_anchors_set_their_own_tf32_switch_on_every_call(monkeypatch):
+    """cuDNN with TF32 off and on are timed interleaved, and TF32 is one process-wide switch of torch:
+    each call must set its own and leave torch's as it was (checked without a GPU: the call is a probe)."""
+    torch = pytest.importorskip("torch")
+    import convsuite.bench.anchors as anchors
+
+    def probe(case, x, w, bias, grad_y, spec, where="cpu"):
+        return lambda: (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+
+    monkeypatch.setattr(anchors, "_torch", probe)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    before = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+    off = anchors.GPU_ANCHORS["cuDNN (TF32 off)"](SMALL, None, None, None, None, None)
+    on = anchors.GPU_ANCHORS["cuDNN (TF32 on)"](SMALL, None, None, None, None, None)
+    assert [off(), on(), off()] == [(False, False), (True, True), (False, False)]
+    assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == before
+    assert anchors.anchor_precision("cuDNN (TF32 on)") == "medium"
+    assert anchors.anchor_precision("cuDNN (TF32 off)") == anchors.anchor_precision("torch") == "highest"

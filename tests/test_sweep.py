@@ -691,3 +691,13 @@ def test_a_sweep_file_that_cannot_be_written_is_saved_elsewhere(swept, tmp_path,
     assert json.loads(files["json"].read_text())["best"] == swept.best
     assert len(swept.meta["not_saved"]) == len(files) and "Permission denied" in swept.meta["not_saved"][0]
     assert not (tmp_path / "sweep.json").exists() and not [p for p in tmp_path.iterdir() if p.suffix == ".tmp"]
+
+
+def test_the_table_fits_a_terminal_by_naming_layers_in_a_key(swept):
+    wide = format_table(swept)
+    narrow = format_table(swept, width=60)
+    assert "six channels ms" in wide.splitlines()[0]
+    first = narrow.splitlines()[0]
+    assert "L1 ms" in first and "L2 ms" in first and "six channels" not in first
+    assert "L1: six channels" in narrow and "L2: four channels s2" in narrow
+    assert max(len(line) for line in narrow.splitlines()) < max(len(line) for line in wide.splitlines())

@@ -84,13 +84,29 @@ def table(result: SweepResult) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def format_table(result: SweepResult) -> str:
-    """The table as aligned plain text."""
-    header, rows = table(result)
+def _aligned(header: list[str], rows: list[list[str]]) -> list[str]:
+    """Columns padded to their widest cell, two spaces apart, a rule under the header."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return lines
+
+
+def format_table(result: SweepResult, width: int | None = None) -> str:
+    """The table as aligned plain text, within ``width`` columns where it can be.
+
+    Too wide with the layers' names as headers, the layers become ``L1``,
+    ``L2``, ... with a key under the table; the marks column (best, default)
+    is last, so a still wider table loses only its end to the terminal's wrap.
+    """
+    header, rows = table(result)
+    lines = _aligned(header, rows)
+    if width is None or max(map(len, lines)) <= width:
+        return "\n".join(lines)
+    names = result.parameter_names
+    short = [*names, *(f"L{i} ms" for i in range(1, len(result.layers) + 1)), "total ms", ""]
+    key = [f"L{i}: {layer.label}" for i, layer in enumerate(result.layers, 1)]
+    return "\n".join([*_aligned(short, rows), *key])
 
 
 def _params_text(params: dict | None) -> str:
