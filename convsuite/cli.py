@@ -48,6 +48,16 @@ def _print(*lines: str, err: bool = False) -> None:
         console.print(escape(line))
 
 
+def _written(paths) -> str:
+    """``written to DIR/: a, b, c``: each folder once, so that a line of many files still reads at 80 columns."""
+    from pathlib import Path
+
+    folders: dict[str, list[str]] = {}
+    for path in map(Path, paths):
+        folders.setdefault(str(path.parent), []).append(path.name)
+    return "; ".join(f"written to {folder}/: {', '.join(names)}" for folder, names in folders.items())
+
+
 def _numba_layer() -> str:
     """The numba threading layer, if the numba backend is available."""
     import convsuite
@@ -60,14 +70,18 @@ def _numba_layer() -> str:
     return f"threading layer {_numba_kernels.threading_layer()}"
 
 
-def _table(title: str, columns: list[str], rows: list[list[str]], whole: tuple[str, ...] = ()) -> None:
-    """A rich table; the columns named in ``whole`` never split a cell (names and numbers)."""
+def _table(title: str, columns: list[str], rows: list[list[str]], whole: tuple[str, ...] | None = None) -> None:
+    """A rich table; with ``whole``, light rules (room at 80 columns) and its columns never split a cell."""
     from rich import box
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    if whole is None:
+        table = Table(title=escape(title))
+    else:
+        table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    whole = whole or ()
     for column in columns:
         table.add_column(column, no_wrap=column in whole)
     for row in rows:
@@ -214,7 +228,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for note in meta["notes"]:
         _print(f"note: {note}")
     if "files" in meta:
-        _print("written: " + ", ".join(meta["files"].values()))
+        _print(_written(meta["files"].values()))
     for line in meta.get("not_saved", []):
         _print(f"convsuite compare: warning: {line}", err=True)
     wrong = [r for r in results if r.status == "wrong"]
@@ -384,7 +398,7 @@ def cmd_scaling(args: argparse.Namespace) -> int:
     if not points:
         _print("note: no section produced a row (see the lines above for why)")
     if "files" in meta:
-        _print("written: " + ", ".join(meta["files"].values()))
+        _print(_written(meta["files"].values()))
     return 0
 
 
@@ -519,7 +533,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     not_saved = []
     if out is not None:
         files = write_sweep(result, out)
-        _print("written: " + ", ".join(str(p) for p in files.values()))
+        _print(_written(files.values()))
         not_saved = result.meta.get("not_saved", [])
         for line in not_saved:
             _print(f"convsuite sweep: warning: {line}", err=True)

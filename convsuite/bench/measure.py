@@ -106,7 +106,7 @@ class Result:
     warmup_calls: int = 0
     warmup_stable: bool | None = None  # False: the warm-up reached its cap first
     rounds: int = 0  # interleaved rounds the timed calls were spread over
-    drift: str = ""  # the rounds' medians still trend one way (see convsuite.bench.timing.round_drift)
+    drift: str = ""  # the rounds still trend one way: a note (convsuite.bench.timing.round_drift)
     precision: str = "highest"  # the float32 precision class (convsuite.explain(...).precision)
 
     def as_dict(self) -> dict:
