@@ -226,7 +226,19 @@ def _plot_parameters(result: SweepResult, plt) -> dict[str, bytes]:
                 err = [[(p[1] - p[2]) * 1e3 for p in points], [(p[3] - p[1]) * 1e3 for p in points]]
                 ax.errorbar(xs, med, yerr=err, marker="o", capsize=3, color=PALETTE[0], label="median (range)")
                 if layer.default and layer.default.get(name) in [p[0] for p in points]:
-                    ax.axvline(str(layer.default[name]), color=PALETTE[1], linestyle="--", label="default", zorder=0)
+                    at = [p[0] for p in points].index(layer.default[name])
+                    # A box around the default's point, as in the heat map (a line at an axis' end hides).
+                    ax.plot(
+                        xs[at],
+                        med[at],
+                        "s",
+                        markersize=14,
+                        markerfacecolor="none",
+                        markeredgecolor="black",
+                        markeredgewidth=1.6,
+                        label="default",
+                        zorder=3,
+                    )
                 if layer.best and layer.best.get(name) in [p[0] for p in points]:
                     at = [p[0] for p in points].index(layer.best[name])
                     ax.plot(
@@ -245,6 +257,7 @@ def _plot_parameters(result: SweepResult, plt) -> dict[str, bytes]:
             ax.set_xlabel(name)
             ax.set_ylabel("ms per call")
             ax.tick_params(axis="x", labelsize=8)
+            ax.margins(x=0.15)
             ax.grid(True, axis="y", alpha=0.3)
         handles: dict = {}
         for ax in axes.flat:
