@@ -106,3 +106,22 @@ def test_cli_model_refuses_options_that_do_not_apply(extra, message, capsys, mon
     monkeypatch.setattr(model_compare, "load_model", lambda name: pytest.fail("built before the options were checked"))
     assert cli.main(["compare", "--model", "tiny", *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_load_model_asks_torchvision_for_no_weights_and_names_close_matches(monkeypatch):
+    """Nothing is downloaded (weights=None), the model is in eval mode, a typo gets suggestions."""
+    import types
+
+    asked = {}
+
+    def get_model(name, **kwargs):
+        asked.update(name=name, **kwargs)
+        return _stand_in().train()
+
+    models = types.SimpleNamespace(list_models=lambda module=None: ["resnet18", "resnet50", "mobilenet_v2"])
+    models.get_model = get_model
+    monkeypatch.setitem(sys.modules, "torchvision", types.SimpleNamespace(models=models))
+    model = load_model("resnet18")
+    assert asked == {"name": "resnet18", "weights": None} and not model.training
+    with pytest.raises(ValueError, match=r"got 'resnet19'; did you mean resnet18 or resnet50\?"):
+        load_model("resnet19")

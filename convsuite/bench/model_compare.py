@@ -13,6 +13,7 @@ largest magnitude of torch's). Nothing here prints.
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 from dataclasses import asdict, dataclass
 
 from .._timing import Contender, measure_side_by_side
@@ -45,8 +46,12 @@ def load_model(name: str):
         ) from None
     names = torchvision.models.list_models(module=torchvision.models)
     if name not in names:
-        shown = ", ".join(names[:12])
-        raise ValueError(f"--model must be a torchvision classification model ({shown}, ...); got {name!r}")
+        close = difflib.get_close_matches(str(name), names, n=3)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        raise ValueError(
+            f"--model must be one of torchvision's {len(names)} classification models "
+            f"(torchvision.models.list_models()); got {name!r}; {hint}e.g. resnet18, mobilenet_v2"
+        )
     return torchvision.models.get_model(name, weights=None).eval()
 
 
