@@ -136,3 +136,54 @@ def test_each_contender_inside_compare_runs_as_fast_as_in_a_process_of_its_own(t
     for (way, name), times in inside.items():
         ratio = statistics.median(times) / statistics.median(alone[name])
         assert ratio < 3.0, f"{name} in {way}: {times} s; alone: {alone[name]} s"
+
+
+class _Inline:
+    """An executor that runs what it is given at once, here (stands in for the worker process)."""
+
+    def __init__(self, known):
+        self.known, self.registered = known, []
+
+    def submit(self, fn, *args):
+        from concurrent.futures import Future
+
+        from convsuite.bench import compare
+
+        future = Future()
+        if fn is compare._registered:
+            future.set_result(list(self.known))
+        else:
+            self.registered.append(args[0])
+            future.set_result(None)
+        return future
+
+
+def test_backends_registered_only_here_are_sent_to_the_worker_or_keep_the_measurement_here():
+    import pickle
+    import threading
+
+    import convsuite as cs
+    from convsuite.backends.numpy_backend import NumpyBackend
+    from convsuite.bench.compare import _carry_backends
+
+    class Local(NumpyBackend):  # defined in a function: no worker process could import it
+        name = "local-numpy"
+
+    worker = _Inline(known=["numpy", "numba"])
+    assert _carry_backends(worker, ["numpy", "numba"]) is None and worker.registered == []
+    portable = NumpyBackend()
+    portable.name = "portable-numpy"
+    cs.register_backend(portable)
+    try:
+        assert _carry_backends(worker, ["numpy", "portable-numpy"]) is None
+        assert pickle.loads(worker.registered[0]).name == "portable-numpy"
+    finally:
+        cs.unregister_backend("portable-numpy")
+    local = Local()
+    local.lock = threading.Lock()  # and it holds a lock, which no pickle carries
+    cs.register_backend(local)
+    try:
+        reason = _carry_backends(_Inline(known=["numpy"]), ["local-numpy"])
+    finally:
+        cs.unregister_backend("local-numpy")
+    assert reason.startswith("backend 'local-numpy' cannot be sent to a worker process")
