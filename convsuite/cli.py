@@ -43,7 +43,10 @@ def _print(*lines: str, err: bool = False) -> None:
     from rich.console import Console
     from rich.markup import escape
 
-    console = Console(stderr=err, highlight=False, soft_wrap=True)
+    console = Console(stderr=err, highlight=False)
+    # A terminal gets lines wrapped between words (its own wrap splits them anywhere); a pipe or a
+    # file gets each line whole.
+    console.soft_wrap = not console.is_terminal
     for line in lines:
         console.print(escape(line))
 
