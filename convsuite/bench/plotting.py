@@ -181,7 +181,9 @@ def _speedup(ok: list[Result], styles: dict, ratio: dict, baseline: str, meta: d
 
 
 def _roofline(ok: list[Result], styles: dict, ceilings: dict, meta: dict, plt) -> bytes:
-    """GFLOP/s against arithmetic intensity under the measured roof."""
+    """GFLOP/s against arithmetic intensity under the measured roof; the cases numbered and keyed."""
+    from matplotlib.lines import Line2D
+
     fig, ax = plt.subplots(figsize=(8, 5))
     lo = min((r.intensity for r in ok), default=0.1) / 4
     hi = max((r.intensity for r in ok), default=100) * 4
@@ -201,11 +203,35 @@ def _roofline(ok: list[Result], styles: dict, ceilings: dict, meta: dict, plt) -
             label=name,
             zorder=3,
         )
+    # Each case numbered above its column of points, the numbers keyed in the legend (a reduced-size
+    # row has an intensity of its own and no number).
+    where = {r.case: r.intensity for r in ok if not _reduced(r)}
+    numbered = {case: i for i, case in enumerate(sorted(where, key=where.get), 1)}
+    for case, number in numbered.items():
+        top = max(r.gflops for r in ok if r.case == case and not _reduced(r))
+        ax.annotate(
+            str(number),
+            (where[case], top),
+            xytext=(0, 5),
+            textcoords="offset points",
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            fontweight="bold",
+            color="#333333",
+        )
     ax.set_xlabel("arithmetic intensity (FLOP per compulsory byte)")
     ax.set_ylabel("GFLOP/s")
-    ax.set_title(f"{meta.get('workload', '')}: roofline (one point per case)", fontsize=10)
+    ax.set_title(f"{meta.get('workload', '')}: roofline (one point per contender and case)", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    _outside_legend(ax)
+    ax.set_ylim(top=ax.get_ylim()[1] * 2)  # room for the case numbers over the highest points
+    handles, labels = ax.get_legend_handles_labels()
+    for case, number in numbered.items():
+        handles.append(Line2D([], [], linestyle="none"))
+        labels.append(f"{number}: {case}")
+    ax.legend(
+        handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=8, frameon=False
+    )
     return png_bytes(fig, plt)
 
 
