@@ -176,16 +176,21 @@ def seed_layer(name, device, seed=0):
     return x, w, bias, dict(keywords)
 
 
-def passive_openmp():
-    """OMP_WAIT_POLICY=PASSIVE unless the user chose a policy: call before torch or numba start a pool.
+try:
+    # The one definition, shared with convsuite compare and the bench harness.
+    from convsuite.bench.timing import passive_openmp
+except ImportError:  # a commit older than it (asv measures history): the same setting, written out
 
-    torch and numba each bring an OpenMP runtime; run side by side in one
-    process, a pool that spins after its call takes cores from the other
-    side's next call. Both runtimes read the variable when they load, so this
-    must come before torch is imported and before numba's first parallel call
-    (a fresh process per benchmark: asv's ``spawn`` launch method).
-    """
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    def passive_openmp():
+        """OMP_WAIT_POLICY=PASSIVE unless the user chose a policy: call before torch or numba start a pool.
+
+        torch and numba each bring an OpenMP runtime; run side by side in one
+        process, a pool that spins after its call takes cores from the other
+        side's next call. Both runtimes read the variable when they load, so this
+        must come before torch is imported and before numba's first parallel call
+        (a fresh process per benchmark: asv's ``spawn`` launch method).
+        """
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def require_torch(device="cpu"):

@@ -1,25 +1,37 @@
-"""The ``convsuite`` command: ``info`` (machine and backends), ``compare`` and ``sweep``.
+"""The ``convsuite`` command: ``info``, ``compare``, ``sweep``, ``train`` and ``calibrate``.
 
-Exit status: 0 success; 1 a comparison found a WRONG result, or a sweep a
-FAILED configuration (and only that); 2 a usage error, reported in one line before anything is measured
-(every input file is read and every output file checked first), or a finished run's file that could not be
-written where asked (it is saved next to it or in the temporary folder instead, and one line says where);
-130 interrupted with Ctrl-C.
+The text ``convsuite --help`` shows is :data:`DESCRIPTION` and :data:`EXIT_STATUS`
+(plain text, not this docstring), with every command the parser has listed.
 """
 
 from __future__ import annotations
 
 import argparse
 import platform
+import shutil
 import sys
 
 from convsuite.bench._arguments import names_among, positive
 from convsuite.bench.machine import blas_description, cpu_description, cpu_flags, gpu_description, library_versions
+from convsuite.bench.timing import passive_openmp
 
 __all__ = ["build_parser", "cpu_description", "gpu_description", "main"]
 
 #: The libraries ``convsuite info`` lists.
 _PACKAGES = ("numpy", "scipy", "numba", "cupy-cuda13x", "torch", "joblib", "rich", "asv")
+
+#: The first lines of ``convsuite --help`` (plain text: a terminal shows it as written).
+DESCRIPTION = (
+    "convsuite: one convolution API over a ladder of backends (python, numpy, cython, numba, joblib, cupy), "
+    "and the tools to check and measure them on this machine."
+)
+#: The end of ``convsuite --help``.
+EXIT_STATUS = (
+    "exit status: 0 success; 1 a comparison found a WRONG result, or a sweep a FAILED configuration (and only "
+    "that); 2 a usage error, reported in one line before anything is measured (every input file is read and "
+    "every output file checked first), or a finished run's file that could not be written where asked (it is "
+    "saved next to it or in the temporary folder instead, and one line says where); 130 interrupted with Ctrl-C."
+)
 
 #: Exit status of a usage error (argparse's) and of Ctrl-C (128 + SIGINT).
 EXIT_USAGE = 2
@@ -31,9 +43,22 @@ def _print(*lines: str, err: bool = False) -> None:
     from rich.console import Console
     from rich.markup import escape
 
-    console = Console(stderr=err, highlight=False, soft_wrap=True)
+    console = Console(stderr=err, highlight=False)
+    # A terminal gets lines wrapped between words (its own wrap splits them anywhere); a pipe or a
+    # file gets each line whole.
+    console.soft_wrap = not console.is_terminal
     for line in lines:
         console.print(escape(line))
+
+
+def _written(paths) -> str:
+    """``written to DIR/: a, b, c``: each folder once, so that a line of many files still reads at 80 columns."""
+    from pathlib import Path
+
+    folders: dict[str, list[str]] = {}
+    for path in map(Path, paths):
+        folders.setdefault(str(path.parent), []).append(path.name)
+    return "; ".join(f"written to {folder}/: {', '.join(names)}" for folder, names in folders.items())
 
 
 def _numba_layer() -> str:
@@ -48,14 +73,20 @@ def _numba_layer() -> str:
     return f"threading layer {_numba_kernels.threading_layer()}"
 
 
-def _table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+def _table(title: str, columns: list[str], rows: list[list[str]], whole: tuple[str, ...] | None = None) -> None:
+    """A rich table; with ``whole``, light rules (room at 80 columns) and its columns never split a cell."""
+    from rich import box
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=escape(title))
+    if whole is None:
+        table = Table(title=escape(title))
+    else:
+        table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    whole = whole or ()
     for column in columns:
-        table.add_column(column)
+        table.add_column(column, no_wrap=column in whole)
     for row in rows:
         table.add_row(*(escape(cell) for cell in row))  # reasons quote `pip install 'convsuite[cuda]'`
     Console().print(table)
@@ -91,11 +122,17 @@ def cmd_info(args: argparse.Namespace) -> int:
         "versions: " + ", ".join(f"{p} {versions[p]}" for p in _PACKAGES),
         f"threads: numba backend uses {convsuite.get_num_threads()} (convsuite.set_num_threads), {_numba_layer()}",
     )
-    rows = [
-        [b.name, b.device, "yes" if b.available else f"no: {b.reason}", ", ".join(b.algorithms), b.description]
-        for b in convsuite.list_backends()
-    ]
-    _table("backends (auto tries them top to bottom)", ["backend", "device", "available", "algorithms", "what"], rows)
+    backends = convsuite.list_backends()
+    rows = [[b.name, b.device, "yes" if b.available else "no (below)", ", ".join(b.algorithms)] for b in backends]
+    _table(
+        "backends (auto tries them top to bottom)",
+        ["backend", "device", "available", "algorithms"],
+        rows,
+        whole=("backend", "device", "available"),
+    )
+    # The long texts under the table, one paragraph each, so that no table cell holds a sentence.
+    _print(*(f"{b.name}: {b.description}" for b in backends))
+    _print(*(f"{b.name} is not available: {b.reason}" for b in backends if not b.available))
     return 0
 
 
@@ -145,6 +182,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     if args.scaling is not None:
         return cmd_scaling(args)
+    if args.model is not None:
+        return cmd_model(args)
     workload = args.workload or "default"
     # Every argument is checked here, before the first measurement.
     try:
@@ -185,13 +224,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         request.baseline,
         f"{meta['workload']}, {args.dtype}, on {where} (copy {ceilings['copy_gbs']:.1f} GB/s, "
         f"GEMM {ceilings['gemm_gflops']:.0f} GFLOP/s)",
+        meta,
     )
     if "compare_to" in meta:
         print_ratios(meta["compare_to"])
     for note in meta["notes"]:
         _print(f"note: {note}")
     if "files" in meta:
-        _print("written: " + ", ".join(meta["files"].values()))
+        _print(_written(meta["files"].values()))
     for line in meta.get("not_saved", []):
         _print(f"convsuite compare: warning: {line}", err=True)
     wrong = [r for r in results if r.status == "wrong"]
@@ -200,6 +240,100 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if wrong:
         return 1
     return EXIT_USAGE if meta.get("not_saved") else 0
+
+
+#: compare's options that --model does not use, with their defaults.
+_NOT_FOR_MODEL = dict(
+    workload=None,
+    op=None,
+    w=None,
+    stride=None,
+    padding=None,
+    dilation=None,
+    groups=None,
+    no_bias=False,
+    direction="forward",
+    cases=None,
+    sweep=None,
+    dtype="float32",
+    baseline=None,
+    no_anchors=False,
+    compare_to=None,
+    quick=False,
+)
+
+
+def _model_request(args: argparse.Namespace):
+    """The input shape and output folder of a --model run; ValueError naming any option that does not apply."""
+    from convsuite.bench._arguments import check_output_dir
+    from convsuite.bench.model_compare import MODEL_INPUT
+    from convsuite.bench.user_cases import parse_shape
+
+    stray = [f"--{k.replace('_', '-')}" for k, default in _NOT_FOR_MODEL.items() if getattr(args, k) != default]
+    if stray:
+        raise ValueError(
+            f"--model times the model's forward pass in float32 against torch (--x sets its input shape, "
+            f"--backends its convsuite backends); leave out {', '.join(stray)}"
+        )
+    shape = MODEL_INPUT if args.x is None else tuple(parse_shape(args.x, "--x"))
+    return shape, None if args.out is None else check_output_dir(args.out)
+
+
+def cmd_model(args: argparse.Namespace) -> int:
+    """``compare --model NAME``: a torchvision model's forward pass, torch against convsuite; writes model.json."""
+    from convsuite._files import atomic_write_json
+    from convsuite.bench.model_compare import compare_model, load_model, speedup_over_torch
+
+    try:
+        shape, out = _model_request(args)
+        if args.backends is not None:
+            import convsuite
+
+            rows = {b.name: b for b in convsuite.list_backends()}
+            bad = [
+                f"{n} ({'not a backend' if n not in rows else rows[n].reason})"
+                for n in args.backends
+                if n not in rows or not rows[n].available
+            ]
+            if bad:
+                raise ValueError(f"--backends names an unknown or unavailable backend: {'; '.join(bad)}")
+        model = load_model(args.model)
+    except ValueError as exc:
+        _print(f"convsuite compare: error: {exc}", err=True)
+        return EXIT_USAGE
+    try:
+        results, meta = compare_model(model, shape, args.backends, repeat=args.repeat, device=args.device)
+    except (TypeError, ValueError) as exc:  # a backend that cannot run on this device, say
+        _print(f"convsuite compare: error: {exc}", err=True)
+        return EXIT_USAGE
+    speed = speedup_over_torch(results)
+    rows = [
+        [
+            r.contender,
+            f"{r.median_s * 1e3:.3g}",
+            f"{speed[r.contender]:.2f}x",
+            "-" if r.backend is None else f"{r.max_rel_diff:.1e}",
+            f"{r.first_call_s + r.warmup_s:.2g}",
+            "; ".join(filter(None, [r.drift, "" if r.warmup_stable else "warm-up reached its cap"])),
+        ]
+        for r in results
+    ]
+    _table(
+        f"{args.model}, input {'x'.join(map(str, shape))}, float32, {args.device}: one forward pass "
+        f"(median of {args.repeat}, interleaved, after warm-up)",
+        ["contender", "ms", "vs torch", "logits rel. diff", "warm s", "note"],
+        rows,
+        whole=("contender", "ms", "vs torch", "logits rel. diff", "warm s"),
+    )
+    _print(f"isolation: {meta['isolation']}")
+    if out is not None:
+        document = dict(meta={**meta, "model_name": args.model}, results=[r.as_dict() for r in results])
+        saved = atomic_write_json(out / "model.json", document, fallback=True)
+        _print(f"written: {saved.path}")
+        if saved.warning:
+            _print(f"convsuite compare: warning: {saved.warning}", err=True)
+            return EXIT_USAGE
+    return 0
 
 
 #: compare's options that describe what --scaling does not measure, with their defaults.
@@ -232,6 +366,7 @@ def _check_scaling_request(args: argparse.Namespace):
     from convsuite.bench.compare import check_output_dir
 
     stray = [f"--{k.replace('_', '-')}" for k, default in _NOT_FOR_SCALING.items() if getattr(args, k) != default]
+    stray += ["--model"] if args.model is not None else []
     if stray:
         raise ValueError(
             f"--scaling measures its own cases (float32, on the CPU cores, workers and GPUs it names); "
@@ -266,7 +401,7 @@ def cmd_scaling(args: argparse.Namespace) -> int:
     if not points:
         _print("note: no section produced a row (see the lines above for why)")
     if "files" in meta:
-        _print("written: " + ", ".join(meta["files"].values()))
+        _print(_written(meta["files"].values()))
     return 0
 
 
@@ -282,6 +417,57 @@ def _tunables_rows(backend) -> list[list[str]]:
     return rows
 
 
+def _tunable_algorithms(backend) -> list[str]:
+    """The backend's algorithms that have tunable parameters."""
+    return [name for name, record in (backend.algorithm_table() or {}).items() if record.tunables]
+
+
+def _check_sweep_options(args: argparse.Namespace, backend) -> None:
+    """Refuse options that listing the parameters would drop: say in one line how to sweep instead."""
+    given = [f"--{name}" for name in ("workload", "param") if getattr(args, name)]
+    if not given:
+        return
+    what = " and ".join(given)
+    verb = "applies" if len(given) == 1 else "apply"
+    if args.list:
+        raise ValueError(f"--list only lists the parameters; leave out {what}, or drop --list to sweep")
+    if args.algorithm is None:
+        names = ", ".join(_tunable_algorithms(backend)) or "none"
+        raise ValueError(
+            f"{what} {verb} to one algorithm: add --algorithm NAME ({backend.name}'s algorithms with tunable "
+            f"parameters: {names}; `convsuite sweep --backend {backend.name}` lists the parameters)"
+        )
+
+
+def _print_tunables(backend: str, rows: list[list[str]]) -> None:
+    """The parameter list: a table of short cells, each parameter's description under it (fits 80 columns)."""
+    from rich import box
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(
+        title=escape(f"{backend}: algorithms and their tunable parameters"),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    for column in ("algorithm", "parameter", "values", "default"):
+        table.add_column(column, overflow="fold")
+    for algorithm, name, values, default, _ in rows:
+        table.add_row(escape(algorithm), escape(name), escape(values), escape(default))
+    console = Console()
+    console.print(table)
+    for algorithm, name, _, _, what in rows:
+        if what:
+            console.print(f"[bold]{escape(algorithm)}.{escape(name)}[/bold]: {escape(what)}", highlight=False)
+    console.print(
+        f"sweep one with: convsuite sweep --backend {escape(backend)} --algorithm NAME --workload W "
+        "[--param NAME=V1,V2]",
+        highlight=False,
+    )
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Sweep one algorithm's tunable parameters over a workload: table, best vs default, files."""
     import convsuite
@@ -293,12 +479,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if args.backend not in names:
             raise ValueError(f"--backend must be one of {', '.join(names)}; got {args.backend!r}")
         backend = convsuite.get_backend(args.backend)
+        _check_sweep_options(args, backend)
         if args.list or args.algorithm is None:
             rows = _tunables_rows(backend)
             if not rows:
                 raise ValueError(f"backend {backend.name!r} has no algorithm records, so nothing to sweep")
-            columns = ["algorithm", "parameter", "values", "default", "what"]
-            _table(f"{backend.name}: algorithms and their tunable parameters", columns, rows)
+            _print_tunables(backend.name, rows)
             return 0
         record = algorithm_record(backend, args.algorithm)
         grid = parse_grid(args.param or [], record)
@@ -343,14 +529,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     _print(
         f"{result.backend}/{result.algorithm} on {result.workload} ({result.direction}, {result.dtype}), "
         f"{result.meta['device_description']}, {result.meta['date']}",
-        format_table(result),
+        format_table(result, shutil.get_terminal_size().columns),
     )
     failures = [line for line in summary_lines(result) if line.startswith("FAILED")]
     _print(*(line for line in summary_lines(result) if not line.startswith("FAILED")))
     not_saved = []
     if out is not None:
         files = write_sweep(result, out)
-        _print("written: " + ", ".join(str(p) for p in files.values()))
+        _print(_written(files.values()))
         not_saved = result.meta.get("not_saved", [])
         for line in not_saved:
             _print(f"convsuite sweep: warning: {line}", err=True)
@@ -379,7 +565,8 @@ def _add_sweep(sub) -> None:
         "--param",
         metavar="NAME=V1,V2",
         action="append",
-        help="values to try for one parameter (repeatable; others: all their values)",
+        help="values to try for one parameter (repeatable); the parameters not named stay at each layer's "
+        "default (without --param: every combination of every parameter's values)",
     )
     sweep.add_argument("--direction", choices=["forward", "backward"], default="forward")
     sweep.add_argument("--dtype", choices=["float32", "float64"], default="float32")
@@ -474,6 +661,15 @@ def _add_compare(sub) -> None:
         "--baseline", default=None, help="contender the speedups are relative to (default: numpy on cpu, cuDNN on gpu)"
     )
     how.add_argument("--no-anchors", action="store_true", help="leave out torch / numpy / scipy rows")
+    model = compare.add_argument_group("a whole model (instead of the above)")
+    model.add_argument(
+        "--model",
+        metavar="NAME",
+        default=None,
+        help="a torchvision classification model, e.g. resnet18, built without weights: one forward pass in torch "
+        "against the same model with its convolutions on convsuite (--backends, default convsuite's choice), "
+        "interleaved, and the logits' agreement; --x sets the input (default 1,3,224,224); needs torchvision",
+    )
     scaling = compare.add_argument_group("scaling (workers, threads or GPUs on one axis; instead of the above)")
     scaling.add_argument(
         "--scaling",
@@ -504,9 +700,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``convsuite`` command."""
     import convsuite
 
-    parser = argparse.ArgumentParser(prog="convsuite", description=(__doc__ or "").split("\n")[0])
+    parser = argparse.ArgumentParser(prog="convsuite", epilog=EXIT_STATUS)
     parser.add_argument("--version", action="version", version=f"convsuite {convsuite.__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("info", help="machine, versions, backends and why any is unavailable").set_defaults(func=cmd_info)
     _add_compare(sub)
     _add_sweep(sub)
@@ -516,11 +712,15 @@ def build_parser() -> argparse.ArgumentParser:
     from convsuite.cli_calibrate import add_calibrate_parser  # the `calibrate` command, in its own module
 
     add_calibrate_parser(sub)
+    # Read from the parser, so a command added later is listed without editing this line.
+    parser.description = f"{DESCRIPTION} Commands: {', '.join(sub.choices)}; `convsuite COMMAND --help` describes each."
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``convsuite`` console script and ``python -m convsuite``."""
+    # Before anything loads numba's or torch's OpenMP runtime: each reads the policy once, at load.
+    passive_openmp()
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)

@@ -167,15 +167,16 @@ def test_gpu_comparison_without_a_gpu_says_why(capsys):
 
 
 def test_reduced_rows_are_shown_per_unit_of_work():
-    from convsuite.bench.report import _rows
+    from convsuite.bench.report import _cells, _notes, speedups
 
     big = Case("test", "big", "conv2d", (16, 8, 24, 24), (8, 8, 3, 3), padding=1)  # > 5e6 MACs
     results = [measure(big, name, "backend", "float32", 1, FIXED) for name in ("numpy", "python")]
-    rows = {row[1]: row for row in _rows(results, "numpy")}
-    assert rows["numpy"][2] != "-"  # full size: its time
-    assert rows["python"][2] == "-" and rows["python"][3] == "-"  # not beside full-size times
-    assert "reduced to batch 1" in rows["python"][8] and "GFLOP/s" in rows["python"][8]
-    assert rows["python"][4].endswith("x")  # the speedup is per unit of work
+    ratio = speedups(results, "numpy")
+    rows = {r.contender: (_cells(r, ratio), " ".join(_notes(r))) for r in results}
+    assert rows["numpy"][0]["ms"] != "-"  # full size: its time
+    assert rows["python"][0]["ms"] == "-" and rows["python"][0]["kernel"] == "-"  # not beside full-size times
+    assert "reduced to batch 1" in rows["python"][1] and "GFLOP/s" in rows["python"][1]
+    assert rows["python"][0]["speedup"].endswith("x")  # the speedup is per unit of work
 
 
 def test_time_vs_size_lines_join_only_one_family():
@@ -231,15 +232,22 @@ def test_plots_skipped_without_matplotlib_is_said(tmp_path, monkeypatch):
     assert report.PLOTS_SKIPPED in json.loads((tmp_path / "results.json").read_text())["meta"]["notes"]
 
 
-def test_anchor_not_installed_gets_a_note(monkeypatch):
+def test_anchor_not_installed_is_listed_once(monkeypatch):
     import convsuite.bench.anchors as anchors
-    from convsuite.bench.compare import _anchor_notes
     from convsuite.bench.measure import Result
+    from convsuite.bench.report import unavailable_contenders
 
-    skipped = Result(
-        "w", "c", "forward", "torch", "anchor", "float32", status="skipped", reason="torch is not installed"
-    )
-    assert _anchor_notes([skipped, skipped]) == ["anchor torch left out: torch is not installed"]
+    def skipped(case, name, kind, reason):
+        return Result("w", case, "forward", name, kind, "float32", status="skipped", reason=reason)
+
+    results = [
+        skipped("a", "torch", "anchor", "torch is not installed"),
+        skipped("b", "torch", "anchor", "torch is not installed"),
+        skipped("a", "cupy", "backend", "unavailable: cupy is not installed"),
+        skipped("b", "cupy", "backend", "unavailable: cupy is not installed"),
+        skipped("a", "python", "backend", "9.4e+06 multiply-adds is more than a comparison gives"),  # this case only
+    ]
+    assert unavailable_contenders(results) == {"torch": "torch is not installed", "cupy": "cupy is not installed"}
     assert "torch" in anchors.ANCHORS
 
 
@@ -254,3 +262,24 @@ def test_cpu_description_names_the_cores_a_process_may_use(monkeypatch):
     assert machine.cpu_description().endswith("16 logical cores (2 usable by this process)")
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     assert machine.cpu_description().endswith("16 logical cores")
+
+
+def test_gpu_anchors_set_their_own_tf32_switch_on_every_call(monkeypatch):
+    """cuDNN with TF32 off and on are timed interleaved, and TF32 is one process-wide switch of torch:
+    each call must set its own and leave torch's as it was (checked without a GPU: the call is a probe)."""
+    torch = pytest.importorskip("torch")
+    import convsuite.bench.anchors as anchors
+
+    def probe(case, x, w, bias, grad_y, spec, where="cpu"):
+        return lambda: (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+
+    monkeypatch.setattr(anchors, "_torch", probe)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    before = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+    off = anchors.GPU_ANCHORS["cuDNN (TF32 off)"](SMALL, None, None, None, None, None)
+    on = anchors.GPU_ANCHORS["cuDNN (TF32 on)"](SMALL, None, None, None, None, None)
+    assert [off(), on(), off()] == [(False, False), (True, True), (False, False)]
+    assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == before
+    assert anchors.anchor_precision("cuDNN (TF32 on)") == "medium"
+    assert anchors.anchor_precision("cuDNN (TF32 off)") == anchors.anchor_precision("torch") == "highest"

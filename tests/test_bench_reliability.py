@@ -257,7 +257,8 @@ def no_timing(monkeypatch):
     def timed(*args, **kwargs):
         raise AssertionError("timed before the request was checked")
 
-    monkeypatch.setattr(measure_module, "_time", timed)
+    monkeypatch.setattr(measure_module, "warm_up", timed)
+    monkeypatch.setattr(measure_module, "measure_side_by_side", timed)
 
 
 @pytest.mark.parametrize(

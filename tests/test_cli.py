@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -73,7 +74,7 @@ def no_measuring(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("measured before rejecting the arguments")
 
-    monkeypatch.setattr("convsuite.bench.compare.measure", forbidden)
+    monkeypatch.setattr("convsuite.bench.compare.measure_case", forbidden)
     monkeypatch.setattr("convsuite.bench.compare.measure_cpu_ceilings", forbidden)
 
 
@@ -508,3 +509,17 @@ def test_a_sweep_past_the_case_limit_is_refused_before_building_the_cases(tmp_pa
     assert "--sweep would make 1,000,000,000 cases (1 case(s) x 1000 B x 1000 C x 1000 M); at most 10,000" in (
         result.stderr
     )
+
+
+def test_help_is_plain_text_and_names_every_command(capsys):
+    """`convsuite --help` showed the module docstring's reST and named three of the five commands."""
+    parser = cli.build_parser()
+    text = parser.format_help()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert set(commands) >= {"info", "compare", "sweep", "train", "calibrate"}
+    description = text.split("positional arguments")[0]
+    for name in commands:
+        assert name in description, name
+    for name, sub in commands.items():
+        assert "``" not in sub.format_help(), name
+    assert "``" not in text and ":func:" not in text and "exit status: 0 success" in text

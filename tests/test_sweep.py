@@ -108,7 +108,7 @@ def fake_backend():
 
 @pytest.fixture
 def swept(fake_backend):
-    return run_sweep(FAKE, "toy", CASES, grid={"mode": ("exact", "sloppy")}, **FAST)
+    return run_sweep(FAKE, "toy", CASES, **FAST)  # no grid: every combination of every parameter
 
 
 # --- the library --------------------------------------------------------------
@@ -156,7 +156,8 @@ def test_a_wrong_configuration_is_failed_never_best(swept):
 
 
 def test_backward_sweep_checks_gradients(fake_backend):
-    result = run_sweep(FAKE, "toy", CASES[:1], grid={"spin": (0,), "tile": (1,)}, direction="backward", **FAST)
+    grid = {"spin": (0,), "tile": (1,), "mode": ("exact", "sloppy")}
+    result = run_sweep(FAKE, "toy", CASES[:1], grid=grid, direction="backward", **FAST)
     exact = result.row_for({"tile": 1, "spin": 0, "mode": "exact"})
     sloppy = result.row_for({"tile": 1, "spin": 0, "mode": "sloppy"})
     label = result.layers[0].label
@@ -171,6 +172,60 @@ def test_the_default_is_measured_even_outside_the_grid(fake_backend):
     assert layer.default == {"tile": 1, "spin": 1, "mode": "exact"}
     assert result.row_for(layer.default).cells[layer.label].status == "ok"
     assert layer.best == {"tile": 2, "spin": 0, "mode": "exact"} and layer.speedup > 1
+
+
+def test_a_grid_varies_only_the_parameters_it_names(fake_backend):
+    """--param tile=1,2 sweeps tile alone: spin and mode stay at each layer's hand-chosen value."""
+    result = run_sweep(FAKE, "toy", CASES, grid={"tile": (1, 2)}, **FAST)
+    measured = [row.params for row in result.rows]
+    assert measured == [{"tile": 1, "spin": 1, "mode": "exact"}, {"tile": 2, "spin": 1, "mode": "exact"}]
+    assert result.meta["varied"] == ["tile"] and result.meta["configurations"] == 2
+    assert all(cell.status in ("ok", "refused") for row in result.rows for cell in row.cells.values())
+
+
+def test_a_grid_keeps_a_per_layer_default_per_layer(fake_backend):
+    """A parameter whose hand rule depends on the case keeps each layer's own value, not one value for all."""
+    per_layer = Algorithm(
+        "per_layer",
+        "spin by the layer's channels",
+        TOY.plan,
+        ndims=(2,),
+        tunables=(
+            TOY.tunables[0],
+            Tunable("spin", (0, 1, 3), lambda spec, direction: 0 if spec.out_channels == 6 else 1, "extra work"),
+            TOY.tunables[2],
+        ),
+        constraint=_constraint,
+    )
+
+    class PerLayer(FakeBackend):
+        name = FAKE + "-per-layer"
+        algorithms = ("per_layer",)
+
+        def algorithm_table(self):
+            return {"per_layer": per_layer}
+
+    register_backend(PerLayer())
+    try:
+        result = run_sweep(FAKE + "-per-layer", "per_layer", CASES, grid={"tile": (1, 2)}, **FAST)
+    finally:
+        unregister_backend(FAKE + "-per-layer")
+    six, four = (layer.label for layer in result.layers)
+    ran = {label: [row.params for row in result.rows if row.cells[label].status == "ok"] for label in (six, four)}
+    assert ran[six] == [{"tile": 1, "spin": 0, "mode": "exact"}, {"tile": 2, "spin": 0, "mode": "exact"}]
+    assert ran[four] == [{"tile": 1, "spin": 1, "mode": "exact"}, {"tile": 2, "spin": 1, "mode": "exact"}]
+
+
+def test_cli_refuses_options_a_parameter_list_would_drop(fake_backend, capsys):
+    """Without --algorithm, --workload and --param used to be dropped (the list printed, exit 0)."""
+    assert cli.main(["sweep", "--backend", FAKE, "--workload", "default"]) == 2
+    err = capsys.readouterr().err
+    assert "--workload applies to one algorithm: add --algorithm NAME" in err and "toy" in err
+    assert len(err.strip().splitlines()) == 1
+    assert cli.main(["sweep", "--backend", FAKE, "--param", "tile=1"]) == 2
+    assert "--param applies to one algorithm" in capsys.readouterr().err
+    assert cli.main(["sweep", "--backend", FAKE, "--list", "--workload", "default", "--param", "tile=1"]) == 2
+    assert "--list only lists the parameters; leave out --workload and --param" in capsys.readouterr().err
 
 
 def test_grid_parsing_converts_and_refuses_clearly():
@@ -306,6 +361,8 @@ def test_cli_sweep_exits_nonzero_on_a_failed_configuration(fake_backend, tmp_pat
         "spin=0",
         "--param",
         "tile=1",
+        "--param",
+        "mode=exact,sloppy",
         "--repeat",
         "1",
         "--out",
@@ -634,3 +691,13 @@ def test_a_sweep_file_that_cannot_be_written_is_saved_elsewhere(swept, tmp_path,
     assert json.loads(files["json"].read_text())["best"] == swept.best
     assert len(swept.meta["not_saved"]) == len(files) and "Permission denied" in swept.meta["not_saved"][0]
     assert not (tmp_path / "sweep.json").exists() and not [p for p in tmp_path.iterdir() if p.suffix == ".tmp"]
+
+
+def test_the_table_fits_a_terminal_by_naming_layers_in_a_key(swept):
+    wide = format_table(swept)
+    narrow = format_table(swept, width=60)
+    assert "six channels ms" in wide.splitlines()[0]
+    first = narrow.splitlines()[0]
+    assert "L1 ms" in first and "L2 ms" in first and "six channels" not in first
+    assert "L1: six channels" in narrow and "L2: four channels s2" in narrow
+    assert max(len(line) for line in narrow.splitlines()) < max(len(line) for line in wide.splitlines())

@@ -1,7 +1,12 @@
-"""What users would pick instead: torch, numpy.convolve, scipy.signal.
+"""What users would pick instead: torch, numpy.convolve, scipy.signal; cuDNN on a GPU.
 
 Each anchor answers a case with a zero-argument callable, or with a string
 saying why it cannot run it (not installed, a padding it has no mode for).
+Each has a float32 precision class (:func:`anchor_precision`), as convsuite's
+algorithms do: cuDNN with TF32 off is ``"highest"`` (IEEE float32), the
+anchor of convsuite's ``"highest"`` rows; cuDNN with TF32 on (torch's own
+default for convolutions) is ``"medium"``, the like-for-like anchor of
+``"high"`` and ``"medium"`` rows.
 """
 
 from __future__ import annotations
@@ -13,30 +18,34 @@ import numpy as np
 from ._arguments import one_of
 from .workloads import Case
 
-__all__ = ["ANCHORS", "GPU_ANCHORS", "anchor_callable", "anchor_names"]
+__all__ = ["ANCHORS", "GPU_ANCHORS", "anchor_callable", "anchor_names", "anchor_precision"]
 
 
-def _torch_on(device: str):
-    """Torch on the CPU, or on the GPU through cuDNN with TF32 off (strict FP32)."""
+def _torch_on(device: str, tf32: bool = False):
+    """Torch on the CPU, or on the GPU through cuDNN with TF32 off (strict FP32) or on."""
 
     def anchor(case: Case, x, w, bias, grad_y, spec):
         try:
             import torch
         except ImportError:
             return "torch is not installed"
-        if device == "gpu":
-            if not torch.cuda.is_available():
-                return "torch sees no CUDA device"
-            torch.backends.cudnn.allow_tf32 = False
-            torch.backends.cuda.matmul.allow_tf32 = False
-            torch.backends.cudnn.benchmark = True
+        if device == "gpu" and not torch.cuda.is_available():
+            return "torch sees no CUDA device"
         run = _torch(case, x, w, bias, grad_y, spec, "cuda" if device == "gpu" else "cpu")
         if device != "gpu" or isinstance(run, str):
             return run
 
         def synchronised():
-            result = run()
-            torch.cuda.synchronize()  # the GPU work finishes inside the timed call
+            # TF32 is a process-wide switch of torch, and the TF32-on and -off anchors are timed
+            # interleaved: each call sets its own, and leaves torch's as it found it.
+            with torch.backends.cudnn.flags(enabled=True, benchmark=True, deterministic=False, allow_tf32=tf32):
+                previous = torch.backends.cuda.matmul.allow_tf32
+                torch.backends.cuda.matmul.allow_tf32 = tf32
+                try:
+                    result = run()
+                    torch.cuda.synchronize()  # the GPU work finishes inside the timed call
+                finally:
+                    torch.backends.cuda.matmul.allow_tf32 = previous
             return result
 
         return synchronised
@@ -168,14 +177,24 @@ ANCHORS: dict[str, Callable] = {
 
 #: What users pick instead on a GPU (inputs already on the device).
 GPU_ANCHORS: dict[str, Callable] = {
-    "cuDNN (torch, TF32 off)": _torch_on("gpu"),
+    "cuDNN (TF32 off)": _torch_on("gpu", tf32=False),
+    "cuDNN (TF32 on)": _torch_on("gpu", tf32=True),
     "cupyx correlate1d": _cupyx_correlate1d,
 }
+
+#: The float32 precision class of each anchor not computed in IEEE float32 ("highest").
+_PRECISION = {"cuDNN (TF32 on)": "medium"}
 
 
 def anchor_names() -> list[str]:
     """Every anchor's name, CPU ones first."""
     return [*ANCHORS, *GPU_ANCHORS]
+
+
+def anchor_precision(name: str) -> str:
+    """The float32 precision class of anchor ``name``: ``"highest"``, or ``"medium"`` for cuDNN with TF32 on."""
+    one_of(name, anchor_names(), "`name` (an anchor)")
+    return _PRECISION.get(name, "highest")
 
 
 def anchor_callable(name: str, case: Case, x, w, bias, grad_y, spec):

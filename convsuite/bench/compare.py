@@ -5,26 +5,41 @@ baseline, output folder, saved run) and raises ``ValueError`` with one line
 before anything is measured; :func:`run_comparison` then measures and
 returns the results and their metadata (and writes the reports if asked).
 Nothing here prints: the command line decides what to show.
+
+Every contender is measured as it runs alone. torch and numba each drive an
+OpenMP runtime, whose idle threads spin by default and take cores from the
+next contender's call; so the comparison makes their waits passive
+(:func:`convsuite.bench.timing.passive_openmp`) before either starts. Where
+that is too late (torch was imported before, with spinning waits; or the
+environment asks for another policy), the cases are measured in a worker
+process started with passive waits instead. ``meta["isolation"]`` says which.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import math
+import multiprocessing
+import os
+import pickle
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from .._files import read_json
-from .._registry import list_backends
-from .._threads import get_num_threads
+from .._precision import get_precision, set_precision
+from .._registry import get_backend, list_backends, register_backend
+from .._threads import get_num_threads, set_num_threads
 from .._timing import check_settings
 from ._arguments import check_output_dir
 from .anchors import ANCHORS, GPU_ANCHORS
 from .ceilings import Ceilings, measure_cpu_ceilings, measure_gpu_ceilings
 from .machine import machine_metadata
-from .measure import Result, measure
-from .report import check_report_files, ratios_to_saved, write_reports
+from .measure import ROUNDS, Result, measure_case
+from .report import check_report_files, ratios_to_saved, unavailable_contenders, write_reports
+from .timing import WAIT_POLICY, openmp_waits, passive_openmp
 from .workloads import Case, get_workload
 
 __all__ = [
@@ -33,6 +48,7 @@ __all__ = [
     "check_request",
     "load_saved_run",
     "machine_metadata",
+    "measuring_process",
     "run_comparison",
 ]
 
@@ -54,7 +70,7 @@ class Request:
 
 def _default_baseline(backends: list[str], anchors: bool, device: str) -> str:
     """Numpy on the CPU and cuDNN on a GPU, if they take part; else the first backend."""
-    preferred = "numpy" if device == "cpu" else "cuDNN (torch, TF32 off)"
+    preferred = "numpy" if device == "cpu" else "cuDNN (TF32 off)"
     if preferred in backends or (anchors and preferred in GPU_ANCHORS):
         return preferred
     return backends[0]
@@ -190,13 +206,104 @@ def check_request(
     )
 
 
-def _anchor_notes(results: list[Result]) -> list[str]:
-    """One line per anchor that could not take part because it is not installed."""
-    notes = {}
-    for r in results:
-        if r.kind == "anchor" and r.status == "skipped" and "not installed" in r.reason:
-            notes.setdefault(r.contender, f"anchor {r.contender} left out: {r.reason}")
-    return list(notes.values())
+def _start_worker(threads: int, precision: str) -> None:
+    """In the worker process: the parent's thread budget and precision policy (its waits are passive)."""
+    passive_openmp()
+    set_num_threads(threads)
+    set_precision(precision)
+    _torch_threads()
+
+
+def _torch_threads() -> None:
+    """Give torch the numba backend's thread budget, if torch is installed (imported after passive_openmp)."""
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.set_num_threads(get_num_threads())  # same thread budget as the numba backend
+
+
+@contextmanager
+def _environment(name: str, value: str) -> Iterator[None]:
+    """``os.environ[name] = value`` inside the block (a process started there inherits it), then as before."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
+def _registered() -> list[str]:
+    """The backend names registered in this process (asked of the worker)."""
+    return [b.name for b in list_backends()]
+
+
+def _register(blob: bytes) -> None:
+    """In the worker: register a backend the parent registered (pickled there)."""
+    register_backend(pickle.loads(blob), replace=True)
+
+
+def _carry_backends(executor: ProcessPoolExecutor, names: list[str]) -> str | None:
+    """Register in the worker the backends of ``names`` that only this process has; why not, if one cannot be."""
+    known = set(executor.submit(_registered).result())
+    for name in names:
+        if name in known:
+            continue
+        try:
+            blob = pickle.dumps(get_backend(name))
+        except Exception as exc:  # a backend defined in __main__ or a notebook, a lock inside: not portable
+            return f"backend {name!r} cannot be sent to a worker process ({type(exc).__name__}: {exc})"
+        executor.submit(_register, blob).result()
+    return None
+
+
+@contextmanager
+def measuring_process(backends: list[str] = ()) -> Iterator[tuple[Callable, str]]:
+    """``(measure_case, how)``: where the cases are measured, and a line saying so.
+
+    In this process when its OpenMP waits are passive (set before torch and
+    numba started); else in one worker process, started (``spawn``) with
+    ``OMP_WAIT_POLICY=PASSIVE``, this process's thread budget and precision
+    policy, which measures every case in turn (its JIT and disk caches stay
+    warm from case to case). Backends registered only here are sent to it;
+    one that cannot be sent keeps the measurement here, and the line says
+    that contenders may then slow each other down.
+    """
+    passive_openmp()
+    waits = openmp_waits()
+    if waits.passive:
+        _torch_threads()
+        yield measure_case, f"{waits.description}; contenders timed interleaved in this process"
+        return
+    context = multiprocessing.get_context("spawn")
+    with _environment(WAIT_POLICY, "PASSIVE"):
+        executor = ProcessPoolExecutor(
+            1, context, initializer=_start_worker, initargs=(get_num_threads(), get_precision())
+        )
+        executor.submit(os.getpid).result()  # started now, while the environment says PASSIVE
+    try:
+        stuck = _carry_backends(executor, list(backends))
+        if stuck is not None:
+            executor.shutdown()
+            _torch_threads()
+            yield (
+                measure_case,
+                f"contenders timed interleaved in this process, where {waits.description}, so they may slow each "
+                f"other down: a worker process with passive waits was not possible ({stuck}); set "
+                f"{WAIT_POLICY}=PASSIVE before importing torch, or run `convsuite compare`",
+            )
+            return
+        how = (
+            f"measured in a worker process with {WAIT_POLICY}=PASSIVE, contenders timed interleaved there "
+            f"(here: {waits.description})"
+        )
+        yield (lambda *args, **kwargs: executor.submit(measure_case, *args, **kwargs).result()), how
+    finally:
+        executor.shutdown(cancel_futures=True)
 
 
 def run_comparison(
@@ -246,32 +353,32 @@ def run_comparison(
     -------
     results : list of Result
     meta : dict
-        Date, cases, machine, ceilings, notes (anchors not installed, plots
-        skipped), ``files`` written and, with ``compare_to``, the ratios.
+        Date, cases, machine, ceilings, ``isolation`` (how contenders were
+        kept from starving each other), ``method``, ``unavailable`` (each
+        contender that could take part in no case, and why: listed once),
+        notes (plots skipped), ``files`` written and, with ``compare_to``,
+        the ratios.
     """
+    passive_openmp()  # before anything here loads numba's or torch's OpenMP runtime
     check_settings(repeat=repeat)  # before the ceilings are measured, not after
     if request is None:
         request = check_request(workload, backends, anchors, baseline, out, device, cases, compare_to)
     if cases is not None:
         workload = "custom" if all(c.workload == "custom" for c in cases) else workload
-    try:
-        import torch
-
-        torch.set_num_threads(get_num_threads())  # same thread budget as the numba backend
-    except ImportError:
-        pass
     if ceilings is None:
         ceilings = measure_cpu_ceilings() if device == "cpu" else measure_gpu_ceilings()
     results: list[Result] = []
     total = len(request.cases) * len(request.contenders)
-    for case in request.cases:
-        for name, kind in request.contenders:
+    rounds = min(ROUNDS, repeat)
+    backend_names = [name for name, kind in request.contenders if kind == "backend"]
+    with measuring_process(backend_names) as (measure_one, isolation):
+        for case in request.cases:
             if callable(progress):
-                progress(len(results), total, f"{case.label} / {name}")
-            results.append(measure(case, name, kind, dtype, repeat, ceilings))
+                progress(len(results), total, case.label)
+            results += measure_one(case, request.contenders, dtype, repeat, ceilings, rounds=rounds)
     if callable(progress):
         progress(total, total, "done")
-    notes = _anchor_notes(results)
+    unavailable = unavailable_contenders(results)  # listed once, under the table
     # Anchors that apply to none of the cases only add noise to the table.
     used = {r.contender for r in results if r.status != "skipped" or r.kind == "backend"}
     results = [r for r in results if r.contender in used]
@@ -285,7 +392,14 @@ def run_comparison(
         cases=[c.as_dict() for c in request.cases],
         machine=machine_metadata(),
         ceilings=ceilings.as_dict(),
-        notes=notes,
+        rounds=rounds,
+        isolation=isolation,
+        method=(
+            f"each contender called until its time per call was stable (first call and warm-up reported apart), "
+            f"then the contenders of a case timed interleaved: {repeat} calls each in {rounds} rounds, medians"
+        ),
+        unavailable=unavailable,
+        notes=[],
     )
     if request.saved is not None:
         saved_meta = request.saved.get("meta", {})

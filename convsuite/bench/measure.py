@@ -1,15 +1,22 @@
-"""Measure one contender (a backend or an external anchor) on one case.
+"""Measure the contenders of one case (backends and external anchors), side by side.
 
 The timing taxonomy of DESIGN.md, per result: the first call (JIT compile,
-module build, NVRTC compile, cache load) apart from steady state; then
-``repeat`` calls, each timed end to end with the backend's own call (the
-kernel; CUDA events on a GPU) timed inside it, so end to end >= kernel holds
-call by call; medians and ranges of both. A GPU backend, like the GPU
-anchors, runs on device-resident inputs with the device synchronised inside
-the timed call, and the copies of the inputs to the device and of the output
-back are timed apart (columns that stay empty on CPU backends). Rates
-(GFLOP/s, GB/s of compulsory traffic) use the end-to-end median, the same
-clock for every contender, and are set against the measured ceilings.
+module build, NVRTC compile, cache load) apart from steady state, and the
+warm-up after it: each contender is called until its time per call is stable
+(:func:`convsuite.bench.timing.warm_up`: later specialisations, on-disk
+caches, BLAS and thread pools), with a cap, before any timed call. Then every
+contender of the case is timed interleaved, in rounds of alternating blocks
+(:func:`convsuite._timing.measure_side_by_side`), so a slow moment of a shared
+machine hits them alike; each call is timed end to end with the backend's own
+call (the kernel; CUDA events on a GPU) timed inside it, so end to end >=
+kernel holds call by call; medians and ranges of both. A contender whose
+rounds still trend one way is flagged (``drift``), not reported silently. A GPU
+backend, like the GPU anchors, runs on device-resident inputs with the device
+synchronised inside the timed call, and the copies of the inputs to the device
+and of the output back are timed apart (columns that stay empty on CPU
+backends). Rates (GFLOP/s, GB/s of compulsory traffic) use the end-to-end
+median, the same clock for every contender, and are set against the measured
+ceilings.
 
 Correctness travels with every figure: every element of the output is
 compared with the float64 reference (:mod:`convsuite.testing`), or, for a
@@ -33,16 +40,23 @@ import convsuite as cs
 from .._errors import BackendUnavailableError, UnsupportedCaseError
 from .._instrument import record_kernel_times
 from .._registry import get_backend, select
-from .._timing import check_settings, measure_side_by_side
+from .._timing import Contender, check_settings, measure_side_by_side, wall_timer
 from .._validation import _show, prepare_forward
 from ..testing import backward_tolerances, forward_tolerance, reference_backward, reference_forward
 from ._arguments import one_of
-from .anchors import anchor_callable, anchor_names
+from .anchors import anchor_callable, anchor_names, anchor_precision
 from .ceilings import Ceilings
-from .timing import SETTLE_S  # seen: numba's median doubled on 2 cores without it
+from .timing import SETTLE_S, openmp_waits, round_drift, warm_up
 from .workloads import Case
 
-__all__ = ["Result", "measure"]
+__all__ = ["Result", "measure", "measure_case"]
+
+#: Interleaved rounds per case (at most ``repeat``): three show a trend (:func:`round_drift`).
+ROUNDS = 3
+#: Pause before each block when OpenMP waits are passive: no pool spins after its call, and
+#: convsuite shortens OpenBLAS's spin at import. With spinning waits, the suite's SETTLE_S
+#: (numba's median doubled on 2 cores without it).
+PASSIVE_SETTLE_S = 0.05
 
 #: The error check covers the first batch items of a batched case, and the
 #: first samples of a plain signal (image) longer than this (:func:`_check_slice`).
@@ -88,6 +102,12 @@ class Result:
     frac_roof: float | None = None
     max_rel_error: float | None = None
     error_ok: bool | None = None
+    warmup_s: float | None = None  # calls after the first until the time per call was stable
+    warmup_calls: int = 0
+    warmup_stable: bool | None = None  # False: the warm-up reached its cap first
+    rounds: int = 0  # interleaved rounds the timed calls were spread over
+    drift: str = ""  # the rounds still trend one way: a note (convsuite.bench.timing.round_drift)
+    precision: str = "highest"  # the float32 precision class (convsuite.explain(...).precision)
 
     def as_dict(self) -> dict:
         """The fields as a plain dict (for JSON)."""
@@ -246,21 +266,6 @@ def _check_backward(sub: Case, xs, gys, w, run) -> tuple[float, bool]:
     return worst, ok
 
 
-def _time(fn, repeat: int):
-    """First call, end-to-end samples, the kernel time inside each, and the last output (the measuring core)."""
-    kernels: list[float | None] = []
-    last = [None]
-
-    def run():
-        with record_kernel_times() as inner:
-            last[0] = fn()
-        kernels.append(sum(inner) if inner else None)
-
-    timing = measure_side_by_side({"fn": run}, repeat=repeat, warmup=1, rounds=1, settle_s=SETTLE_S)["fn"]
-    # The first call and the warm-up call come first; the last `repeat` calls are the timed ones.
-    return timing.first_call, list(timing.samples), kernels[-repeat:], last[0]
-
-
 def _check_request(case: Case, contender: str, kind: str, repeat: int) -> None:
     """Refuse a request that cannot be measured, naming the parameter, before anything is built or timed."""
     if not isinstance(case, Case):
@@ -273,8 +278,209 @@ def _check_request(case: Case, contender: str, kind: str, repeat: int) -> None:
     check_settings(repeat=repeat)
 
 
+class _Entry:
+    """One contender made ready to time on a case: its call, its check, and what it recorded."""
+
+    def __init__(self, result: Result, case: Case, operands: tuple, spec, fn, on_slice, backend=None) -> None:
+        self.result, self.case, self.operands, self.spec = result, case, operands, spec
+        self.fn, self.on_slice, self.backend = fn, on_slice, backend
+        self.on_device = backend is not None and not backend.owns(operands[0])
+        self.kernels: list[float | None] = []
+        self.armed = False
+        self.out = None
+
+    def run(self) -> None:
+        """One call; its kernel time is kept when the measuring core timed it (the timer armed it)."""
+        with record_kernel_times() as inner:
+            self.out = self.fn()
+        if self.armed:
+            self.kernels.append(sum(inner) if inner else None)
+            self.armed = False
+
+    def timer(self):
+        """A wall-clock timer that marks the next call as a timed one."""
+        self.armed = True
+        return wall_timer()
+
+
+def _operands(case: Case, dtype: str, cache: dict) -> tuple:
+    """x, w, bias and grad_y (None for forward) of ``case``: made once per case and shared by its contenders."""
+    key = repr(case)  # a Case may hold lists (a user's cases file): not hashable, but its repr is exact
+    if key not in cache:
+        x, w, bias, rng = case.arrays(dtype)
+        grad_y = None
+        if case.direction == "backward":
+            prepared = _prepare(case, x, w, bias)
+            # In the caller's layout, like the output of the forward call: (N_out,) for a plain signal.
+            grad_y = rng.standard_normal(prepared.user_shape(prepared.spec.y_shape)).astype(dtype)
+        cache[key] = (x, w, bias, grad_y)
+    return cache[key]
+
+
+def _backend_precision(case: Case, name: str, x, w, bias) -> str:
+    """The float32 precision class of the algorithm ``auto`` picks on this backend (explain's answer)."""
+    try:
+        return cs.explain(x, w, bias, backend=name, direction=case.direction, **case.keywords).precision
+    except (UnsupportedCaseError, BackendUnavailableError, ValueError):
+        return "highest"
+
+
+def _entry(case: Case, contender: str, kind: str, dtype: str, cache: dict) -> _Entry | Result:
+    """The contender ready to time on ``case``, or its skipped Result (unavailable, cannot run it)."""
+    result = Result(case.workload, case.label, case.direction, contender, kind, dtype, x_shape=tuple(case.x_shape))
+    if kind == "backend":
+        fitted, reason = _fit_backend(case, contender, dtype)
+        if fitted is None:
+            result.status, result.reason = "skipped", reason
+            return result
+        case = fitted
+        result.note, result.x_shape = case.note, tuple(case.x_shape)
+    x, w, bias, grad_y = _operands(case, dtype, cache)
+    spec = _spec(case, x, w, bias)
+    if kind == "anchor":
+        fn = anchor_callable(contender, case, x, w, bias, grad_y, spec)
+        if isinstance(fn, str):
+            result.status, result.reason = "skipped", fn
+            return result
+        result.precision = anchor_precision(contender)
+
+        def on_anchor_slice(sub, xs, gys):
+            return anchor_callable(contender, sub, xs, w, None, gys, _spec(sub, xs, w, None))()
+
+        return _Entry(result, case, (x, w, bias, grad_y), spec, fn, on_anchor_slice)
+    backend = get_backend(contender)
+    result.precision = _backend_precision(case, contender, x, w, bias)
+    if not backend.owns(x):
+        # Like the GPU anchors, start from device-resident data and finish
+        # the device work inside the timed call; the copies to and from the
+        # device are timed on their own (h2d_s, d2h_s).
+        dev = [None if a is None else backend.to_device(a) for a in (x, w, bias, grad_y)]
+        call = _call_backend(case, contender, *dev)
+
+        def fn():
+            out = call()
+            backend.synchronize()
+            return out
+
+    else:
+        fn = _call_backend(case, contender, x, w, bias, grad_y)
+
+    def on_slice(sub, xs, gys):
+        return _call_backend(sub, contender, xs, w, None, gys)()
+
+    return _Entry(result, case, (x, w, bias, grad_y), spec, fn, on_slice, backend)
+
+
+def _finish(entry: _Entry, timing, rounds: int, repeat: int, ceilings: Ceilings | None) -> Result:
+    """Fill the entry's Result from its timing: times, drift, transfers, rates and the error check."""
+    result, case, spec = entry.result, entry.case, entry.spec
+    x, w, bias, grad_y = entry.operands
+    e2e = list(timing.samples)
+    kernel = entry.kernels[1:]  # the core's first call was timed (and armed) too: not a sample
+    result.repeats, result.rounds = len(e2e), rounds
+    result.end_to_end_s = statistics.median(e2e)
+    result.end_to_end_range_s = (min(e2e), max(e2e))
+    if kernel and all(k is not None for k in kernel):
+        result.kernel_s = statistics.median(kernel)
+        result.kernel_range_s = (min(kernel), max(kernel))
+    result.drift = round_drift(timing, rounds) or ""
+    if entry.on_device:
+        result.h2d_s, result.d2h_s = _transfer_times(entry.backend, x, w, bias, entry.out, repeat)
+    flops = spec.flops * (2 if case.direction == "backward" else 1)
+    traffic = spec.compulsory_bytes * (2 if case.direction == "backward" else 1)
+    result.flops, result.bytes = flops, traffic
+    result.gflops = flops / result.end_to_end_s / 1e9
+    result.gbs = traffic / result.end_to_end_s / 1e9
+    result.intensity = flops / traffic
+    if ceilings is not None:
+        result.frac_gemm = result.gflops / ceilings.gemm_gflops
+        result.frac_copy = result.gbs / ceilings.copy_gbs
+        result.frac_roof = result.gflops / ceilings.roof(result.intensity)
+    if case.direction == "forward":
+        result.max_rel_error, result.error_ok = _check_forward(case, x, w, bias, entry.out)
+    else:
+        result.max_rel_error, result.error_ok = _check_backward(*_check_slice(case, x, grad_y), w, entry.on_slice)
+    if not result.error_ok:
+        result.status, result.reason = "wrong", "disagrees with the float64 reference beyond tolerance"
+    return result
+
+
+def settle_seconds() -> float:
+    """The pause before each interleaved block: short when OpenMP waits are passive, else SETTLE_S."""
+    return PASSIVE_SETTLE_S if openmp_waits().passive else SETTLE_S
+
+
+def measure_case(
+    case: Case,
+    contenders: list[tuple[str, str]],
+    dtype: str,
+    repeat: int,
+    ceilings: Ceilings | None,
+    *,
+    rounds: int = ROUNDS,
+) -> list[Result]:
+    """Measure every contender on ``case``: warmed one by one, then timed interleaved (the module's description).
+
+    Parameters
+    ----------
+    case : Case
+        The convolution to measure.
+    contenders : list of (str, str)
+        ``(name, kind)`` pairs: a backend name with ``"backend"``, or an
+        anchor name among :func:`~convsuite.bench.anchors.anchor_names` with
+        ``"anchor"``.
+    dtype : str
+        ``"float32"`` or ``"float64"``.
+    repeat : int
+        Timed calls per contender, a positive int.
+    ceilings : Ceilings, optional
+        The machine's measured rates the results are set against.
+    rounds : int
+        Interleaved rounds the timed calls are spread over (at most ``repeat``).
+
+    Returns
+    -------
+    list of Result
+        One per contender, in order: ``status`` is ``"ok"``, ``"skipped"``
+        (an unknown or unavailable backend, a case an anchor has no mode
+        for; ``reason`` says why) or ``"wrong"`` (the output disagrees with
+        the float64 reference). ``first_call_s`` and ``warmup_s`` give the
+        warm-up's cost; ``drift`` is set when the rounds still trend.
+
+    Raises
+    ------
+    TypeError, ValueError
+        An unknown ``kind`` or anchor, or a ``repeat`` that is not a positive
+        int; before anything is timed.
+    """
+    for name, kind in contenders:
+        _check_request(case, name, kind, repeat)
+    check_settings(repeat=repeat, rounds=rounds)
+    rounds = min(rounds, repeat)
+    cache: dict = {}
+    made = [_entry(case, name, kind, dtype, cache) for name, kind in contenders]
+    ready = [e for e in made if isinstance(e, _Entry)]
+    for entry in ready:
+        warm = warm_up(entry.run)
+        entry.result.first_call_s = warm.first_call_s
+        entry.result.warmup_s, entry.result.warmup_calls, entry.result.warmup_stable = (
+            warm.seconds,
+            warm.calls,
+            warm.stable,
+        )
+    timings = {}
+    if ready:
+        contenders_now = {str(i): Contender(e.run, e.timer) for i, e in enumerate(ready)}
+        timings = measure_side_by_side(
+            contenders_now, repeat=repeat, warmup=1, rounds=rounds, settle_s=settle_seconds()
+        )
+    for i, entry in enumerate(ready):
+        _finish(entry, timings[str(i)], rounds, repeat, ceilings)
+    return [e.result if isinstance(e, _Entry) else e for e in made]
+
+
 def measure(case: Case, contender: str, kind: str, dtype: str, repeat: int, ceilings: Ceilings | None) -> Result:
-    """Measure ``contender`` on ``case``: times, rates and the error check (see the module's description).
+    """Measure ``contender`` on ``case`` alone: :func:`measure_case` with one contender.
 
     Parameters
     ----------
@@ -295,9 +501,7 @@ def measure(case: Case, contender: str, kind: str, dtype: str, repeat: int, ceil
     Returns
     -------
     Result
-        ``status`` is ``"ok"``, ``"skipped"`` (an unknown or unavailable
-        backend, a case an anchor has no mode for; ``reason`` says why) or
-        ``"wrong"`` (the output disagrees with the float64 reference).
+        As :func:`measure_case` returns each.
 
     Raises
     ------
@@ -305,76 +509,4 @@ def measure(case: Case, contender: str, kind: str, dtype: str, repeat: int, ceil
         An unknown ``kind`` or anchor, or a ``repeat`` that is not a positive
         int; before anything is timed.
     """
-    _check_request(case, contender, kind, repeat)
-    result = Result(case.workload, case.label, case.direction, contender, kind, dtype, x_shape=tuple(case.x_shape))
-    if kind == "backend":
-        fitted, reason = _fit_backend(case, contender, dtype)
-        if fitted is None:
-            result.status, result.reason = "skipped", reason
-            return result
-        case = fitted
-        result.note, result.x_shape = case.note, tuple(case.x_shape)
-    x, w, bias, rng = case.arrays(dtype)
-    prepared = _prepare(case, x, w, bias)
-    spec = prepared.spec
-    grad_y = None
-    if case.direction == "backward":
-        # In the caller's layout, like the output of the forward call: (N_out,) for a plain signal.
-        grad_y = rng.standard_normal(prepared.user_shape(spec.y_shape)).astype(dtype)
-    if kind == "backend":
-        backend = get_backend(contender)
-        on_device = not backend.owns(x)
-        if on_device:
-            # Like the GPU anchors, start from device-resident data and finish
-            # the device work inside the timed call; the copies to and from the
-            # device are timed on their own (h2d_s, d2h_s).
-            dev = [None if a is None else backend.to_device(a) for a in (x, w, bias, grad_y)]
-            call = _call_backend(case, contender, *dev)
-
-            def fn():
-                result = call()
-                backend.synchronize()
-                return result
-
-        else:
-            fn = _call_backend(case, contender, x, w, bias, grad_y)
-
-        def on_slice(sub, xs, gys):
-            return _call_backend(sub, contender, xs, w, None, gys)()
-
-    else:
-        fn = anchor_callable(contender, case, x, w, bias, grad_y, spec)
-        if isinstance(fn, str):
-            result.status, result.reason = "skipped", fn
-            return result
-
-        def on_slice(sub, xs, gys):
-            return anchor_callable(contender, sub, xs, w, None, gys, _spec(sub, xs, w, None))()
-
-    first, e2e, kernel, out = _time(fn, repeat)
-    result.first_call_s = first
-    result.repeats = repeat
-    result.end_to_end_s = statistics.median(e2e)
-    result.end_to_end_range_s = (min(e2e), max(e2e))
-    if all(k is not None for k in kernel):
-        result.kernel_s = statistics.median(kernel)
-        result.kernel_range_s = (min(kernel), max(kernel))
-    if kind == "backend" and on_device:
-        result.h2d_s, result.d2h_s = _transfer_times(backend, x, w, bias, out, repeat)
-    flops = spec.flops * (2 if case.direction == "backward" else 1)
-    traffic = spec.compulsory_bytes * (2 if case.direction == "backward" else 1)
-    result.flops, result.bytes = flops, traffic
-    result.gflops = flops / result.end_to_end_s / 1e9
-    result.gbs = traffic / result.end_to_end_s / 1e9
-    result.intensity = flops / traffic
-    if ceilings is not None:
-        result.frac_gemm = result.gflops / ceilings.gemm_gflops
-        result.frac_copy = result.gbs / ceilings.copy_gbs
-        result.frac_roof = result.gflops / ceilings.roof(result.intensity)
-    if case.direction == "forward":
-        result.max_rel_error, result.error_ok = _check_forward(case, x, w, bias, out)
-    else:
-        result.max_rel_error, result.error_ok = _check_backward(*_check_slice(case, x, grad_y), w, on_slice)
-    if not result.error_ok:
-        result.status, result.reason = "wrong", "disagrees with the float64 reference beyond tolerance"
-    return result
+    return measure_case(case, [(contender, kind)], dtype, repeat, ceilings)[0]

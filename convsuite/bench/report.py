@@ -9,15 +9,20 @@ from pathlib import Path
 from .._files import atomic_write_bytes, atomic_write_json, atomic_write_text, check_writable_file
 from ._arguments import check_output_dir
 from .measure import Result
+from .plotting import compare_plots, pyplot
 
 __all__ = [
+    "LAYOUTS",
     "REPORT_FILES",
     "check_report_files",
+    "contender_label",
     "csv_row",
     "print_ratios",
     "print_table",
     "ratios_to_saved",
+    "size_series",
     "speedups",
+    "unavailable_contenders",
     "write_reports",
 ]
 
@@ -84,90 +89,220 @@ def _ms(seconds) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.3g}"
 
 
+def _s(seconds) -> str:
+    """Seconds, short: ``7.9``, ``0.12``, ``0.003``."""
+    return "-" if seconds is None else f"{seconds:.2g}" if seconds < 10 else f"{seconds:.0f}"
+
+
 def _reduced(r: Result) -> bool:
     """Whether the result was measured on a smaller version of its case."""
     return r.note.startswith("reduced to")
 
 
-def _rows(results: list[Result], baseline: str):
-    ratio = speedups(results, baseline)
+def contender_label(r: Result) -> str:
+    """The contender's name, with its float32 precision class where it is not ``"highest"``."""
+    return r.contender if r.precision == "highest" else f"{r.contender} ({r.precision})"
+
+
+def _unavailable_reason(r: Result) -> str | None:
+    """Why ``r``'s contender cannot take part here at all (not this case: this machine), or None."""
+    if r.status != "skipped":
+        return None
+    if r.kind == "backend" and r.reason.startswith("unavailable: "):
+        return r.reason[len("unavailable: ") :]
+    if r.kind == "anchor" and ("not installed" in r.reason or "sees no CUDA device" in r.reason):
+        return r.reason
+    return None
+
+
+def unavailable_contenders(results: list[Result]) -> dict[str, str]:
+    """Each contender that could run no case on this machine (not available, not installed), and why.
+
+    Listed once, under the tables, instead of a skipped row in every case.
+    """
+    reasons: dict[str, list[str | None]] = {}
     for r in results:
-        if r.status == "skipped":
-            yield [r.case, r.contender, "-", "-", "-", "-", "-", "-", f"skipped: {r.reason}"]
-            continue
-        note = r.note
-        if _reduced(r):
-            # Its times are for less work than the other rows: show them in the
-            # note, per unit of work in the table (GFLOP/s, speedup).
-            note = f"{r.note}: {_ms(r.end_to_end_s)} ms for {r.flops:.3g} FLOP; compare by GFLOP/s and speedup"
-        yield [
-            r.case,
-            r.contender,
-            "-" if _reduced(r) else _ms(r.end_to_end_s),
-            "-" if _reduced(r) else _ms(r.kernel_s),
-            f"{ratio[(r.case, r.contender)]:.2f}x" if (r.case, r.contender) in ratio else "-",
-            f"{r.gflops:.3g}",
-            "-" if r.frac_roof is None else f"{100 * r.frac_roof:.1f}%",
-            f"{r.max_rel_error:.1e}" + ("" if r.error_ok else " WRONG"),
-            "; ".join(
-                filter(
-                    None,
-                    [note, None if r.h2d_s is None else f"copies: to GPU {_ms(r.h2d_s)} ms, back {_ms(r.d2h_s)} ms"],
-                )
-            ),
-        ]
+        reasons.setdefault(r.contender, []).append(_unavailable_reason(r))
+    return {name: found[0] for name, found in reasons.items() if all(found) and found[0] is not None}
 
 
-HEADERS = [
-    "case",
-    "contender",
-    "ms (end to end)",
-    "ms (kernel)",
-    "speedup",
-    "GFLOP/s",
-    "% of roof",
-    "max rel. error",
-    "note",
-]
-#: A GPU result's note also gives its transfer times (NumPy in, NumPy out).
+def _notes(r: Result) -> list[str]:
+    """What a reader must know about one row: skipped or reduced, drift, a capped warm-up, copies to a GPU."""
+    if r.status == "skipped":
+        return [f"skipped: {r.reason}"]
+    notes = []
+    if _reduced(r):
+        # Its times are for less work than the other rows: shown here, per unit of work in the table.
+        notes.append(f"{r.note}: {_ms(r.end_to_end_s)} ms for {r.flops:.3g} FLOP; compare by GFLOP/s and speedup")
+    elif r.note:
+        notes.append(r.note)
+    if r.drift:
+        notes.append(r.drift)
+    if r.warmup_stable is False:
+        notes.append(
+            f"time per call still unsteady when the warm-up stopped at its cap ({r.warmup_calls} calls, "
+            f"{_s(r.warmup_s)} s)"
+        )
+    if r.h2d_s is not None:
+        notes.append(f"copies: to GPU {_ms(r.h2d_s)} ms, back {_ms(r.d2h_s)} ms")
+    if r.status == "wrong":
+        notes.append(r.reason)
+    return notes
 
 
-def _console():
+def _cells(r: Result, ratio: dict) -> dict[str, str]:
+    """One result's table cells, by column key."""
+    if r.status == "skipped":
+        return {"contender": contender_label(r)}
+    speed = ratio.get((r.case, r.contender))
+    return {
+        "contender": contender_label(r),
+        "ms": "-" if _reduced(r) else _ms(r.end_to_end_s),
+        "kernel": "-" if _reduced(r) else _ms(r.kernel_s),
+        "speedup": "-" if speed is None else f"{speed:.2f}x",
+        "gflops": f"{r.gflops:.3g}",
+        "roof": "-" if r.frac_roof is None else f"{100 * r.frac_roof:.1f}%",
+        "error": "-" if r.max_rel_error is None else f"{r.max_rel_error:.1e}" + ("" if r.error_ok else " WRONG"),
+        "first": _s(r.first_call_s),
+        "warmup": _s(r.warmup_s),
+        "warm": _s(None if r.first_call_s is None else r.first_call_s + (r.warmup_s or 0.0)),
+    }
+
+
+#: Console layouts, widest first: (column key, header). The first whose tables fit the terminal is used;
+#: every column keeps its cells whole (no header or number split over two lines).
+LAYOUTS = {
+    "wide": [
+        ("contender", "contender"),
+        ("ms", "ms"),
+        ("kernel", "kernel ms"),
+        ("speedup", "speedup"),
+        ("gflops", "GFLOP/s"),
+        ("roof", "% roof"),
+        ("error", "rel. error"),
+        ("first", "1st call s"),
+        ("warmup", "warm-up s"),
+        ("note", "note"),
+    ],
+    "compact": [
+        ("contender", "contender"),
+        ("ms", "ms"),
+        ("speedup", "speedup"),
+        ("gflops", "GFLOP/s"),
+        ("error", "error"),
+        ("warm", "warm s"),
+        ("note", "note"),
+    ],
+}
+#: What the compact layout leaves out (the files have every column).
+_COMPACT_OMITS = "kernel ms, % of roof and the first call apart from the warm-up are in report.md"
+
+
+def _console(width: int | None = None):
     """A rich console that does not fold logs and pipes to 80 columns."""
     from rich.console import Console
 
+    if width is not None:
+        return Console(width=width)
     console = Console()
     return console if console.is_terminal else Console(width=160)
 
 
-def print_table(results: list[Result], baseline: str, title: str) -> None:
-    """The seed reports' table, in the terminal: one section per case."""
+def _case_table(rows: list[Result], layout: str, ratio: dict, case: str):
+    """One case's table in ``layout``, and its numbered notes."""
+    from rich import box
     from rich.markup import escape
     from rich.table import Table
 
-    console = _console()
-    table = Table(title=escape(title), title_justify="left")
-    for header in ("case", "contender", "ms", "kernel ms", "speedup", "GFLOP/s", "% roof", "rel. error", "note"):
-        table.add_column(header, overflow="fold")
-    previous = None
-    for row, r in zip(_rows(results, baseline), results):
-        if r.status == "skipped" and r.kind == "anchor":
-            continue  # anchors that do not apply: listed in the files, not here
-        if previous is not None and row[0] != previous:
-            table.add_section()
-        cells = [row[0] if row[0] != previous else "", *row[1:]]
-        table.add_row(*(escape(str(c)) for c in cells))  # case names and reasons may hold [brackets]
-        previous = row[0]
-    console.print(table)
+    table = Table(title=escape(case), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
+    for key, header in LAYOUTS[layout]:
+        numeric = key not in ("contender", "note")
+        table.add_column(header, justify="right" if numeric else "left", no_wrap=True)
+    notes: list[str] = []
+    for r in rows:
+        cells = _cells(r, ratio)
+        marks = []
+        for note in _notes(r):
+            notes.append(f"{contender_label(r)}: {note}")
+            marks.append(str(len(notes)))
+        cells["note"] = ",".join(marks)
+        table.add_row(*(escape(cells.get(key, "-")) for key, _ in LAYOUTS[layout]))
+    return table, notes
 
 
-def print_ratios(compare_to: dict) -> None:
+def _natural_width(table) -> int:
+    """The width ``table`` takes with every cell on one line (drawn on a console as wide as it needs)."""
+    from rich.console import Console
+
+    wide = Console(file=io.StringIO(), width=10_000, color_system=None)
+    with wide.capture() as captured:
+        wide.print(table)
+    return max((len(line.rstrip()) for line in captured.get().splitlines()), default=0)
+
+
+def _fits(tables: list, console) -> bool:
+    """Whether every table fits the console's width with every cell whole."""
+    return all(_natural_width(t) <= console.width for t in tables)
+
+
+def print_table(results: list[Result], baseline: str, title: str, meta: dict | None = None, console=None) -> None:
+    """The comparison in the terminal: a table per case, its notes under it, unavailable contenders once.
+
+    The widest layout whose tables fit the terminal is used (:data:`LAYOUTS`);
+    no header or number is split over two lines. Contenders that could run
+    nowhere here (not installed, no GPU) are listed once at the end, not in
+    every table.
+    """
+    from rich.padding import Padding
+    from rich.text import Text
+
+    console = console or _console()
+    meta = meta or {}
+    unavailable = meta.get("unavailable") or unavailable_contenders(results)
+    ratio = speedups(results, baseline)
+    shown = [
+        r for r in results if r.contender not in unavailable and not (r.status == "skipped" and r.kind == "anchor")
+    ]
+    cases = list(dict.fromkeys(r.case for r in shown))
+    chosen = None
+    for layout in LAYOUTS:
+        built = [_case_table([r for r in shown if r.case == c], layout, ratio, c) for c in cases]
+        chosen = layout, built
+        if _fits([t for t, _ in built], console):
+            break
+    layout, built = chosen
+    console.print(Text(title, style="bold"))
+    console.print(
+        Text(
+            f"ms: median time per call, end to end; speedup: throughput over {baseline}'s; warm s: first call and "
+            "warm-up before the timed calls (not in ms)"
+            if layout == "compact"
+            else f"ms: median time per call, end to end; speedup: throughput over {baseline}'s; 1st call s and "
+            "warm-up s: the calls before the timed ones (not in ms)"
+        )
+    )
+    for table, notes in built:
+        console.print(table)
+        for i, note in enumerate(notes, 1):
+            console.print(Padding(Text(f"{i}. {note}", style="dim"), (0, 0, 0, 2), expand=False))
+    if layout == "compact":
+        console.print(Text(f"({_COMPACT_OMITS})", style="dim"))
+    if unavailable:
+        console.print(Text("not available here (left out of every case):"))
+        for name, reason in unavailable.items():
+            console.print(Padding(Text(f"{name}: {reason}"), (0, 0, 0, 2), expand=False))
+    if meta.get("isolation"):
+        console.print(Text(f"isolation: {meta['isolation']}", style="dim"))
+
+
+def print_ratios(compare_to: dict, console=None) -> None:
     """Print this run against a saved one: one row per case and contender found in both."""
+    from rich import box
     from rich.markup import escape
     from rich.table import Table
 
     title = f"against {compare_to['path']} ({compare_to.get('date')}, {compare_to.get('machine')}): > 1 is faster now"
-    table = Table(title=escape(title), title_justify="left")
+    table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
     for header in ("case", "contender", "ms then", "ms now", "speed ratio"):
         table.add_column(header, overflow="fold")
     for row in compare_to["ratios"]:
@@ -178,25 +313,57 @@ def print_ratios(compare_to: dict) -> None:
             f"{row['now_ms']:.3g}",
             f"{row['ratio']:.2f}x" + ("" if row["same_size"] else " (other size: per unit of work)"),
         )
-    _console().print(table)
+    (console or _console()).print(table)
+
+
+#: report.md's table: (column key, header).
+MARKDOWN_COLUMNS = [
+    ("case", "case"),
+    ("contender", "contender"),
+    ("ms", "ms (end to end)"),
+    ("kernel", "ms (kernel)"),
+    ("speedup", "speedup"),
+    ("gflops", "GFLOP/s"),
+    ("roof", "% of roof"),
+    ("error", "max rel. error"),
+    ("first", "first call s"),
+    ("warmup", "warm-up s"),
+    ("note", "note"),
+]
 
 
 def _markdown(results: list[Result], meta: dict, baseline: str, plots: list[str]) -> str:
     ceilings = meta.get("ceilings") or {}
+    unavailable = meta.get("unavailable") or unavailable_contenders(results)
+    ratio = speedups(results, baseline)
+    method = meta.get("method") or f"each time is the median of {meta['repeat']} runs after a warm-up"
     lines = [
         f"# convsuite compare: {meta['workload']} ({meta['dtype']})",
         "",
         f"{meta['date']} on {meta['machine']['cpu']}; GPU: {meta['machine']['gpu']}.",
         f"Ceilings measured in this run: copy {ceilings.get('copy_gbs', 0):.1f} GB/s, "
         f"GEMM {ceilings.get('gemm_gflops', 0):.1f} GFLOP/s ({ceilings.get('how', '')}).",
-        f"Each time is the median of {meta['repeat']} runs after a first call and a warm-up; speedup is the "
-        f"throughput ratio over `{baseline}` on the same case; % of roof is GFLOP/s over "
-        "min(GEMM rate, copy bandwidth x arithmetic intensity); the error is against the float64 reference.",
-        "",
-        "| " + " | ".join(HEADERS) + " |",
-        "|" + "---|" * len(HEADERS),
+        f"Method: {method}. "
+        f"Speedup is the throughput ratio over `{baseline}` on the same case; % of roof is GFLOP/s over "
+        "min(GEMM rate, copy bandwidth x arithmetic intensity); the error is against the float64 reference; "
+        "first call and warm-up are the calls before the timed ones, not part of ms. A contender's float32 "
+        "precision class follows its name where it is not 'highest'.",
     ]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in _rows(results, baseline)]
+    if meta.get("isolation"):
+        lines.append(f"Isolation: {meta['isolation']}.")
+    lines += [
+        "",
+        "| " + " | ".join(h for _, h in MARKDOWN_COLUMNS) + " |",
+        "|" + "---|" * len(MARKDOWN_COLUMNS),
+    ]
+    for r in results:
+        if r.contender in unavailable:
+            continue
+        cells = {**_cells(r, ratio), "case": r.case, "note": "; ".join(_notes(r))}
+        lines.append("| " + " | ".join(cells.get(k, "-").replace("|", "/") for k, _ in MARKDOWN_COLUMNS) + " |")
+    if unavailable:
+        lines += ["", "Not available here (left out of every case):", ""]
+        lines += [f"- {name}: {reason}" for name, reason in unavailable.items()]
     if meta.get("notes"):
         lines += ["", *[f"- {note}" for note in meta["notes"]]]
     saved = meta.get("compare_to")
@@ -238,92 +405,6 @@ def size_series(results: list[Result], meta: dict) -> list[tuple[str, list[tuple
         key = (r.contender, joined or f"single: {r.case}")
         series.setdefault(key, []).append((r.flops, r.end_to_end_s))
     return [(name, sorted(points)) for (name, _), points in series.items()]
-
-
-def _png(fig, plt) -> bytes:
-    """The figure as PNG bytes (written atomically by the caller), then closed."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    return buffer.getvalue()
-
-
-def _pyplot():
-    """The pyplot of matplotlib on the Agg backend, or None without matplotlib (the bench extra)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    return plt
-
-
-def _plots(results: list[Result], meta: dict, baseline: str, plt) -> dict[str, bytes]:
-    """The PNG plots, drawn in memory: name -> bytes."""
-    ok = [r for r in results if r.status == "ok"]
-    contenders = sorted({r.contender for r in ok})
-    images = {}
-
-    fig, ax = plt.subplots(figsize=(7, 5))
-    colours = {name: f"C{i % 10}" for i, name in enumerate(contenders)}
-    labelled = set()
-    for name, points in size_series(results, meta):
-        style = "o-" if len(points) > 1 else "o"
-        ax.loglog(
-            [p[0] for p in points],
-            [p[1] for p in points],
-            style,
-            color=colours[name],
-            label=None if name in labelled else name,
-        )
-        labelled.add(name)
-    ax.set_xlabel("work (FLOP; reduced-size rows at their own work)")
-    ax.set_ylabel("time, end to end (s)")
-    ax.set_title(f"{meta['workload']}: time vs size")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    images["time_vs_size.png"] = _png(fig, plt)
-
-    ratio = speedups(results, baseline)
-    cases = list(dict.fromkeys(r.case for r in ok))
-    fig, ax = plt.subplots(figsize=(max(7, 1.2 * len(cases)), 5))
-    width = 0.8 / max(len(contenders), 1)
-    for i, name in enumerate(contenders):
-        values = [ratio.get((c, name), 0.0) for c in cases]
-        ax.bar([j + i * width for j in range(len(cases))], values, width, label=name)
-    ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_yscale("log")
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cases))])
-    ax.set_xticklabels(cases, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel(f"speedup over {baseline}")
-    ax.set_title(f"{meta['workload']}: speedup")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    images["speedup.png"] = _png(fig, plt)
-
-    ceilings = meta.get("ceilings")
-    if ceilings:
-        fig, ax = plt.subplots(figsize=(7, 5))
-        lo = min((r.intensity for r in ok), default=0.1) / 4
-        hi = max((r.intensity for r in ok), default=100) * 4
-        xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
-        ax.loglog(
-            xs, [min(ceilings["gemm_gflops"], ceilings["copy_gbs"] * x) for x in xs], "k-", label="roof (measured)"
-        )
-        for name in contenders:
-            pts = [(r.intensity, r.gflops) for r in ok if r.contender == name]
-            ax.loglog([p[0] for p in pts], [p[1] for p in pts], "o", label=name)
-        ax.set_xlabel("arithmetic intensity (FLOP / compulsory byte)")
-        ax.set_ylabel("GFLOP/s")
-        ax.set_title(f"{meta['workload']}: roofline")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        images["roofline.png"] = _png(fig, plt)
-    return images
 
 
 def csv_row(result: Result) -> dict:
@@ -379,7 +460,7 @@ def write_reports(results: list[Result], meta: dict, baseline: str, out: str | P
         it); checked before anything is drawn or written.
     """
     out = check_report_files(out, "`out`")
-    plt = _pyplot()
+    plt = pyplot()
     if plt is None:
         meta.setdefault("notes", []).append(PLOTS_SKIPPED)
     rows = [csv_row(r) for r in results]
@@ -393,7 +474,7 @@ def write_reports(results: list[Result], meta: dict, baseline: str, out: str | P
         "json": atomic_write_json(out / REPORT_FILES["json"], document, fallback=True),
         "csv": atomic_write_text(out / REPORT_FILES["csv"], table.getvalue(), fallback=True),
     }
-    images = {} if plt is None else _plots(results, meta, baseline, plt)
+    images = {} if plt is None else compare_plots(results, meta, speedups(results, baseline), baseline, plt)
     for name, png in images.items():
         saved[name] = atomic_write_bytes(out / name, png, fallback=True)
     saved["markdown"] = atomic_write_text(

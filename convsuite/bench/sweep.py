@@ -19,15 +19,19 @@ configuration):
   interleaved rounds, medians and spread), on device-resident data with the
   backend's own timer (CUDA events on a GPU).
 
-Each layer's hand-chosen configuration (``record.defaults``) is always
-measured, even when the grid leaves it out, so "best vs default" is always
-answerable. Nothing here prints or writes files: see
+Without a grid every combination of the tunables' values is swept. A grid
+(``--param NAME=V1,V2``) varies only the parameters it names: every other
+tunable stays at each layer's hand-chosen value (a rule may choose it per
+layer; one that follows a varied parameter is chosen for that value). Each
+layer's hand-chosen configuration (``record.defaults``) is always measured,
+even when the grid leaves it out, so "best vs default" is always answerable. Nothing here prints or writes files: see
 :mod:`convsuite.bench.sweep_output` and the command line.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import random
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -50,6 +54,8 @@ __all__ = [
     "Row",
     "SweepResult",
     "algorithm_record",
+    "grid_combinations",
+    "layer_configurations",
     "parse_grid",
     "parse_param",
     "run_sweep",
@@ -265,6 +271,24 @@ def parse_grid(texts: Sequence[str], record: Algorithm) -> dict[str, tuple]:
             raise ValueError(f"--param {name} is given twice; list all its values in one --param {name}=V1,V2")
         grid[name] = values
     return grid
+
+
+def grid_combinations(record: Algorithm, grid: Mapping[str, Sequence]) -> list[dict]:
+    """Every combination of the values of the parameters ``grid`` names (only those), in declaration order.
+
+    Raises
+    ------
+    ValueError
+        A name that is not a tunable of ``record``, or a value outside its list.
+    """
+    record.configurations(grid)  # the record's own check of names and values
+    axes = [[(t.name, v) for v in grid[t.name]] for t in record.tunables if t.name in grid]
+    return [dict(combo) for combo in itertools.product(*axes)]
+
+
+def layer_configurations(record: Algorithm, spec, direction: str, combos: list[dict]) -> list[dict]:
+    """Each combination completed with the layer's hand-chosen values of the parameters it leaves out."""
+    return _unique([record.defaults(spec, direction, given=combo) for combo in combos])
 
 
 def _neighbours(configs: list[dict], centre: Mapping[str, Any]) -> list[int]:
@@ -583,8 +607,10 @@ def run_sweep(
         A preset of :mod:`convsuite.bench.workloads` (sized for the backend's
         device), or the cases themselves.
     grid : mapping of str to sequence, optional
-        Values to try per tunable (others: all their values); see
-        :func:`parse_grid` for the command line's ``--param``.
+        Values to try for the tunables it names; every other tunable stays
+        at each layer's hand-chosen value. None sweeps every combination of
+        every tunable's values. See :func:`parse_grid` for the command line's
+        ``--param``.
     direction : {"forward", "backward"}
         The workload's cases in this direction; a forward-only workload is
         run backward when asked.
@@ -599,9 +625,10 @@ def run_sweep(
         Stop timing configurations slower than this multiple of the best
         in two rounds (kept and marked); None times all fully.
     max_configs : int, optional
-        Keep at most this many grid configurations: the neighbours of each
-        layer's default first, then a deterministic sample (``seed``) of the
-        rest; each layer's default is measured regardless.
+        Keep at most this many grid configurations (with a grid: combinations
+        of its values): the neighbours of each layer's default first, then a
+        deterministic sample (``seed``) of the rest; each layer's default is
+        measured regardless.
     progress : callable, optional
         ``progress(done, total, description)`` per layer.
 
@@ -633,9 +660,16 @@ def run_sweep(
         raise ValueError(f"backend {backend.name!r} is unavailable: {verdict}")
     record = algorithm_record(backend, algorithm)
     workload_name, cases = _cases(workload, backend.device, direction)
-    configs = sample_configurations(
-        record.configurations(grid), max_configs, seed, _layer_defaults(record, cases, dtype)
-    )
+    varied = [t.name for t in record.tunables if not grid or t.name in grid]
+    if grid:
+        centres = [{k: v for k, v in d.items() if k in grid} for d in _layer_defaults(record, cases, dtype)]
+        configs = sample_configurations(grid_combinations(record, grid), max_configs, seed, centres)
+        in_grid = len(grid_combinations(record, grid))
+    else:
+        configs = sample_configurations(
+            record.configurations(None), max_configs, seed, _layer_defaults(record, cases, dtype)
+        )
+        in_grid = len(record.configurations(None))
     timing = dict(
         repeat=repeat,
         rounds=rounds,
@@ -643,14 +677,15 @@ def run_sweep(
         settle_s=(SETTLE_S if backend.device == "cpu" else 0.0) if settle_s is None else settle_s,
         abandon_ratio=abandon_ratio,
     )
-    rows: dict[tuple, Row] = {_key(p): Row(dict(p)) for p in configs}
+    rows: dict[tuple, Row] = {} if grid else {_key(p): Row(dict(p)) for p in configs}
     layers: list[Layer] = []
     started = time.perf_counter()
     modules_before = backend.compiled_modules()
     for i, case in enumerate(cases):
         if progress:
             progress(i, len(cases), case.label)
-        defaults, cells = _sweep_layer(case, backend, record, configs, dtype, timing)
+        here = layer_configurations(record, case.spec(dtype), case.direction, configs) if grid else configs
+        defaults, cells = _sweep_layer(case, backend, record, here, dtype, timing)
         layers.append(Layer(case.label, case.as_dict(), defaults))
         for key, cell in cells.items():
             # Parameters in the order the algorithm declares them (tables, CSV columns).
@@ -658,9 +693,14 @@ def run_sweep(
             rows[key].cells[case.label] = cell
     if progress:
         progress(len(cases), len(cases), "done")
+    elsewhere = (
+        "not this layer's configuration (its unvaried parameters are another layer's hand-chosen values)"
+        if grid
+        else "outside the grid (another layer's default)"
+    )
     for row in rows.values():
         for case in cases:
-            row.cells.setdefault(case.label, Cell("not swept", "outside the grid (another layer's default)"))
+            row.cells.setdefault(case.label, Cell("not swept", elsewhere))
     row_list = list(rows.values())
     for layer in layers:
         default_cell = rows[_key(layer.default)].cells[layer.label]
@@ -684,8 +724,9 @@ def run_sweep(
         settle_s=timing["settle_s"],
         abandon_ratio=abandon_ratio,
         grid={k: list(v) for k, v in (grid or {}).items()},
+        varied=varied,
         configurations=len(configs),
-        configurations_in_grid=len(record.configurations(grid)),
+        configurations_in_grid=in_grid,
         sample_seed=seed if max_configs is not None else None,
         seconds=time.perf_counter() - started,
     )

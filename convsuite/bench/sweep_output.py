@@ -16,9 +16,19 @@ from pathlib import Path
 
 from .._files import atomic_write_bytes, atomic_write_json, atomic_write_text, check_writable_file
 from ._arguments import check_output_dir
+from .plotting import PALETTE, png_bytes, pyplot
 from .sweep import Cell, Row, SweepResult
 
-__all__ = ["CSV_COLUMNS", "check_sweep_files", "format_table", "summary_lines", "sweep_files", "table", "write_sweep"]
+__all__ = [
+    "CSV_COLUMNS",
+    "check_sweep_files",
+    "format_table",
+    "summary_lines",
+    "sweep_files",
+    "table",
+    "varied_parameters",
+    "write_sweep",
+]
 
 #: Columns of ``sweep.csv`` after the parameter columns (one row per configuration and layer).
 CSV_COLUMNS = (
@@ -74,13 +84,29 @@ def table(result: SweepResult) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def format_table(result: SweepResult) -> str:
-    """The table as aligned plain text."""
-    header, rows = table(result)
+def _aligned(header: list[str], rows: list[list[str]]) -> list[str]:
+    """Columns padded to their widest cell, two spaces apart, a rule under the header."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return lines
+
+
+def format_table(result: SweepResult, width: int | None = None) -> str:
+    """The table as aligned plain text, within ``width`` columns where it can be.
+
+    Too wide with the layers' names as headers, the layers become ``L1``,
+    ``L2``, ... with a key under the table; the marks column (best, default)
+    is last, so a still wider table loses only its end to the terminal's wrap.
+    """
+    header, rows = table(result)
+    lines = _aligned(header, rows)
+    if width is None or max(map(len, lines)) <= width:
+        return "\n".join(lines)
+    names = result.parameter_names
+    short = [*names, *(f"L{i} ms" for i in range(1, len(result.layers) + 1)), "total ms", ""]
+    key = [f"L{i}: {layer.label}" for i, layer in enumerate(result.layers, 1)]
+    return "\n".join([*_aligned(short, rows), *key])
 
 
 def _params_text(params: dict | None) -> str:
@@ -166,14 +192,6 @@ def _csv_text(result: SweepResult) -> str:
     return handle.getvalue()
 
 
-def _png(fig, plt) -> bytes:
-    """The figure as PNG bytes (written atomically by the caller), then closed."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    return buffer.getvalue()
-
-
 def _series(result: SweepResult, layer, name: str):
     """Values of ``name`` and this layer's times with the other parameters at the layer's best."""
     others = {k: v for k, v in (layer.best or {}).items() if k != name}
@@ -185,39 +203,93 @@ def _series(result: SweepResult, layer, name: str):
     return sorted(points, key=lambda p: p[0])
 
 
+def varied_parameters(result: SweepResult) -> list[str]:
+    """The parameters the sweep varied (with a grid, those it names; the others stayed at their defaults)."""
+    varied = result.meta.get("varied")
+    return [n for n in result.parameter_names if varied is None or n in varied]
+
+
 def _plot_parameters(result: SweepResult, plt) -> dict[str, bytes]:
-    """Time against each parameter, one panel per layer (other parameters at that layer's best): name -> PNG."""
+    """Time against each varied parameter, one panel per layer (others at that layer's best): name -> PNG."""
     images = {}
-    for name in result.parameter_names:
-        fig, axes = plt.subplots(1, len(result.layers), figsize=(4 * len(result.layers), 3.2), squeeze=False)
-        for ax, layer in zip(axes[0], result.layers):
+    for name in varied_parameters(result):
+        columns = min(len(result.layers), 3)
+        rows = -(-len(result.layers) // columns)
+        fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.3 * rows), squeeze=False)
+        for ax in axes.flat[len(result.layers) :]:
+            ax.set_visible(False)
+        for ax, layer in zip(axes.flat, result.layers):
             points = _series(result, layer, name)
             if points:
                 xs = [str(p[0]) for p in points]
                 med = [p[1] * 1e3 for p in points]
                 err = [[(p[1] - p[2]) * 1e3 for p in points], [(p[3] - p[1]) * 1e3 for p in points]]
-                ax.errorbar(xs, med, yerr=err, marker="o", capsize=3)
+                ax.errorbar(xs, med, yerr=err, marker="o", capsize=3, color=PALETTE[0], label="median (range)")
                 if layer.default and layer.default.get(name) in [p[0] for p in points]:
-                    ax.axvline(str(layer.default[name]), color="grey", linestyle=":", label="default")
-                    ax.legend(fontsize=7)
+                    at = [p[0] for p in points].index(layer.default[name])
+                    # A box around the default's point, as in the heat map (a line at an axis' end hides).
+                    ax.plot(
+                        xs[at],
+                        med[at],
+                        "s",
+                        markersize=14,
+                        markerfacecolor="none",
+                        markeredgecolor="black",
+                        markeredgewidth=1.6,
+                        label="default",
+                        zorder=3,
+                    )
+                if layer.best and layer.best.get(name) in [p[0] for p in points]:
+                    at = [p[0] for p in points].index(layer.best[name])
+                    ax.plot(
+                        xs[at],
+                        med[at],
+                        "*",
+                        markersize=14,
+                        color=PALETTE[5],
+                        markeredgecolor="black",
+                        label="best",
+                        zorder=4,
+                    )
             else:
                 ax.text(0.5, 0.5, "nothing ran", ha="center", va="center", transform=ax.transAxes)
             ax.set_title(layer.label, fontsize=9)
             ax.set_xlabel(name)
-            ax.set_ylabel("median ms (range)")
-        fig.suptitle(f"{result.backend}/{result.algorithm}: time vs {name}", fontsize=10)
+            ax.set_ylabel("ms per call")
+            ax.tick_params(axis="x", labelsize=8)
+            ax.margins(x=0.15)
+            ax.grid(True, axis="y", alpha=0.3)
+        handles: dict = {}
+        for ax in axes.flat:
+            for handle, label in zip(*ax.get_legend_handles_labels()):
+                handles.setdefault(label, handle)
+        fig.legend(
+            list(handles.values()),
+            list(handles),
+            loc="upper center",
+            ncol=3,
+            fontsize=8,
+            frameon=False,
+            bbox_to_anchor=(0.5, 0.0),
+        )
+        others = [n for n in result.parameter_names if n != name]
+        where = f"; {', '.join(others)} at each layer's best" if others else ""
+        fig.suptitle(f"{result.backend}/{result.algorithm}: time vs {name}{where}", fontsize=10)
         fig.tight_layout()
-        images[f"sweep-{name}.png"] = _png(fig, plt)
+        images[f"sweep-{name}.png"] = png_bytes(fig, plt)
     return images
 
 
 def _plot_heatmap(result: SweepResult, plt) -> bytes | None:
-    """Total time over the layers for every pair of the two parameters (the FA19 table as a picture)."""
+    """Total time over the layers for every pair of the two varied parameters; best a star, default a box."""
     import numpy as np
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Rectangle
 
-    if len(result.parameter_names) != 2:
+    varied = varied_parameters(result)
+    if len(varied) != 2:
         return None
-    a, b = result.parameter_names
+    a, b = varied
     # Axes from the configurations that ran on every layer: a layer's default
     # outside the grid (measured on that layer only) has no total to show.
     complete = [r for r in result.rows if r.total_s is not None] or result.rows
@@ -227,22 +299,73 @@ def _plot_heatmap(result: SweepResult, plt) -> bytes | None:
     for row in complete:
         if row.total_s is not None:
             grid[ys.index(row.params[b]), xs.index(row.params[a])] = row.total_s * 1e3
-    fig, ax = plt.subplots(figsize=(1.0 + 0.9 * len(xs), 1.0 + 0.7 * len(ys)))
-    image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis_r", origin="lower", aspect="auto")
-    middle = np.nanmean([np.nanmin(grid), np.nanmax(grid)]) if np.isfinite(grid).any() else 0.0
+    fig, ax = plt.subplots(figsize=(2.2 + 0.95 * len(xs), 1.8 + 0.6 * len(ys)))
+    cmap = plt.get_cmap("viridis_r")  # perceptually uniform and colour-blind safe; light = fast
+    image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, origin="lower", aspect="auto")
     for (i, j), value in np.ndenumerate(grid):
-        best = result.best is not None and result.best == {a: xs[j], b: ys[i]}
-        text = "-" if np.isnan(value) else f"{value:.3g}" + ("\nbest" if best else "")
-        colour = "red" if best else ("white" if value > middle else "black")  # readable on dark cells (slow)
-        ax.text(j, i, text, ha="center", va="center", fontsize=7, color=colour)
+        if np.isnan(value):
+            ax.text(j, i, "-", ha="center", va="center", fontsize=7, color="black")
+            continue
+        red, green, blue, _ = cmap(image.norm(value))
+        dark = 0.299 * red + 0.587 * green + 0.114 * blue < 0.5  # readable text on every cell
+        ax.text(j, i - 0.22, f"{value:.3g}", ha="center", va="center", fontsize=8, color="white" if dark else "black")
+    legend = []
+    if result.best is not None and result.best.get(a) in xs and result.best.get(b) in ys:
+        ax.plot(
+            xs.index(result.best[a]),
+            ys.index(result.best[b]) + 0.12,
+            marker="*",
+            markersize=15,
+            color="white",
+            markeredgecolor="black",
+            markeredgewidth=1.2,
+            linestyle="none",
+        )
+        legend.append(
+            Line2D(
+                [],
+                [],
+                marker="*",
+                markersize=12,
+                color="white",
+                markeredgecolor="black",
+                linestyle="none",
+                label="best total",
+            )
+        )
+    everywhere = [layer.default for layer in result.layers]
+    defaults = {(d[a], d[b]) for d in everywhere if d and a in d and b in d}
+    for da, db in defaults:
+        if da in xs and db in ys:
+            shared = all(layer.default.get(a) == da and layer.default.get(b) == db for layer in result.layers)
+            for width, colour in ((4.0, "white"), (2.0, "black")):  # a double outline shows on any cell
+                ax.add_patch(
+                    Rectangle(
+                        (xs.index(da) - 0.46, ys.index(db) - 0.46),
+                        0.92,
+                        0.92,
+                        fill=False,
+                        linewidth=width,
+                        edgecolor=colour,
+                        linestyle="-" if shared else "--",
+                    )
+                )
+    if defaults:
+        legend.append(
+            Rectangle(
+                (0, 0), 1, 1, fill=False, linewidth=2.0, edgecolor="black", label="default (dashed: on some layers)"
+            )
+        )
     ax.set_xticks(range(len(xs)), [str(v) for v in xs])
     ax.set_yticks(range(len(ys)), [str(v) for v in ys])
     ax.set_xlabel(a)
     ax.set_ylabel(b)
     ax.set_title(f"{result.backend}/{result.algorithm}: total ms over {len(result.layers)} layers", fontsize=9)
-    fig.colorbar(image, ax=ax, label="total ms")
+    fig.colorbar(image, ax=ax, label="total ms (lighter is faster)")
+    if legend:
+        ax.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=8, frameon=False)
     fig.tight_layout()
-    return _png(fig, plt)
+    return png_bytes(fig, plt)
 
 
 def sweep_files(parameter_names: Sequence[str]) -> list[str]:
@@ -285,13 +408,8 @@ def write_sweep(result: SweepResult, out: str | Path) -> dict[str, Path]:
         written.
     """
     out = check_sweep_files(out, result.parameter_names, "`out`")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        plt = None
+    plt = pyplot()
+    if plt is None:
         result.meta.setdefault("notes", []).append("plots skipped: matplotlib is not installed")
     # The data first: whatever happens to the pictures after, the measurements are on disk.
     saved = {
