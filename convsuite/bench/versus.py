@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
-import os
 import sys
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -33,6 +32,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .timing import passive_openmp
 from .workloads import Case
 
 __all__ = ["LayerResult", "compare_layers", "main", "summarise"]
@@ -395,8 +395,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line: measure the zoo's layers, print the summary, write the rows."""
     args = _parser().parse_args(argv)
-    # Passive OpenMP waits before torch or numba start their pools: spinning runtimes starve each other.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    passive_openmp()  # before torch or numba start their pools: spinning runtimes starve each other
     import convsuite as cs
     from convsuite._files import atomic_write_json, check_writable_file
 
