@@ -461,13 +461,15 @@ def prepare_forward(
     batch, channels, *in_size = (int(s) for s in xc.shape)
     out_channels, channels_per_group, *kernel = (int(s) for s in wc.shape)
 
-    # The channels w implies, checked against a channels-last x (the usual slip of a TensorFlow or image user).
-    hint = channels_last_hint(tuple(x.shape), ndim, channels_per_group * groups)
+    # Both channel errors say when x looks channels-last against the channels w reads (the usual slip of a
+    # TensorFlow or image user).
     if channels % groups:
+        hint = channels_last_hint(tuple(x.shape), ndim, channels_per_group * groups)
         raise ValueError(f"`groups` must divide the input channels C={channels}; got groups={groups}{hint}")
     if out_channels % groups:
         raise ValueError(f"`groups` must divide the output channels M={out_channels} (w.shape[0]); got groups={groups}")
     if channels_per_group * groups != channels:
+        hint = channels_last_hint(tuple(x.shape), ndim, channels_per_group * groups)
         raise ValueError(
             f"channel mismatch: x has C={channels} channels (axis {x.ndim - ndim - 1} of x), so w.shape[1] must be "
             f"C/groups={channels // groups}; got w.shape[1]={channels_per_group} "
