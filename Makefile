@@ -19,18 +19,20 @@ comma  := ,
 #   bench  compare's plots (matplotlib), the joblib rung, compare --cases FILE.yaml (make run, the tests)
 #   nets   the bundled digits of `convsuite train` (scikit-learn; the tests train on them)
 #   test   pytest, pytest-xdist, hypothesis, ruff (make test, make lint)
-#   dask   Dask arrays in and out: 37 test functions need it (tests/test_distributed_dask.py, the Dask
-#          half of test_reliability_objects.py, ...); they would skip without it. Its cost, measured
-#          from a fresh clone on the 2-core machine: 54 MB of the venv and ~6 s of the install.
+#   dask   Dask arrays in and out: 134 tests of the fast tier need it (tests/test_distributed_dask.py,
+#          test_reliability_objects.py, two more) and would skip without it. Measured from a fresh clone
+#          on the 2-core machine: 36 MB of the 1.59 GB venv, ~2 s of CPU, no wall-time difference above
+#          the noise (69-77 s with or without it).
 #   cuda   CuPy, only where `nvidia-smi -L` lists a GPU (elsewhere the GPU tests skip with the reason).
 # Not here: asv (the bench-* targets install it on first use) and Sphinx (make docs, likewise).
 GPU    := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 EXTRAS ?= test,numba,bench,dask,nets$(if $(GPU),$(comma)cuda)
 # torch, CPU build, in the default install on purpose: it is the anchor `make run` compares every
 # backend against (a user's first question is "how does this compare to PyTorch?") and the tests'
-# cross-check (nn layers, convsuite.torch, the zoo: they skip without it). It is 754 MB of the venv;
-# a CPU build because nothing here needs CUDA from torch. That exact version is a CPU build where pip
-# finds it: on this machine, the +cpu wheel on disk (pip's find-links); elsewhere pass
+# cross-check (the nn layers, convsuite.torch, torch tensors in and out: they skip without it).
+# With its own dependencies (sympy, networkx) it is 862 MB of the 1.59 GB venv and ~13 s of the
+# install. A CPU build because nothing here needs CUDA from torch; that exact version is one where
+# pip finds it: on this machine, the +cpu wheel on disk (pip's find-links); elsewhere pass
 # ANCHORS_PIP="--index-url https://download.pytorch.org/whl/cpu" (PyPI's Linux torch is the CUDA
 # build, several GB). `make install ANCHORS=` leaves torch out: the anchor rows and cross-checks skip.
 ANCHORS ?= torch==2.13.0
