@@ -378,11 +378,19 @@ class Explanation:
 
     def __str__(self) -> str:
         s = self.spec
+        why, *more = _clauses(self.reason)
+        close = [c for c in more if c.startswith("close: ")]
+        more = [c for c in more if not c.startswith("close: ")]
+        if not close and self.measured:
+            close = _measured_close(self.measured)
         lines = [
-            f"{self.op} {self.direction}: x {s.x_shape} * w {s.w_shape} -> y {s.y_shape} "
-            f"[{s.dtype}, stride {s.stride}, padding {s.padding}, dilation {s.dilation}, groups {s.groups}]",
-            f"backend {self.backend!r}, algorithm {self.algorithm!r} (decided by {self.decided_by})",
-            f"why: {self.reason}",
+            f"runs: backend {self.backend!r}, algorithm {self.algorithm!r}, for this {self.op} {self.direction} "
+            f"(decided by {_DECIDED_BY.get(self.decided_by, self.decided_by)})",
+            f"why: {why}",
+            *close,
+            f"problem: x {s.x_shape} * w {s.w_shape} -> y {s.y_shape} [{s.dtype}, stride {s.stride}, "
+            f"padding {s.padding}, dilation {s.dilation}, groups {s.groups}]",
+            *more,
         ]
         if s.dtype == "float32":
             lines.append(f"precision: {self.precision} (the algorithm's class; the policy in force is {self.policy!r})")
@@ -401,6 +409,36 @@ class Explanation:
         lines += _tuning.format_param_table(self.param_table)
         lines += [f"skipped {name}: {why}" for name, why in self.considered]
         return "\n".join(lines)
+
+
+#: How each way of deciding reads on the first line of an explanation.
+_DECIDED_BY = {
+    "rule": "a rule, without timing anything",
+    "measurement": "timing the candidates on this machine",
+    "priority": "the backends' priority order: no measurements for this device",
+    "request": "your request",
+}
+
+
+def _clauses(reason: str) -> list[str]:
+    """``reason`` cut at each ``"; "`` outside parentheses: the first clause says why, the others add detail."""
+    clauses, depth, start = [], 0, 0
+    for i, char in enumerate(reason):
+        depth += (char == "(") - (char == ")")
+        if depth == 0 and reason.startswith("; ", i):
+            clauses.append(reason[start:i])
+            start = i + 2
+    return clauses + [reason[start:]]
+
+
+def _measured_close(measured) -> list[str]:
+    """The ``close:`` line of a measured choice: up to three other candidates, fastest first."""
+    best = min((row[2] for row in measured if row[2] is not None), default=None)
+    others = [(f"{b}/{a}", median / best) for b, a, median, _, _ in measured[1:] if median is not None][:3]
+    if not others:
+        return []
+    (label, ratio), rest = others[0], others[1:]
+    return [f"close: {label} (x{ratio:.2f} the fastest's time)" + "".join(f", {lbl} (x{r:.2f})" for lbl, r in rest)]
 
 
 def explain(

@@ -472,7 +472,11 @@ class Ranking(tuple):
     threads: int | None = None
 
     def reason(self) -> str:
-        """Why the first candidate, in a user's words: which table decided, then what it measured."""
+        """Why the first candidate, in a user's words: what it did on the problems most like this one, the
+        candidates close behind it, then which table's measurements those were.
+
+        Clauses are joined by ``"; "`` in that order (``explain()`` prints the ``close:`` one on a line of its own).
+        """
         if not self or self[0][1] is None:
             return "no measured candidate"
         label, score = self[0]
@@ -484,13 +488,23 @@ class Ranking(tuple):
             shown = "/".join(str(n) for n in counts)
             where += f", at {shown} thread{'s' if counts != [1] else ''} (this call uses {self.threads})"
         names = list(self.neighbours)
-        similar = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        how = "fastest" if score <= 1.05 else f"closest to the fastest (x{score:.2f} of it)"
-        others = ", ".join(f"{lbl} x{s:.2f}" for lbl, s in self[1:4] if s is not None)
-        return (
-            f"fitted rule, {where}: {label} was {how} on the {len(names)} most similar problem"
-            f"{'s' if len(names) != 1 else ''} measured there ({similar})" + (f"; then {others}" if others else "")
-        )
+        problems = f"the {len(names)} measured problem{'s' if len(names) != 1 else ''} most like this one"
+        # A score is a geometric mean, over those problems, of each candidate's time over the fastest one's.
+        how = "was the fastest" if score <= 1.05 else f"came closest to the fastest (x{score:.2f} its time)"
+        clauses = [f"{label} {how} on {problems}"]
+        behind = [(lbl, s) for lbl, s in self[1:4] if s is not None]
+        if behind:
+            first, rest = behind[0], behind[1:]
+            clauses.append(
+                f"close: {first[0]} (x{first[1]:.2f} the fastest's time)"
+                + "".join(f", {lbl} (x{s:.2f})" for lbl, s in rest)
+            )
+        clauses.append(f"data: {where}")
+        if names:
+            clauses.append(
+                "those problems: " + ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            )
+        return "; ".join(clauses)
 
 
 def _weights(width: int, thread_weight: float) -> np.ndarray:

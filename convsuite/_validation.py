@@ -23,6 +23,7 @@ __all__ = [
     "INDEX_LIMIT",
     "PreparedCall",
     "as_int_tuple",
+    "channels_last_hint",
     "check_memory",
     "float_dtype",
     "convert_operands",
@@ -354,14 +355,65 @@ def _layout_for(op: str, ndim: int, x: Any, w: Any) -> str:
         return "unbatched"
     if w.ndim == ndim and x.ndim == ndim:
         return "signal"
-    dims = "".join(_DIM_NAMES[ndim])
-    k = "K" if ndim == 1 else "KH, KW"
+    raise ValueError(f"{op}: {_layouts_in_words(ndim)}; got {_ranks(x, w)}{_rank_hint(ndim, x, w)}")
+
+
+#: The axes of each layout, in words (for the messages).
+_AXIS_WORDS = {1: "width", 2: "height, width"}
+
+
+def _layouts_in_words(ndim: int) -> str:
+    """The three accepted layouts of x and w, spelled out."""
     sp = ", ".join(_DIM_NAMES[ndim])
-    raise ValueError(
-        f"{op} expects x (B, C, {sp}) with w (M, C/groups, {k}); or x (C, {sp}) with "
-        f"w (M, C/groups, {k}); or a plain {'signal' if ndim == 1 else 'image'} x "
-        f"({sp}) with w ({k}); got x.ndim={x.ndim} (shape {tuple(x.shape)}) and "
-        f"w.ndim={w.ndim} (shape {tuple(w.shape)}) [{dims}]"
+    k = "K" if ndim == 1 else "KH, KW"
+    what = "signal" if ndim == 1 else "image"
+    return (
+        f"x must have shape (B, C, {sp}) (batch, channels, {_AXIS_WORDS[ndim]}) or (C, {sp}) (one sample), "
+        f"with w of shape (M, C/groups, {k}) (output channels, input channels per group, kernel size); "
+        f"or x must be a plain {what} ({sp}) with a plain kernel w ({k})"
+    )
+
+
+def _ranks(x, w) -> str:
+    """What the user passed: the ranks and shapes of x and w."""
+    return f"x.ndim={x.ndim} (shape {tuple(x.shape)}) and w.ndim={w.ndim} (shape {tuple(w.shape)})"
+
+
+def _rank_hint(ndim: int, x, w) -> str:
+    """The likely fix when one operand has an accepted rank and the other does not ('' when none is clear)."""
+    full = ndim + 2
+    sp = ", ".join(_DIM_NAMES[ndim])
+    k = "K" if ndim == 1 else "KH, KW"
+    what = "signal" if ndim == 1 else "image"
+    if x.ndim == ndim and w.ndim == full:
+        if w.shape[1] == 1:
+            return f"; a plain {what} takes a plain kernel ({k}): to apply this w, pass x[None, None] (1, 1, {sp})"
+        return (
+            f"; a plain {what} takes a plain kernel ({k}); this w reads {w.shape[1]} input channels per group, "
+            f"so x needs a channel axis: (C, {sp}) or (B, C, {sp})"
+        )
+    if x.ndim in (full, full - 1) and w.ndim != full:
+        return f"; with this x, w needs {full} dimensions (M, C/groups, {k})"
+    return ""
+
+
+def channels_last_hint(shape: tuple, ndim: int, channels: int) -> str:
+    """A hint for an input of ``shape`` laid out channels-last whose last axis has the ``channels`` expected.
+
+    Returns ``''`` unless moving the last axis first would give the channel
+    axis ``channels`` (and it has another count now); the hint names the
+    ``transpose`` (NumPy, CuPy, Dask) or ``permute`` (torch) that moves it.
+    """
+    rank = len(shape)
+    if rank not in (ndim + 1, ndim + 2) or shape[-1] != channels or shape[rank - ndim - 1] == channels:
+        return ""
+    batched = rank == ndim + 2
+    last = ("N" if batched else "") + "".join(_DIM_NAMES[ndim]) + "C"
+    first = ("B, " if batched else "") + "C, " + ", ".join(_DIM_NAMES[ndim])
+    order = ", ".join(map(str, ((0,) if batched else ()) + (rank - 1,) + tuple(range(int(batched), rank - 1))))
+    return (
+        f"; x looks channels-last ({last}); convsuite takes ({first}): "
+        f"pass x.transpose({order}) (a torch tensor: x.permute({order}))"
     )
 
 
@@ -416,15 +468,19 @@ def prepare_forward(
     batch, channels, *in_size = (int(s) for s in xc.shape)
     out_channels, channels_per_group, *kernel = (int(s) for s in wc.shape)
 
+    # Both channel errors say when x looks channels-last against the channels w reads (the usual slip of a
+    # TensorFlow or image user).
     if channels % groups:
-        raise ValueError(f"`groups` must divide the input channels C={channels}; got groups={groups}")
+        hint = channels_last_hint(tuple(x.shape), ndim, channels_per_group * groups)
+        raise ValueError(f"`groups` must divide the input channels C={channels}; got groups={groups}{hint}")
     if out_channels % groups:
         raise ValueError(f"`groups` must divide the output channels M={out_channels} (w.shape[0]); got groups={groups}")
     if channels_per_group * groups != channels:
+        hint = channels_last_hint(tuple(x.shape), ndim, channels_per_group * groups)
         raise ValueError(
-            f"channel mismatch: x has C={channels} channels, so w.shape[1] must be "
+            f"channel mismatch: x has C={channels} channels (axis {x.ndim - ndim - 1} of x), so w.shape[1] must be "
             f"C/groups={channels // groups}; got w.shape[1]={channels_per_group} "
-            f"(x shape {tuple(x.shape)}, w shape {tuple(w.shape)}, groups={groups})"
+            f"(x shape {tuple(x.shape)}, w shape {tuple(w.shape)}, groups={groups}){hint}"
         )
     if bias is not None and tuple(bias.shape) != (out_channels,):
         raise ValueError(

@@ -170,14 +170,19 @@ def cmd_train(args: argparse.Namespace) -> int:
         TextColumn("[bold]lenet5[/] {task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("loss {task.fields[loss]:.4f}"),
+        TextColumn("{task.fields[loss]}"),
         TimeElapsedColumn(),
         transient=False,
     ) as bar:
-        task = bar.add_task(f"{config.variant} on {config.backend or 'auto'}", total=None, loss=float("nan"))
+        tasks = []  # the bar appears at training's first call, which brings the number of steps
 
-        def progress(step: int, total: int, loss: float) -> None:
-            bar.update(task, completed=step, total=total, loss=loss)
+        def progress(step: int, total: int, loss: float | None) -> None:
+            text = "loss -" if loss is None else f"loss {loss:.4f}"  # no loss before the first batch ends
+            if not tasks:
+                description = f"{config.variant} on {config.backend or 'auto'}"
+                tasks.append(bar.add_task(description, total=total, completed=step, loss=text))
+            else:
+                bar.update(tasks[0], completed=step, total=total, loss=text)
 
         try:
             result = train_lenet5(config, progress=progress)

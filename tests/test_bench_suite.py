@@ -456,7 +456,6 @@ NOT_IN_ASV = {
     "matplotlib": "plots of the compare and sweep reports; no benchmark draws",
     "asv": "the runner itself",
     "pyyaml": "`convsuite compare --cases FILE.yaml`; no benchmark reads YAML",
-    "cython": "a build requirement: pip builds the wheel in its own isolated environment",
     "pytest": "the test suite",
     "pytest-xdist": "the test suite (its workers)",
     "sphinx": "the documentation site (make docs)",
@@ -464,11 +463,8 @@ NOT_IN_ASV = {
     "pydata-sphinx-theme": "the documentation site (make docs)",
     "hypothesis": "the test suite",
     "setuptools": "the test suite's wheel-contents test (the build has its own)",
-    "wheel": "the test suite's wheel-contents test (the build has its own)",
     "ruff": "the linter",
     "mypy": "the type checker (make lint)",
-    "nvidia-cuda-cuobjdump": "SASS instruction mixes, a GPU developer's tool",
-    "nvidia-cuda-nvdisasm": "SASS instruction mixes, a GPU developer's tool",
 }
 
 

@@ -125,8 +125,10 @@ def test_the_calibrated_table_of_this_machine_comes_first(shipped, monkeypatch, 
     _rule.write_table(_rule.calibrated_path(tmp_path, "cpu", XEON.key()), calibrated)
     ranking = _rule.rank(SPEC, "forward", LABELS, "cpu", threads=16, calibrated_dir=tmp_path)
     assert ranking[0][0] == "cython/direct" and ranking.table.origin == "calibrated"
-    assert ranking.reason().startswith(
-        "fitted rule, measured on this machine by `convsuite calibrate` on 2026-11-28: cython/direct was fastest"
+    assert ranking.reason() == (
+        "cython/direct was the fastest on the 1 measured problem most like this one; close: numba/direct "
+        "(x2.00 the fastest's time); data: measured on this machine by `convsuite calibrate` on 2026-11-28; "
+        "those problems: p"
     )
     # a direction the calibration did not measure: the shipped table answers
     backward = Problem("p", (1, 8, 12, 12), (16, 8, 3, 3), padding=1, direction="backward")
@@ -231,3 +233,32 @@ def test_tables_are_written_whole_and_strict(tmp_path):
     with pytest.raises(ValueError):
         _rule.write_table(path, {"a": math.nan})
     assert json.loads(path.read_text()) == {"a": 1} and [p.name for p in tmp_path.iterdir()] == ["t.json"]
+
+
+def test_explain_says_what_runs_why_and_what_was_close_first(shipped, monkeypatch):
+    """The first lines read without the code: what runs, why in one sentence, what came close; details after."""
+    _here(monkeypatch, VM)
+    table = _table(  # numpy and python: the backends every install has
+        VM,
+        [
+            _case(2, {"python/direct": 1.0, "numpy/im2col": 1.5}),
+            _case(2, {"python/direct": 1.2, "numpy/im2col": 1.0}, name="q"),
+        ],
+        neighbours=2,
+    )
+    monkeypatch.setitem(_rule._shipped, "cpu", [_rule.RuleTable(table, "shipped", "vm.json")])
+    x, w = np.zeros(PROBLEM.x_shape, np.float32), np.zeros(PROBLEM.w_shape, np.float32)
+    lines = str(cs.explain(x, w, padding=1)).splitlines()
+    assert lines[0] == "runs: backend 'python', algorithm 'direct', for this conv2d forward (decided by a rule, " + (
+        "without timing anything)"
+    )
+    # geometric means over the two problems of each one's time over the fastest: 1.2**0.5 and 1.5**0.5
+    assert lines[1] == "why: python/direct came closest to the fastest (x1.10 its time) on the 2 measured problems " + (
+        "most like this one"
+    )
+    assert lines[2] == "close: numpy/im2col (x1.22 the fastest's time)"
+    assert lines[3].startswith("problem: x (1, 8, 12, 12) * w (16, 8, 3, 3) -> y (1, 16, 12, 12) [float32,")
+    assert lines[4] == "data: the shipped table of a 2-core AVX-512 machine (AMD EPYC), measured on 2026-11-28: " + (
+        "the same kind as this one"
+    )
+    assert lines[5] == "those problems: p, q"

@@ -134,6 +134,97 @@ class TestLayers:
         for got, want in zip(layer.backward(gy.tolist(), x.tolist()), layer.backward(gy, x)):
             np.testing.assert_array_equal(got, want)
 
-    def test_wrong_input_channels(self):
-        with pytest.raises(ValueError, match="channel mismatch"):
-            cs.Conv2D(4, 8, 3)(np.ones((1, 3, 8, 8)))
+    def test_wrong_input_channels_name_in_channels_and_the_layer(self):
+        layer = cs.Conv2D(4, 16, 3)
+        want = (
+            "Conv2D(4, 16, kernel_size=(3, 3)) expects x of shape (B, 4, H, W) or (4, H, W), with in_channels=4 "
+            "channels; got x of shape (2, 3, 8, 8), with 3 channels on axis 1"
+        )
+        for call in (lambda x: layer(x), lambda x: layer.backward(np.ones((2, 16, 6, 6)), x)):
+            with pytest.raises(ValueError) as info:
+                call(np.ones((2, 3, 8, 8)))
+            assert str(info.value) == want  # nothing about the weight's w.shape[1], which the user never passed
+        with pytest.raises(
+            ValueError,
+            match=r"^Conv1D\(2, 5, kernel_size=\(3,\)\) expects x of shape \(B, 2, W\) or "
+            r"\(2, W\), with in_channels=2 channels; got x of shape \(3, 9\), with 3 channels on axis 0$",
+        ):
+            cs.Conv1D(2, 5, 3)(np.ones((3, 9)))
+
+    @pytest.mark.parametrize(
+        "cls, x_shape, order", [(cs.Conv2D, (2, 9, 7, 4), (0, 3, 1, 2)), (cs.Conv1D, (9, 4), (1, 0))]
+    )
+    def test_channels_last_input_to_a_layer_gets_the_transpose_that_fixes_it(self, cls, x_shape, order):
+        layer = cls(4, 6, 3, seed=0, dtype="float64")
+        x = np.random.default_rng(2).standard_normal(x_shape)
+        text = ", ".join(map(str, order))
+        with pytest.raises(
+            ValueError,
+            match=rf"x looks channels-last .*: pass x\.transpose\({text}\) "
+            rf"\(a torch tensor: x\.permute\({text}\)\)$",
+        ):
+            layer(x)
+        conv = cs.conv2d if cls is cs.Conv2D else cs.conv1d
+        want = conv(
+            np.moveaxis(x, -1, len(x_shape) - layer._ndim - 1),
+            np.asarray(layer.weight),
+            np.asarray(layer.bias),
+            backend="numpy",
+        )
+        np.testing.assert_allclose(layer(x.transpose(order)), want, rtol=1e-12, atol=1e-12)
+
+    def test_layer_checks_the_channels_of_the_data_not_a_shape_attribute(self):
+        class Liar:
+            """An array-like whose ``.shape`` attribute disagrees with its data."""
+
+            def __init__(self, array, shape):
+                self.array, self.shape, self.dtype = array, shape, array.dtype
+
+            def __array__(self, dtype=None, copy=None):
+                return self.array if dtype is None else self.array.astype(dtype)
+
+        layer = cs.Conv2D(4, 2, 3, seed=0)
+        with pytest.raises(ValueError, match=r"got x of shape \(1, 3, 5, 5\), with 3 channels on axis 1$"):
+            layer(Liar(np.ones((1, 3, 5, 5), np.float32), (1, 4, 5, 5)))
+        real = np.random.default_rng(3).standard_normal((1, 4, 5, 5)).astype(np.float32)
+        np.testing.assert_array_equal(layer(Liar(real, (1, 3, 5, 5))), layer(real))
+
+    def test_layer_reads_an_array_like_once_per_call(self):
+        class Counting:
+            def __init__(self, array):
+                self.array, self.reads = array, 0
+
+            def __array__(self, dtype=None, copy=None):
+                self.reads += 1
+                return self.array if dtype is None else self.array.astype(dtype)
+
+        layer = cs.Conv2D(2, 3, 3, seed=0)
+        real = np.random.default_rng(4).standard_normal((1, 2, 5, 5)).astype(np.float32)
+        x = Counting(real)
+        np.testing.assert_array_equal(layer(x), layer(real))
+        assert x.reads == 1
+        x = Counting(real)
+        for got, want in zip(
+            layer.backward(np.ones((1, 3, 3, 3), np.float32), x),
+            layer.backward(np.ones((1, 3, 3, 3), np.float32), real),
+        ):
+            np.testing.assert_array_equal(got, want)
+        assert x.reads == 1
+
+    def test_torch_tensors_through_a_layer_come_back_as_torch_tensors(self):
+        torch = pytest.importorskip("torch")
+        layer = cs.Conv2D(3, 4, 3, seed=0, dtype="float64")
+        x = torch.randn(2, 3, 6, 6, dtype=torch.float64)
+        w, b = torch.from_numpy(np.asarray(layer.weight)), torch.from_numpy(np.asarray(layer.bias))
+        y = layer(x)
+        assert isinstance(y, torch.Tensor)
+        torch.testing.assert_close(y, torch.nn.functional.conv2d(x, w, b))
+        gy = torch.randn(2, 4, 4, 4, dtype=torch.float64)
+        xr = x.clone().requires_grad_(True)
+        torch.nn.functional.conv2d(xr, w, b).backward(gy)
+        gx = layer.backward(gy)  # after the forward: grad_x in the forward input's kind
+        assert isinstance(gx, torch.Tensor)
+        torch.testing.assert_close(gx, xr.grad)
+        gx, gw, gb = layer.backward(gy, x)  # stand-alone: every gradient in x's kind
+        assert all(isinstance(g, torch.Tensor) for g in (gx, gw, gb))
+        torch.testing.assert_close(gx, xr.grad)

@@ -195,6 +195,45 @@ def no_training(monkeypatch):
     return seen
 
 
+def test_train_progress_bar_starts_with_the_total_and_no_nan(tmp_path, monkeypatch, capsys):
+    """The bar's first state (printed as it stands when the run stops): 0 of the known steps, and no loss yet."""
+
+    def stand_in(config, progress):
+        progress(0, 12, None)
+        raise _Trained
+
+    monkeypatch.setattr(train_module, "train_lenet5", stand_in)
+    with pytest.raises(_Trained):
+        main(["train", "lenet5", "--backend", "numpy", "--out", str(tmp_path)])
+    bar = capsys.readouterr().out
+    assert "0/12" in bar and "loss -" in bar
+    assert "?" not in bar and "nan" not in bar.lower()
+
+
+def test_train_progress_bar_shows_the_running_loss(tmp_path, monkeypatch, capsys):
+    def stand_in(config, progress):
+        progress(0, 12, None)
+        progress(5, 12, 1.23456)
+        raise _Trained
+
+    monkeypatch.setattr(train_module, "train_lenet5", stand_in)
+    with pytest.raises(_Trained):
+        main(["train", "lenet5", "--backend", "numpy", "--out", str(tmp_path)])
+    bar = capsys.readouterr().out
+    assert "5/12" in bar and "loss 1.2346" in bar and "loss -" not in bar
+
+
+def test_train_lenet5_reports_the_total_before_the_first_batch():
+    pytest.importorskip("sklearn")
+    calls = []
+    config = nets.TrainConfig(backend="numpy", epochs=2, batch=256, seed=0)
+    result = nets.train_lenet5(config, progress=lambda *call: calls.append(call))
+    total = 2 * -(-result.sizes["train"] // 256)
+    assert calls[0] == (0, total, None)  # before any batch: the total, no loss
+    assert [c[0] for c in calls] == list(range(total + 1)) and all(c[1] == total for c in calls)
+    assert all(math.isfinite(c[2]) for c in calls[1:])
+
+
 def test_train_refuses_an_out_that_is_a_file_before_training(tmp_path, no_training, capsys):
     afile = tmp_path / "afile"
     afile.write_text("keep me")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import subprocess
@@ -537,3 +538,29 @@ def test_a_candidate_that_raises_is_reported_and_the_others_chosen(cache_dir, mo
     failed = rows[f"numpy/{broken_algorithm}"]
     assert failed[2] is None and "failed to run" in failed[4] and "a limit can_run missed" in failed[4]
     assert result.table[0][2] is not None and result.table[0][:2] != ("numpy", broken_algorithm)
+
+
+def test_explain_of_a_measured_choice_says_what_came_close():
+    measured = (
+        ("numba", "gemm", 1.0e-4, 0.02, "ok"),
+        ("numpy", "im2col", 1.5e-4, 0.03, "ok"),
+        ("python", "direct", None, None, "abandoned: over budget"),
+        ("cython", "direct", 3.0e-4, 0.01, "ok"),
+    )
+    explanation = dataclasses.replace(
+        cs.explain(X, W, padding=1, backend="numpy"),
+        backend="numba",
+        algorithm="gemm",
+        decided_by="measurement",
+        reason="fastest of 4 candidates timed on this cpu (measured now); parameters: 3 configurations in 0.2 s",
+        measured=measured,
+    )
+    lines = str(explanation).splitlines()
+    assert lines[:3] == [
+        "runs: backend 'numba', algorithm 'gemm', for this conv2d forward (decided by timing the candidates on "
+        "this machine)",
+        "why: fastest of 4 candidates timed on this cpu (measured now)",
+        "close: numpy/im2col (x1.50 the fastest's time), cython/direct (x3.00)",
+    ]
+    assert lines[3].startswith("problem: x ") and lines[4] == "parameters: 3 configurations in 0.2 s"
+    assert "  measured python/direct: abandoned: over budget" in lines

@@ -31,15 +31,32 @@ def c1(**kw):
     return lambda backend: _call(cs.conv1d, args, backend)
 
 
+# The layouts, in words, that a rank error states first.
+LAYOUTS_2D = (
+    "conv2d: x must have shape (B, C, H, W) (batch, channels, height, width) or (C, H, W) (one sample), "
+    "with w of shape (M, C/groups, KH, KW) (output channels, input channels per group, kernel size); "
+    "or x must be a plain image (H, W) with a plain kernel w (KH, KW); got "
+)
+LAYOUTS_1D = (
+    "conv1d: x must have shape (B, C, W) (batch, channels, width) or (C, W) (one sample), "
+    "with w of shape (M, C/groups, K) (output channels, input channels per group, kernel size); "
+    "or x must be a plain signal (W) with a plain kernel w (K); got "
+)
+
 # (call, exception type, fragments the message must contain)
 BAD_INPUTS = {
     # wrong ndim
-    "x-rank-2-for-conv2d": (c2(x=X[0, 0]), ValueError, ["conv2d expects", "x.ndim=2"]),
-    "w-rank-3-for-conv2d": (c2(w=W[0]), ValueError, ["conv2d expects", "w.ndim=3"]),
-    "x-rank-4-for-conv1d": (c1(x=X), ValueError, ["conv1d expects", "x.ndim=4"]),
-    "scalar-x": (c2(x=3.0), ValueError, ["conv2d expects", "x.ndim=0"]),
+    "x-rank-2-for-conv2d": (c2(x=X[0, 0]), ValueError, [LAYOUTS_2D, "x.ndim=2", "so x needs a channel axis"]),
+    "x-rank-2-for-conv2d-one-channel-w": (
+        c2(x=X[0, 0], w=W[:, :1], groups=1),
+        ValueError,
+        [LAYOUTS_2D, "x.ndim=2", "pass x[None, None] (1, 1, H, W)"],
+    ),
+    "w-rank-3-for-conv2d": (c2(w=W[0]), ValueError, [LAYOUTS_2D, "w.ndim=3", "w needs 4 dimensions"]),
+    "x-rank-4-for-conv1d": (c1(x=X), ValueError, [LAYOUTS_1D, "x.ndim=4"]),
+    "scalar-x": (c2(x=3.0), ValueError, [LAYOUTS_2D, "x.ndim=0"]),
     # channels and groups
-    "channel-mismatch": (c2(groups=1), ValueError, ["channel mismatch", "C=4", "w.shape[1]"]),
+    "channel-mismatch": (c2(groups=1), ValueError, ["channel mismatch", "C=4", "(axis 1 of x)", "w.shape[1]"]),
     "channel-mismatch-1d": (c1(w=W1[:, :3]), ValueError, ["channel mismatch"]),
     "groups-not-dividing-C": (c2(groups=3, w=np.ones((6, 1, 3, 3), np.float32)), ValueError, ["groups", "C=4"]),
     "groups-not-dividing-M": (c2(w=np.ones((5, 2, 3, 3), np.float32)), ValueError, ["groups", "M=5"]),
@@ -122,3 +139,62 @@ def test_inputs_may_be_readonly_and_strided(backend):
     w = W[:, :, ::-1, :]  # negative strides
     expected = cs.conv2d(np.ascontiguousarray(X), np.ascontiguousarray(w), groups=2, backend="numpy")
     np.testing.assert_allclose(cs.conv2d(x, w, groups=2, backend=backend), expected, rtol=1e-5, atol=1e-5)
+
+
+# A channels-last input: the message says so and names the transpose that fixes it, which then works.
+CHANNELS_LAST = {
+    "NHWC": (cs.conv2d, (2, 9, 7, 5), (4, 5, 3, 3), "(NHWC); convsuite takes (B, C, H, W)", (0, 3, 1, 2)),
+    "HWC": (cs.conv2d, (9, 7, 5), (4, 5, 3, 3), "(HWC); convsuite takes (C, H, W)", (2, 0, 1)),
+    "NWC": (cs.conv1d, (2, 11, 5), (4, 5, 3), "(NWC); convsuite takes (B, C, W)", (0, 2, 1)),
+    "WC": (cs.conv1d, (11, 5), (4, 5, 3), "(WC); convsuite takes (C, W)", (1, 0)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHANNELS_LAST))
+def test_channels_last_input_gets_the_transpose_that_fixes_it(name):
+    fn, x_shape, w_shape, layout, order = CHANNELS_LAST[name]
+    x = rng.standard_normal(x_shape)
+    w = rng.standard_normal(w_shape)
+    with pytest.raises(ValueError) as info:
+        fn(x, w)
+    message = str(info.value)
+    assert message.startswith(f"channel mismatch: x has C={x_shape[-len(w_shape) + 1]} channels")
+    order_text = ", ".join(map(str, order))
+    assert message.endswith(
+        f"; x looks channels-last {layout}: pass x.transpose({order_text}) (a torch tensor: x.permute({order_text}))"
+    )
+    # The suggested call gives the layout convsuite takes: the result is the reference's (channels moved by hand).
+    moved = np.moveaxis(x, -1, len(x_shape) - len(w_shape) + 1)
+    np.testing.assert_array_equal(x.transpose(order), moved)
+    np.testing.assert_allclose(fn(x.transpose(order), w), fn(np.ascontiguousarray(moved), w, backend="numpy"))
+
+
+def test_channels_last_hint_with_groups_that_do_not_divide_the_height():
+    x = rng.standard_normal((1, 7, 6, 4))  # NHWC, 4 channels; H=7 read as C, which groups=2 does not divide
+    with pytest.raises(
+        ValueError,
+        match=r"`groups` must divide the input channels C=7; got groups=2; x looks "
+        r"channels-last \(NHWC\).*pass x\.transpose\(0, 3, 1, 2\)",
+    ):
+        cs.conv2d(x, rng.standard_normal((6, 2, 3, 3)), groups=2)
+
+
+@pytest.mark.parametrize(
+    "x_shape, w_shape",
+    [((2, 4, 8, 8), (6, 3, 3, 3)), ((2, 3, 8, 3), (6, 4, 3, 3))],  # moving the last axis first fixes nothing
+)
+def test_no_channels_last_hint_where_moving_the_last_axis_does_not_help(x_shape, w_shape):
+    with pytest.raises(ValueError, match="channel mismatch") as info:
+        cs.conv2d(np.ones(x_shape), np.ones(w_shape))
+    assert "channels-last" not in str(info.value)
+
+
+def test_channels_last_torch_tensor_gets_a_permute_that_fixes_it():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(2, 9, 7, 5, dtype=torch.float64)
+    w = torch.randn(4, 5, 3, 3, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"\(a torch tensor: x\.permute\(0, 3, 1, 2\)\)$"):
+        cs.conv2d(x, w)
+    torch.testing.assert_close(
+        cs.conv2d(x.permute(0, 3, 1, 2), w), torch.nn.functional.conv2d(x.permute(0, 3, 1, 2), w)
+    )

@@ -201,7 +201,7 @@ def evaluate(network: nn.Module, x: np.ndarray, y: np.ndarray, *, batch: int = 2
 
 
 def train_lenet5(
-    config: TrainConfig = TrainConfig(), *, progress: Callable[[int, int, float], None] | None = None
+    config: TrainConfig = TrainConfig(), *, progress: Callable[[int, int, float | None], None] | None = None
 ) -> TrainResult:
     """Train LeNet-5 on the scikit-learn digits; deterministic for a seed on one backend.
 
@@ -209,7 +209,8 @@ def train_lenet5(
     ----------
     config : TrainConfig
     progress : callable, optional
-        Called after each batch as ``progress(step, total_steps, running_loss)``.
+        Called once before the first batch as ``progress(0, total_steps, None)`` (no loss yet), then
+        after each batch as ``progress(step, total_steps, running_loss)``.
 
     Returns
     -------
@@ -236,6 +237,8 @@ def train_lenet5(
     losses, accuracies = [], []
     running = None
     step = 0
+    if progress is not None:  # the total is known now: a bar shows 0/total before the first batch ends
+        progress(0, total_steps, None)
     start = time.perf_counter()
     with nn.record_layer_times(network) as layer_times:
         for epoch in range(config.epochs):

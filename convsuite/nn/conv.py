@@ -14,13 +14,24 @@ package's plan cache, keyed on the arrays each call computes with.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Callable, ClassVar
 
 import numpy as np
 
 from .. import _api, _planner, distributed
+from .._arrays import is_cupy_array
+from .._interop import result_converter
 from .._registry import _check_name, check_algorithm_exists, get_backend
-from .._validation import as_int_tuple, float_dtype, parse_padding, positive_int, weight_generator, weight_shape
+from .._validation import (
+    as_int_tuple,
+    channels_last_hint,
+    float_dtype,
+    parse_padding,
+    positive_int,
+    weight_generator,
+    weight_shape,
+)
 from ._xp import array_module
 from .module import Module, Parameter
 
@@ -93,6 +104,7 @@ class _Conv(Module):
                 param.data = chosen.to_device(param.data)
         object.__setattr__(self, "_device_backend", device)  # a setting, not module state
         self._x: Any = None  # the input, kept for backward
+        self._x_kind: Any = None  # how grad_x goes back to the forward input's kind (a torch tensor's)
         self._act_mask: Any = None  # a fused activation's gradient mask, the layer's own (see forward)
         self._activation: str | None = None
 
@@ -128,7 +140,7 @@ class _Conv(Module):
         state = self.__dict__.copy()
         device = state.get("_device_backend")
         state["_device_backend"] = None if device is None else self.backend
-        state.update(_x=None, _act_mask=None, _activation=None)
+        state.update(_x=None, _x_kind=None, _act_mask=None, _activation=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -147,15 +159,44 @@ class _Conv(Module):
         """
         conv = _api.conv1d if self._ndim == 1 else _api.conv2d
         keep = self._need_cache()
+        x, kind = self._read_input(x)
         (x,), back = self._on_weight_device(x)
         bias = None if self.bias is None else self.bias.data
         y = conv(x, self.weight.data, bias, activation=activation, **self._keywords())
         # Plain caches, not state: set without Module.__setattr__'s bookkeeping (~1 us each).
         cache = self.__dict__
         cache["_x"] = x if keep else None
+        cache["_x_kind"] = kind if keep else None
         cache["_act_mask"] = _activation_mask(y, activation) if (keep and activation is not None) else None
         cache["_activation"] = activation if keep else None
-        return y if back is None else back(y)
+        y = y if back is None else back(y)
+        return y if kind is None else kind(y)
+
+    def _read_input(self, x):
+        """``x`` as the array computed with (read once) and checked against ``in_channels``; and how a result goes
+        back to ``x``'s kind (None: it needs nothing).
+
+        The channel axis is read from the array itself (an array-like's own ``.shape`` may not be its data's),
+        so a wrong input is named against the layer's ``in_channels`` rather than the weight it never saw.
+        """
+        kind = None
+        if type(x) is not np.ndarray and not is_cupy_array(x) and not distributed.is_dask_array(x):
+            kind = result_converter(x)
+            x = _planner.read_operand(x, "x")
+        nd = self._ndim
+        if x.ndim in (nd + 1, nd + 2):  # other ranks: the convolution's own message lists the layouts
+            channels = x.shape[x.ndim - nd - 1]
+            # A Dask array's unknown chunk sizes read as NaN: nothing to check before it is computed.
+            if channels != self.in_channels and isinstance(channels, numbers.Integral):
+                sp = ", ".join(("H", "W")[2 - nd :])
+                c = self.in_channels
+                raise ValueError(
+                    f"{type(self).__name__}({c}, {self.out_channels}, kernel_size={self.kernel_size}) expects x of "
+                    f"shape (B, {c}, {sp}) or ({c}, {sp}), with in_channels={c} channels; got x of shape "
+                    f"{tuple(x.shape)}, with {channels} channels on axis {x.ndim - nd - 1}"
+                    + channels_last_hint(tuple(x.shape), nd, c)
+                )
+        return x, kind
 
     skips_input_grad = True
 
@@ -173,6 +214,7 @@ class _Conv(Module):
             return self._gradients_at(grad_y, x, input_grad)
         if self._x is None:
             raise RuntimeError(f"{type(self).__name__}.backward needs a forward pass with gradients enabled first")
+        kind = self.__dict__.get("_x_kind")
         conv_backward = _api.conv1d_backward if self._ndim == 1 else _api.conv2d_backward
         relu_output = None
         if self._activation == "relu":  # the mask inside the backward (or one masked copy), by the library
@@ -188,19 +230,25 @@ class _Conv(Module):
         self.weight.accumulate(grad_w)
         if self.bias is not None:
             self.bias.accumulate(grad_b)
-        return grad_x if back is None or grad_x is None else back(grad_x)
+        if grad_x is None:
+            return None
+        grad_x = grad_x if back is None else back(grad_x)
+        return grad_x if kind is None else kind(grad_x)  # in the kind of the forward's input
 
     def _gradients_at(self, grad_y: Any, x: Any, input_grad: bool) -> tuple[Any, Any, Any]:
         """``(grad_x, grad_w, grad_b)`` at input ``x``, nothing accumulated (``grad_b`` None without a bias)."""
         conv_backward = _api.conv1d_backward if self._ndim == 1 else _api.conv2d_backward
+        x, kind = self._read_input(x)
         (grad_y, x), back = self._on_weight_device(grad_y, x)
         grads = conv_backward(grad_y, x, self.weight.data, input_grad=input_grad, **self._keywords())
-        grad_x, grad_w, grad_b = grads if back is None else (None if g is None else back(g) for g in grads)
+        grads = grads if back is None else tuple(None if g is None else back(g) for g in grads)
+        grad_x, grad_w, grad_b = grads if kind is None else (None if g is None else kind(g) for g in grads)
         return grad_x, grad_w, (grad_b if self.bias is not None else None)
 
     def _moved(self, device: str) -> None:
         self.__dict__["_device_backend"] = None  # moved by hand: the arrays' device rules from now on
         self._x = None
+        self._x_kind = None
         self._act_mask = None
         self._activation = None
 
