@@ -18,7 +18,8 @@ comma  := ,
 #   numba  the multicore rung (make run compares every CPU rung; the tests check it)
 #   bench  compare's plots (matplotlib), the joblib rung, compare --cases FILE.yaml (make run, the tests)
 #   nets   the bundled digits of `convsuite train` (scikit-learn; the tests train on them)
-#   test   pytest, pytest-xdist, hypothesis, ruff (make test, make lint)
+#   test   pytest, pytest-xdist, hypothesis, ruff (make test)
+#   lint   ruff and mypy (make lint)
 #   dask   Dask arrays in and out: 134 tests of the fast tier need it (tests/test_distributed_dask.py,
 #          test_reliability_objects.py, two more) and would skip without it. Measured from a fresh clone
 #          on the 2-core machine: 36 MB of the 1.59 GB venv, ~2 s of CPU, no wall-time difference above
@@ -26,7 +27,7 @@ comma  := ,
 #   cuda   CuPy, only where `nvidia-smi -L` lists a GPU (elsewhere the GPU tests skip with the reason).
 # Not here: asv (the bench-* targets install it on first use) and Sphinx (make docs, likewise).
 GPU    := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
-EXTRAS ?= test,numba,bench,dask,nets$(if $(GPU),$(comma)cuda)
+EXTRAS ?= test,lint,numba,bench,dask,nets$(if $(GPU),$(comma)cuda)
 # torch, CPU build, in the default install on purpose: it is the anchor `make run` compares every
 # backend against (a user's first question is "how does this compare to PyTorch?") and the tests'
 # cross-check (the nn layers, convsuite.torch, torch tensors in and out: they skip without it).
@@ -87,9 +88,10 @@ test-all: $(STAMP)  ## every test, the exhaustive tier included
 # ruff: the rule set and the formatter settings are in pyproject.toml; .pre-commit-config.yaml runs the same.
 LINTED := convsuite tests benchmarks tools setup.py
 
-lint: $(STAMP)  ## ruff check and ruff format --check, as CI runs them
+lint: $(STAMP)  ## ruff check, ruff format --check and mypy (the public API and the core), as CI runs them
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy
 
 format: $(STAMP)  ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix $(LINTED)

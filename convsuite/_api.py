@@ -431,7 +431,7 @@ def _clauses(reason: str) -> list[str]:
     return clauses + [reason[start:]]
 
 
-def _measured_close(measured) -> list[str]:
+def _measured_close(measured: tuple) -> list[str]:
     """The ``close:`` line of a measured choice: up to three other candidates, fastest first."""
     best = min((row[2] for row in measured if row[2] is not None), default=None)
     others = [(f"{b}/{a}", median / best) for b, a, median, _, _ in measured[1:] if median is not None][:3]

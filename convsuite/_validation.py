@@ -374,12 +374,12 @@ def _layouts_in_words(ndim: int) -> str:
     )
 
 
-def _ranks(x, w) -> str:
+def _ranks(x: Any, w: Any) -> str:
     """What the user passed: the ranks and shapes of x and w."""
     return f"x.ndim={x.ndim} (shape {tuple(x.shape)}) and w.ndim={w.ndim} (shape {tuple(w.shape)})"
 
 
-def _rank_hint(ndim: int, x, w) -> str:
+def _rank_hint(ndim: int, x: Any, w: Any) -> str:
     """The likely fix when one operand has an accepted rank and the other does not ('' when none is clear)."""
     full = ndim + 2
     sp = ", ".join(_DIM_NAMES[ndim])

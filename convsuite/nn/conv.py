@@ -172,7 +172,7 @@ class _Conv(Module):
         y = y if back is None else back(y)
         return y if kind is None else kind(y)
 
-    def _read_input(self, x):
+    def _read_input(self, x: Any) -> tuple[Any, Callable[[Any], Any] | None]:
         """``x`` as the array computed with (read once) and checked against ``in_channels``; and how a result goes
         back to ``x``'s kind (None: it needs nothing).
 
@@ -240,7 +240,7 @@ class _Conv(Module):
         conv_backward = _api.conv1d_backward if self._ndim == 1 else _api.conv2d_backward
         x, kind = self._read_input(x)
         (grad_y, x), back = self._on_weight_device(grad_y, x)
-        grads = conv_backward(grad_y, x, self.weight.data, input_grad=input_grad, **self._keywords())
+        grads: tuple[Any, ...] = conv_backward(grad_y, x, self.weight.data, input_grad=input_grad, **self._keywords())
         grads = grads if back is None else tuple(None if g is None else back(g) for g in grads)
         grad_x, grad_w, grad_b = grads if kind is None else (None if g is None else kind(g) for g in grads)
         return grad_x, grad_w, (grad_b if self.bias is not None else None)
