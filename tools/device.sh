@@ -40,7 +40,8 @@ VERSUS=(python3 -m convsuite.bench.versus)
 for section in "$@"; do
   case $section in
     tests)
-      run gpu-tests 300 python3 -m pytest -q -p no:cacheprovider -o addopts="" -n 8 -m gpu tests/
+      run gpu-tests "${GPU_TESTS_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider -o addopts="" -n "${WORKERS:-8}" \
+        -m gpu tests/
       grep -E "^(FAILED|ERROR)" "$LOGS/gpu-tests.log" | head -30 | tee -a "$SUMMARY"
       run cupy-rows 150 python3 -m pytest -q -p no:cacheprovider -o addopts="" -n 8 -k cupy \
         tests/test_agreement.py tests/test_reliability_nonfinite.py tests/test_epilogue.py tests/test_plans.py
