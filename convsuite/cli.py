@@ -706,7 +706,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("info", help="machine, versions, backends and why any is unavailable").set_defaults(func=cmd_info)
     _add_compare(sub)
     _add_sweep(sub)
-    from convsuite.cli_train import add_train_parser  # the `train` command (issue 13)
+    from convsuite.cli_train import add_train_parser  # the `train` command
 
     add_train_parser(sub)
     from convsuite.cli_calibrate import add_calibrate_parser  # the `calibrate` command, in its own module

@@ -35,13 +35,13 @@ a GPU. Each threshold below cites the measurements it comes from:
 ``backward-2026-11-26``
     docs/measurements/gpu-kernels-2026-11-26.md: H200, the device time of
     every kernel of a backward call per algorithm (CUPTI,
-    tools/backward_phases.py at tag notebook-2026-11-28) and the issue-11 table, after tf32x3's weight
-    gradient got row tiles that fit thin layers.
+    tools/backward_phases.py at tag notebook-2026-11-28) and the round-two GPU targets table (i11),
+    after tf32x3's weight gradient got row tiles that fit thin layers.
 ``tf32x3-image``
     docs/measurements/tf32x3-image-batches-2026-11-26-h100.md: H100,
     tools/tf32x3_image_batches.py at tag notebook-2026-11-28: four narrow layers at batches 16 to
     4,096, every candidate's kernel time against cuDNN; and
-    docs/measurements/gpu-targets-2026-11-26d-h100-ece408.md at tag notebook-2026-11-28 (issue-11
+    docs/measurements/gpu-targets-2026-11-26d-h100-ece408.md at tag notebook-2026-11-28 (i11
     table, the ECE408 and 1-D targets).
 ``tf32x3-image-small``
     docs/measurements/tf32x3-image-small-batches-2026-11-26-h100.md: H100,
@@ -165,7 +165,7 @@ TF32X3_FROM = 64
 #: fastest candidate at every batch from 16 to 4,096 on ECE408 fa19 conv2
 #: (12->24 5x5: 1.29-2.02x cuDNN, register_tiled 0.65-1.26x), fa21 conv2
 #: (4->16 7x7: 1.24-3.53x; at batch 16 tf32x3 was 5% faster) and 8->16 5x5
-#: pad 2 28x28 (1.18-4.08x); issue-11 table (H100, batch 10,000): fa19 conv2
+#: pad 2 28x28 (1.18-4.08x); i11 table (H100, batch 10,000): fa19 conv2
 #: 1.36x cuDNN through the API against register_tiled's 1.02x, fa21 conv2
 #: 3.62x against 2.31x. Not measured: one to three input channels (the first
 #: layers, whose reduction is mostly under 32 anyway), strides, dilations.

@@ -40,7 +40,7 @@ from .crossover import DEFAULT_SKIP, Problem, _load, _machine, measure_problem, 
 
 __all__ = ["RULE_TARGET", "TUNED_TARGET", "held_out", "leave_one_network_out", "main", "network_of", "regrets"]
 
-#: Worst-case regret targets of the default rule and of autotune (issue 10).
+#: Worst-case regret targets of the default rule and of autotune.
 RULE_TARGET = 1.5
 TUNED_TARGET = 1.15
 
