@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# One device run: install, GPU tests, compute-sanitizer (memcheck + racecheck), GPU targets.
+# One device run: install, GPU tests, compute-sanitizer (memcheck + racecheck), the zoo against cuDNN.
 # Usage on the GPU machine, from the repository root:  bash tools/gpu_check.sh [--full]
-# Logs go to $OUT (or ./gpu-check-logs); the target table is printed last.
+# Logs go to $OUT (or ./gpu-check-logs); the zoo's summary is printed last.
 set -u
 LOGS=${OUT:-gpu-check-logs}
 mkdir -p "$LOGS"
@@ -15,14 +15,12 @@ timeout 150 compute-sanitizer --tool memcheck python3 tools/gpu_smoke.py > "$LOG
 echo "memcheck: rc=$? $(grep -E 'ERROR SUMMARY|NOT RUN|WRONG|every algorithm' "$LOGS/memcheck.log" | tr '\n' ' ')"
 timeout 150 compute-sanitizer --tool racecheck python3 tools/gpu_smoke.py > "$LOGS/racecheck.log" 2>&1
 echo "racecheck: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|NOT RUN|WRONG' "$LOGS/racecheck.log" | tr '\n' ' ')"
-if [ "${1:-}" = "--full" ]; then
-  timeout ${TARGET_TIMEOUT:-300} python3 -m convsuite.bench.gpu_targets --out "$LOGS" --repeat ${REPEAT:-15} > "$LOGS/targets.log" 2>&1
-else
-  timeout ${TARGET_TIMEOUT:-200} python3 -m convsuite.bench.gpu_targets --quick --out "$LOGS" --repeat ${REPEAT:-5} > "$LOGS/targets.log" 2>&1
-fi
-echo "gpu_targets: rc=$?"
-grep -E "WRONG|Error|error" "$LOGS/targets.log" | head -10
-sed -n '/^## Targets/,$p' "$LOGS/targets.log" | head -24
+# The zoo against cuDNN (TF32 off): a few layers of each network (--full: twice as many, and backward too).
+if [ "${1:-}" = "--full" ]; then ZOO="--per-network 4 --direction both"; else ZOO="--per-network 2"; fi
+timeout ${ZOO_TIMEOUT:-200} python3 -m convsuite.bench.versus --device gpu $ZOO --out "$LOGS/zoo.json" \
+  > "$LOGS/zoo.log" 2> "$LOGS/zoo-progress.log"
+echo "zoo: rc=$?"
+cat "$LOGS/zoo.log"
 if [ "${PROFILE:-0}" = "1" ] && command -v ncu > /dev/null; then
   M=gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread
   timeout ${PROFILE_TIMEOUT:-120} ncu --clock-control none --csv --metrics $M -k regex:'igemm|register_tiled|blocked|dgrad|wgrad' python3 tools/gpu_profile.py > "$LOGS/ncu.csv" 2> /tmp/gpu-check-ncu.err
