@@ -69,6 +69,15 @@ _EXHAUSTIVE = {
     "tests/test_agreement.py::test_backward_matches_reference_random": lambda case: case.endswith("-2]"),
     # every value of every CPU tunable (the defaults are checked by the agreement suite)
     "tests/test_cpu_tunables.py::test_every_configuration_agrees_with_the_reference": lambda case: True,
+    # whole-command runs that time real work (the fast tier keeps the same paths on fake or small cases)
+    "tests/test_compare_isolation.py::test_each_contender_inside_compare_runs_as_fast_as_in_a_process_of_its_own": (
+        lambda case: True
+    ),
+    "tests/test_sweep.py::test_seed_report_on_the_fake_backend": lambda case: True,
+    "tests/test_compare_scaling.py::test_compare_scaling_runs_joblib_and_dask_and_writes_the_table": lambda case: True,
+    "tests/test_nets.py::test_mobilenet_small_input_matches_torchvision_on_every_backend": lambda case: (
+        case == "[python]"
+    ),
     # every corrupted-file scenario of numba's cache but one per file kind
     "tests/test_reliability_caches.py::test_a_broken_numba_cache_file_is_moved_aside_once_and_recompiled": (
         lambda case: case not in ("[index truncated]", "[code garbage]")

@@ -50,7 +50,7 @@ from ._depthwise_bands import BAND, DEPTHWISE_WHY, SUMMARY, bands, depthwise_che
 from ._depthwise_bands import prefer as _prefer_depthwise
 from ._kernel_module import KernelModuleBackend, KernelSpec
 from ._tiles import GEMM_MIN_REDUCTION, TILE_KIB_VALUES, gemm_check, prefer_gemm
-from .base import Tunable
+from .base import Backend, Tunable
 
 __all__ = ["NumbaBackend"]
 
@@ -446,24 +446,20 @@ class NumbaBackend(KernelModuleBackend):
         return name, why
 
     def _warm_up(self, dtype: np.dtype) -> None:
-        """Compile or load from numba's cache the main kernels for ``dtype`` (checked by :meth:`warm_up`)."""
+        """Compile (or load from numba's cache) every kernel a call in ``dtype`` can reach (checked by
+        :meth:`warm_up`): each algorithm in each direction, with and without a bias, the fused
+        activation, the ReLU mask and the input gradient, on the smallest case it runs. numba compiles a
+        kernel per argument types, never per size, so these are the kernels every later call loads.
+        """
         self.kernels().warm_up(dtype)
-        for name in ("gemm", "line1d"):
-            self._warm_algorithm(name, dtype)
-
-    def _warm_algorithm(self, name: str, dtype) -> None:
-        """Run ``name`` once on a tiny case of ``dtype`` in every direction it has."""
-        from .._validation import prepare_forward
-
-        ndim = 1 if name == "line1d" else 2
-        x = np.ones((1, 1) + (5,) * ndim, dtype=dtype)
-        w = np.ones((1, 1) + (3,) * ndim, dtype=dtype)
-        spec = prepare_forward(f"conv{ndim}d", ndim, x, w, None, 1, 0, 1, 1).spec
-        record = self.algorithm_table()[name]
-        y = np.empty(spec.y_shape, dtype=dtype)
-        record.build(spec, "forward")(x, w, None, y)
-        if "backward" in record.directions:
-            record.build(spec, "backward")(y, x, w, np.empty_like(x), np.empty_like(w), np.empty(1, dtype=dtype))
+        for name, record in self.algorithm_table().items():
+            case = _warm_case(self, name, dtype)
+            if case is None:
+                continue
+            spec, x, w = case
+            for direction in record.directions:
+                for planned in _warm_variants(self, spec, name, direction):
+                    _warm_run(self.plan(spec, name, planned), planned, spec, x, w)
 
     def _launch(self, kernel, *args) -> None:
         import numba
@@ -473,3 +469,47 @@ class NumbaBackend(KernelModuleBackend):
         if run is None:  # looked up once: importlib.import_module costs ~2 us a launch
             run = self.__dict__["_run_serialised"] = self.kernels().run_serialised
         run(kernel, *args)
+
+
+def _warm_case(backend: Backend, name: str, dtype: np.dtype):
+    """The smallest of a few cases (2-D dense, 2-D depthwise, a 1-D signal) that ``name`` runs: (spec, x, w)."""
+    from .._validation import prepare_forward
+
+    for x_shape, w_shape, groups in (
+        ((1, 2, 6, 6), (2, 2, 3, 3), 1),
+        ((1, 2, 6, 6), (2, 1, 3, 3), 2),
+        ((1, 1, 9), (1, 1, 3), 1),
+    ):
+        ndim = len(x_shape) - 2
+        x, w = np.ones(x_shape, dtype=dtype), np.ones(w_shape, dtype=dtype)
+        spec = prepare_forward(f"conv{ndim}d", ndim, x, w, None, 1, 1, 1, groups).spec
+        if any(backend.can_run(spec, name, d) is True for d in ("forward", "backward")):
+            return spec, x, w
+    return None
+
+
+def _warm_variants(backend: Backend, spec: ConvSpec, name: str, direction: str) -> list[str]:
+    """The planned directions a call of ``direction`` may ask of ``name``: plain, and each option it fuses."""
+    if backend.can_run(spec, name, direction) is not True:
+        return []
+    if direction == "forward":
+        return ["forward"] + [f"forward+{a}" for a in ("relu", "relu6") if backend.fuses_activation(spec, name, a)]
+    variants = ["backward"]
+    if backend.fuses_relu_mask(spec, name):
+        variants.append("backward+relu")
+    if backend.skips_input_grad(spec, name):
+        variants += [v + "+weights" for v in list(variants)]
+    return variants
+
+
+def _warm_run(launch, planned: str, spec: ConvSpec, x: np.ndarray, w: np.ndarray) -> None:
+    """One call of ``launch`` on ones (forward with and without a bias; backward with the mask it takes)."""
+    dtype = x.dtype
+    y = np.empty(spec.y_shape, dtype=dtype)
+    if planned.startswith("forward"):
+        launch(x, w, None, y)
+        launch(x, w, np.zeros(spec.out_channels, dtype=dtype), y)
+        return
+    grads = (np.empty_like(x), np.empty_like(w), np.empty(spec.out_channels, dtype=dtype))
+    mask = (np.ones(spec.y_shape, dtype=dtype),) if "+relu" in planned else ()
+    launch(np.ones(spec.y_shape, dtype=dtype), x, w, *grads, *mask)
