@@ -60,13 +60,15 @@ FORWARD_CLASSES = [
     ("1x1 576->160 7x7", (1, 576, 7, 7), (160, 576, 1, 1), {}, "pointwise_splitk", "reduction split"),
     ("classifier 1280->1000", (1, 1280, 1, 1), (1000, 1280, 1, 1), {}, "pointwise_splitk", "32 tiles"),
     ("1x1 512->512 4x4 B2", (2, 512, 4, 4), (512, 512, 1, 1), {}, "pointwise_splitk", "32 tiles"),
-    # 1x1 stride 1, more work than that but too little for the big tiles: the 64x64 implicit GEMM
-    ("1x1 96->48 56x56 B4", (4, 96, 56, 56), (48, 96, 1, 1), {}, "fused_gemm", "96 input channels"),
-    # 1x1 stride 1, long reduction (>= 256), past the split's tiles: cuBLAS
-    ("1x1 384->96 28x28 B4", (4, 384, 28, 28), (96, 384, 1, 1), {}, "pointwise_gemm", "cuBLAS"),
-    # 1x1 with enough work for the big tiles
+    # 1x1 stride 1, more work than that, more than 32 output channels: tf32x3 (float32, precision 'high')
+    ("1x1 96->48 56x56 B4", (4, 96, 56, 56), (48, 96, 1, 1), {}, "tf32x3", "too many to split"),
+    ("1x1 384->96 28x28 B4", (4, 384, 28, 28), (96, 384, 1, 1), {}, "tf32x3", "384 input channels"),
+    ("1-D k1 256->256 L4000 B8", (8, 256, 4000), (256, 256, 1), {}, "tf32x3", "too many to split"),
+    # 1x1 stride 1, past the split's tiles, at most 32 output channels: the 64x64 implicit GEMM below
+    # the big tiles, and the big tiles with enough work
+    ("1x1 96->24 56x56 B4", (4, 96, 56, 56), (24, 96, 1, 1), {}, "fused_gemm", "96 input channels"),
     ("1x1 96->24 56x56 B64", (64, 96, 56, 56), (24, 96, 1, 1), {}, "igemm_big", "1x1 with 1568 big block tiles"),
-    ("1x1 512->2048 28x28 B8", (8, 512, 28, 28), (2048, 512, 1, 1), {}, "igemm_big", "big block tiles"),
+    ("1x1 512->2048 28x28 B8", (8, 512, 28, 28), (2048, 512, 1, 1), {}, "tf32x3", "too many to split"),
     # depthwise
     ("dw 3x3 s2 C144 56x56", (1, 144, 56, 56), (144, 1, 3, 3), dict(stride=2, padding=1, groups=144), "depthwise", ""),
     ("dw 3x3 C960 7x7", (1, 960, 7, 7), (960, 1, 3, 3), dict(padding=1, groups=960), "depthwise", "per group"),
@@ -105,11 +107,14 @@ FORWARD_CLASSES = [
     ("stem 3x3 s2 C3->32 224", (1, 3, 224, 224), (32, 3, 3, 3), dict(stride=2, padding=1), "fused_gemm", ""),
     ("5x5 s2 C32->64 33x33 B4", (4, 32, 33, 33), (64, 32, 5, 5), dict(stride=2, padding=2), "fused_gemm", ""),
     ("3x3 C96->8 s2 12x12 B16", (16, 96, 12, 12), (8, 96, 3, 3), dict(stride=2, padding=1), "fused_gemm", ""),
-    ("3x3 C64->64 20x20 B2", (2, 64, 20, 20), (64, 64, 3, 3), dict(padding=1), "fused_gemm", "reduction of 576"),
+    ("3x3 s2 C64->64 20x20 B2", (2, 64, 20, 20), (64, 64, 3, 3), dict(padding=1, stride=2), "fused_gemm", "576"),
+    # stride 1, 64 output channels or more, few tiles: tf32x3 all the same
+    ("3x3 C64->64 20x20 B2", (2, 64, 20, 20), (64, 64, 3, 3), dict(padding=1), "tf32x3", "7 block tiles"),
+    ("1-D k7 C128 L2048 B1", (1, 128, 2048), (128, 128, 7), dict(padding=3), "tf32x3", "tensor cores"),
     # a small 3x3 layer: not tiled_shared (9 multiply-adds per barrier)
     ("3x3 C16->32 32x32 B8", (8, 16, 32, 32), (32, 16, 3, 3), dict(padding=1), "fused_gemm", "reduction of 144"),
     # enough work for the big tiles
-    ("3x3 C64 56x56 B64", (64, 64, 56, 56), (64, 64, 3, 3), dict(padding=1), "tf32x3", "1568 big block tiles"),
+    ("3x3 C64 56x56 B64", (64, 64, 56, 56), (64, 64, 3, 3), dict(padding=1), "tf32x3", "1568 block tiles"),
     ("3x3 C256 14x14 B64", (64, 256, 14, 14), (256, 256, 3, 3), dict(padding=1), "tf32x3", "tensor cores"),
     ("5x5 s2 C16->32 B64", (64, 16, 64, 64), (32, 16, 5, 5), dict(stride=2, padding=2), "igemm_big", "big block"),
     ("fa21 conv2 B16 float64", (16, 4, 40, 40), (16, 4, 7, 7), dict(dtype=np.float64), "register_tiled", ""),
@@ -133,6 +138,10 @@ BACKWARD_CLASSES = [
     ("1x1 C64->128 14x14 B4", (4, 64, 14, 14), (128, 64, 1, 1), {}, "fused_gemm"),
     ("1x1 C128->256 28x28 B64", (64, 128, 28, 28), (256, 128, 1, 1), {}, "tf32x3"),
     ("1x1 C1280->1000 1x1", (1, 1280, 1, 1), (1000, 1280, 1, 1), {}, "fused_gemm"),
+    ("1x1 C512->256 14x14 B32 (98 tiles)", (32, 512, 14, 14), (256, 512, 1, 1), {}, "tf32x3"),
+    # strided 1-D: the im2col of a signal is short, cuBLAS takes both products
+    ("1-D k3 s2 C512 L1600 B32", (32, 512, 1600), (512, 512, 3), dict(stride=2), "im2col_gemm"),
+    ("1-D k5 s3 C64 L300 B1", (1, 64, 300), (128, 64, 5), dict(stride=3, padding=2), "im2col_gemm"),
     ("3x3 C32 28x28 B4", (4, 32, 28, 28), (32, 32, 3, 3), dict(padding=1), "fused_gemm"),
     ("ECE408 fa19 conv2 B4", (4, 12, 22, 22), (24, 12, 5, 5), {}, "fused_gemm"),
     ("3x3 C64 56x56 B64", (64, 64, 56, 56), (64, 64, 3, 3), dict(padding=1), "tf32x3"),
@@ -149,15 +158,30 @@ def test_backward_class_picks_its_algorithm(what, x_shape, w_shape, kw, expected
     assert GPU.can_run(spec, name, "backward") is True
 
 
+def test_backward_tensor_core_line_starts_at_its_tile_count():
+    """tf32x3 takes a backward pass from TF32X3_BACKWARD_TILES big block tiles; below it, the GEMM lines."""
+    least = rule.TF32X3_BACKWARD_TILES
+    for batch, expected in ((least - 1, "fused_gemm"), (least, "tf32x3")):
+        spec = _spec((batch, 128, 16, 8), (64, 128, 3, 3), padding=1)  # 128 pixels: one column tile per image
+        assert rule.big_tiles(spec.as_2d()) == batch
+        assert GPU.choose_algorithm(spec, "backward")[0] == expected, batch
+
+
 def test_pointwise_reduction_thresholds():
-    """Past the split-K's tiles: <= 32 input channels per group the pointwise kernel; 33..255 fused_gemm;
-    >= 256 cuBLAS. Within them, from 32 channels: pointwise_splitk."""
+    """Past the split-K's tiles, with at most 32 output channels (tf32x3's tile half idle): <= 32 input
+    channels per group the pointwise kernel; 33..255 fused_gemm; >= 256 cuBLAS. With more outputs, from
+    32 input channels, tf32x3. Within the split's tiles, from 32 channels: pointwise_splitk."""
     most, long_ = rule.POINTWISE_MOST, rule.POINTWISE_GEMM_FROM
-    big = (2, 56, 56)  # 2 x 98 pixel tiles x 3 channel tiles = 588 > SPLITK_MOST_TILES
-    assert _pick((big[0], most, *big[1:]), (96, most, 1, 1))[0] == "pointwise"
-    assert _pick((big[0], most + 1, *big[1:]), (96, most + 1, 1, 1))[0] == "fused_gemm"
-    assert _pick((big[0], long_ - 1, *big[1:]), (96, long_ - 1, 1, 1))[0] == "fused_gemm"
-    assert _pick((big[0], long_, *big[1:]), (96, long_, 1, 1))[0] == "pointwise_gemm"
+    big = (4, 56, 56)  # 4 x 98 pixel tiles x 1 channel tile = 392 > SPLITK_MOST_TILES
+    assert _pick((big[0], most, *big[1:]), (32, most, 1, 1))[0] == "pointwise"
+    assert _pick((big[0], most + 1, *big[1:]), (32, most + 1, 1, 1))[0] == "fused_gemm"
+    assert _pick((big[0], long_ - 1, *big[1:]), (32, long_ - 1, 1, 1))[0] == "fused_gemm"
+    assert _pick((big[0], long_, *big[1:]), (32, long_, 1, 1))[0] == "pointwise_gemm"
+    assert _pick((big[0], most - 1, *big[1:]), (48, most - 1, 1, 1))[0] == "pointwise"  # tf32x3: reduction < 32
+    assert _pick((big[0], most, *big[1:]), (48, most, 1, 1))[0] == "tf32x3"
+    assert _pick((big[0], long_, *big[1:]), (48, long_, 1, 1))[0] == "tf32x3"
+    with cs.use_precision("highest"):
+        assert _pick((big[0], long_, *big[1:]), (48, long_, 1, 1))[0] == "pointwise_gemm"
     # per group: 4 groups of 64 channels is a 64-channel reduction
     assert _pick((1, 256, 56, 56), (96, 64, 1, 1), groups=4)[0] == "fused_gemm"
     # within the split's tiles (14x14, batch 1: 7 x 3 = 21): from SPLITK_FROM channels per group
@@ -264,7 +288,7 @@ def test_single_input_channel_layers():
 def test_declined_algorithms_fall_through_to_the_next_rule():
     """The rule skips an algorithm that cannot run the case, with the next class rule's choice."""
     big_1x1 = _spec((4, 384, 28, 28), (96, 384, 1, 1))
-    with graph_capture():  # cuBLAS is declined while a CUDA graph is captured
+    with cs.use_precision("highest"), graph_capture():  # cuBLAS is declined while a CUDA graph is captured
         assert "cuBLAS" in GPU.can_run(big_1x1, "pointwise_gemm", "forward")
         assert GPU.choose_algorithm(big_1x1, "forward")[0] == "fused_gemm"
     small_1x1 = _spec((1, 384, 14, 14), (96, 384, 1, 1))

@@ -3,10 +3,12 @@
 # every log under $OUT, one summary line per step at the end.
 #   tests        the GPU tests (every gpu-marked file) and the cupy rows of the cross-backend suites
 #   zoo-gpu      the zoo on the GPU against cuDNN (TF32 off): every cupy algorithm at batch 32 forward and
-#                backward (a sample of each network's layers), auto at batches 1 and 8, errors at batch 8
+#                backward (a sample of each network's layers), auto at batches 8 and 1
+#   zoo-auto     auto alone against cuDNN on the zoo: batches 32, 8 and 1 forward, 32 backward
 #   zoo-high     the zoo's dense layers at precision 'high' against cuDNN with TF32 on and off
 #   promote      tf32x3's accumulation: promoted (the default) against CS_TX_PROMOTE=0, error and time
-#   zoo-cpu      the zoo on the host's CPU (all cores, then 1 thread) against torch, every CPU backend
+#   zoo-cpu      the zoo on the host's CPU (all cores) against torch, every CPU backend
+#   cpu-table    auto on the host's CPU zoo before and after a rule table measured on this host
 # Packages the machine lacks travel as wheels in .whl (carried): platformdirs, scipy-openblas32.
 set -u
 LOGS=${OUT:-device-logs}
@@ -48,14 +50,20 @@ for section in "$@"; do
       grep -E "^(FAILED|ERROR)" "$LOGS/cupy-rows.log" | head -20 | tee -a "$SUMMARY"
       ;;
     zoo-gpu)
-      run zoo-b32-fwd 200 "${VERSUS[@]}" --device gpu --batch 32 --per-network 6 --every-algorithm-of cupy \
+      run zoo-b32-fwd 200 "${VERSUS[@]}" --device gpu --batch 32 --per-network 4 --every-algorithm-of cupy \
         --no-errors --out "$LOGS/zoo-b32-fwd.json"
-      run zoo-b32-bwd 150 "${VERSUS[@]}" --device gpu --batch 32 --direction backward --per-network 4 \
+      run zoo-b32-bwd 140 "${VERSUS[@]}" --device gpu --batch 32 --direction backward --per-network 3 \
         --every-algorithm-of cupy --no-errors --out "$LOGS/zoo-b32-bwd.json"
-      run zoo-b1-fwd 70 "${VERSUS[@]}" --device gpu --batch 1 --per-network 4 --every-algorithm-of cupy \
-        --no-errors --out "$LOGS/zoo-b1-fwd.json"
-      run zoo-b8-fwd 70 "${VERSUS[@]}" --device gpu --batch 8 --per-network 4 --every-algorithm-of cupy \
-        --out "$LOGS/zoo-b8-fwd.json"
+      run zoo-b8-fwd 70 "${VERSUS[@]}" --device gpu --batch 8 --per-network 4 --no-errors --out "$LOGS/zoo-b8-fwd.json"
+      run zoo-b1-fwd 60 "${VERSUS[@]}" --device gpu --batch 1 --per-network 4 --no-errors --out "$LOGS/zoo-b1-fwd.json"
+      ;;
+    zoo-auto)
+      for b in 32 8 1; do
+        run "zoo-auto-b$b-fwd" 90 "${VERSUS[@]}" --device gpu --batch "$b" --per-network 4 --no-errors \
+          --out "$LOGS/zoo-auto-b$b-fwd.json"
+      done
+      run zoo-auto-b32-bwd 120 "${VERSUS[@]}" --device gpu --batch 32 --direction backward --per-network 3 \
+        --no-errors --out "$LOGS/zoo-auto-b32-bwd.json"
       ;;
     zoo-high)
       run zoo-high-tf32off 120 "${VERSUS[@]}" --device gpu --batch 32 --per-network "${PER_NETWORK:-8}" --precision high \
@@ -72,6 +80,18 @@ for section in "$@"; do
     zoo-cpu)
       run zoo-cpu-all 280 "${VERSUS[@]}" --device cpu --batch 4 --per-network "${PER_NETWORK:-6}" --no-errors \
         --out "$LOGS/zoo-cpu-all.json"
+      ;;
+    cpu-table)
+      # auto on the zoo with the tables shipped so far, then a table of this host's own (thread counts as a
+      # feature), then auto again: the table goes into the package (the editable install) and under $LOGS
+      threads=$(nproc)
+      run zoo-cpu-before 120 "${VERSUS[@]}" --device cpu --threads "$threads" --batch 4 --per-network 3 --no-errors \
+        --out "$LOGS/zoo-cpu-before.json"
+      run crossover-cpu 280 python3 -m convsuite.bench.crossover --device cpu --threads "$threads,4" --budget-s 200 \
+        --docs "$LOGS/crossover"
+      cp convsuite/data/rule-cpu-*.json "$LOGS/" 2> /dev/null
+      run zoo-cpu-after 120 "${VERSUS[@]}" --device cpu --threads "$threads" --batch 4 --per-network 3 --no-errors \
+        --out "$LOGS/zoo-cpu-after.json"
       ;;
     *) note "unknown section: $section" ;;
   esac

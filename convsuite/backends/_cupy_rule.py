@@ -158,6 +158,12 @@ REGISTER_TILED_SEVERAL_CHANNELS_BLOCKS = 16
 #: tolerance), and float64 goes on to igemm_big's line.
 TF32X3_FROM = 64
 
+#: Block tiles from which a backward pass goes to tf32x3 (before the GEMM lines). zoo-gpu-2026-11-28-h200,
+#: batch 32: 1x1 layers of 64 to 104 tiles (528->256 14x14, 2048->448 8x8, 464->1024 7x7) ran 1.5-1.7x
+#: faster on tf32x3 or igemm_big than on fused_gemm, the pick below BIG_ENOUGH; fused_gemm stayed the
+#: fastest at 25 tiles (regret-gpu.md, backward 3x3 C32).
+TF32X3_BACKWARD_TILES = 64
+
 #: Input channels from which a narrow stride-1 layer goes to ``tf32x3_image``
 #: (one image in shared memory, pixels x channels tensor-core tiles; its
 #: can_run bounds the rest: float32, groups 1, <= 32 output channels, a
@@ -260,6 +266,19 @@ def _pointwise_class(s: ConvSpec, tiles: int) -> list[tuple[str, str]]:
                 "the reduction split across blocks fills the GPU",
             )
         )
+    if cg >= SPLITK_FROM and 2 * s.out_channels_per_group > TF32X3_FROM and not rules:
+        # zoo-gpu-2026-11-28-h200, batch 32: on 14 of 16 1x1 layers with too much work for the split
+        # reduction (192-2048 input channels, 7x7 to 112x112 and 1-D), tf32x3 was the fastest: 1.06-1.84x
+        # cuDNN where the old picks ran 0.42-1.32x (igemm_big, cuBLAS, pointwise); the other two were
+        # 7x7 images with 1024+ output channels, where igemm_big led it by 1.24x. Its 64-row tile
+        # must be more than half used, as on the 3x3 layers (TF32X3_FROM): the 14 had 48 to 1024 outputs.
+        rules.append(
+            (
+                "tf32x3",
+                f"1x1, {cg} input channels per group on {splitk_tiles(s)} 32x32 tiles, too many to split: "
+                "tensor cores, error-compensated TF32",
+            )
+        )
     if cg <= POINTWISE_MOST:
         channels = f"{cg} input channel{'s' if cg > 1 else ''} per group"
         return rules + [("pointwise", f"1x1, {channels}: a short per-thread reduction, one pass over x")]
@@ -318,22 +337,28 @@ def _forward_rules(spec: ConvSpec, s: ConvSpec, tiles: int) -> list[tuple[str, s
         and math.prod(s.kernel_size) >= TILED_SHARED_LEAST_TAPS
     ):
         rules.append(("tiled_shared", f"small stride-1 layer ({cg}->{mg} channels per group): one thread per output"))
-    return rules + _gemm_rules(spec, s, tiles)
+    return rules + _gemm_rules(spec, s, tiles, "forward")
 
 
-def _gemm_rules(spec: ConvSpec, s: ConvSpec, tiles: int) -> list[tuple[str, str]]:
+def _gemm_rules(spec: ConvSpec, s: ConvSpec, tiles: int, direction: str) -> list[tuple[str, str]]:
     """The implicit GEMMs: tf32x3, then igemm_big with enough work, else fused_gemm.
 
-    Forward, tf32x3 was measured on 3x3 layers only (1x1 stride-1 layers have
-    their own forward class). Backward, ``_backward_rules`` has already put
-    tf32x3 first where there are BIG_ENOUGH tiles; these lines serve the rest
-    (and float64, which tf32x3 declines).
+    1x1 stride-1 layers have their own forward class. Backward,
+    ``_backward_rules`` has already put tf32x3 first from
+    TF32X3_BACKWARD_TILES tiles; these lines serve the rest (and float64,
+    which tf32x3 declines): a backward pass below those tiles was not
+    measured on tf32x3, so it keeps the SIMT GEMMs.
     """
     rules = []
     mg = s.out_channels_per_group
-    if tiles >= BIG_ENOUGH and mg >= TF32X3_FROM and not _is_pointwise(s):
+    few_tiles_ok = direction == "forward" and s.stride == (1, 1)
+    if mg >= TF32X3_FROM and not _is_pointwise(s) and (tiles >= BIG_ENOUGH or few_tiles_ok):
+        # Fewer tiles than BIG_ENOUGH: zoo-gpu-2026-11-28-h200, batch 1 (13 to 100 tiles), stride-1 layers
+        # with 64+ output channels ran 1.4-2.1x faster on tf32x3 than on fused_gemm (3x3 64->64 56x56,
+        # 128->192 28x28, 1-D K=7/11 at 128 channels, K=2 at 128); the two strided ones measured there
+        # (4x4 s4, 1x1 s2) stayed faster on fused_gemm (x1.2-1.3).
         rules.append(
-            ("tf32x3", f"{tiles} big block tiles, {mg} output channels per group: tensor cores, error-compensated TF32")
+            ("tf32x3", f"{tiles} block tiles, {mg} output channels per group: tensor cores, error-compensated TF32")
         )
     if tiles >= BIG_ENOUGH:
         rules.append(("igemm_big", f"{tiles} big block tiles of work: the pipelined 8x8-per-thread implicit GEMM"))
@@ -368,13 +393,17 @@ def _backward_rules(spec: ConvSpec, tiles: int) -> list[tuple[str, str]]:
                 "thin GEMM over every output pixel, which cuBLAS splits",
             )
         )
-    if tiles >= BIG_ENOUGH:
+    if spec.ndim == 1 and spec.stride != (1,):
+        # zoo-gpu-2026-11-28-h200 (batch 32 backward): 1-D k3 stride 2 at 512 channels, im2col_gemm 3.0-3.2x
+        # faster than tf32x3 (the im2col of a strided signal is short, and cuBLAS takes both products).
+        rules.append(("im2col_gemm", "backward of a strided 1-D layer: im2col of the signal, both products on cuBLAS"))
+    if tiles >= TF32X3_BACKWARD_TILES:
         # backward-2026-11-26 (kernel sums): tf32x3's dW on row tiles that fit the channels (16, 32, 64)
         # made it the fastest backward at 16 output channels too (ECE408 fa21 conv2 B=1000 1.41 ms vs
         # igemm_big 2.59, wgrad_padded 1.91), and at 64 (3x3 C=64 B=64 0.89 vs 1.55; C32->64 0.97 vs
         # 1.44); its table: 1x1 128->256 B=64 0.345 vs igemm_big 0.446 ms (i11: 0.395 vs 0.493).
         rules.append(("tf32x3", f"backward with {tiles} big block tiles: tensor-core dW on tiles that fit the rows"))
-    return rules + _gemm_rules(spec, spec.as_2d(), tiles)
+    return rules + _gemm_rules(spec, spec.as_2d(), tiles, "backward")
 
 
 def choose(spec: ConvSpec, direction: str, can_run: Callable[[ConvSpec, str, str], Verdict]) -> tuple[str, str]:

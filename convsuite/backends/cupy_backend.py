@@ -14,33 +14,39 @@ only when the backend is first used.
 behind each threshold are in :mod:`._cupy_rule` (:meth:`CupyBackend.choose_algorithm`):
 
 forward
-    1. 1-D with stride 1: ``blocked`` (register-blocked, bound by bandwidth).
-    2. 1x1, stride 1, no padding: ``pointwise`` up to 32 input channels per
-       group (a short per-thread reduction); else ``igemm_big`` with at least
-       128 big block tiles of work, ``pointwise_gemm`` (cuBLAS) from 256 input
-       channels per group, ``fused_gemm`` between.
+    1. 1-D, stride 1, at most 64 input x output channel pairs per group (one
+       long signal): ``blocked`` (register-blocked, bound by bandwidth).
+    2. 1x1, stride 1, no padding: ``pointwise_splitk`` (float32, from 32 input
+       channels per group, at most 264 32x32 output tiles: the reduction split
+       across blocks); past those tiles, with more than 32 output channels per
+       group, ``tf32x3``; ``pointwise`` up to 32 input channels per group;
+       ``igemm_big`` with at least 128 big block tiles of work;
+       ``pointwise_gemm`` (cuBLAS) from 256 input channels; else ``fused_gemm``.
     3. depthwise (one input channel per group, groups > 1): ``depthwise``.
-    4. at most 24 output channels per group, a kernel larger than 1x1, and at
-       least 64 thread blocks of ``register_tiled``: ``register_tiled``.
-    5. one input channel (a first layer): ``depthwise``.
-    6. small stride-1 layers (at most 32 channels per group in and out, under
-       128 big tiles): ``tiled_shared``.
-    7. float32 with at least 128 big block tiles of work and 64 output
-       channels per group, under a precision policy of "high" or "medium":
-       ``tf32x3`` (error-compensated TF32 on the tensor cores; it declines
-       reductions under 32 products).
-    8. float32 with at least 128 big block tiles of work: ``igemm_big`` (pipelined
+    4. narrow stride-1 layers whose image fits shared memory: ``tf32x3_image``.
+    5. at most 24 output channels per group, a kernel larger than 1x1, and
+       enough thread blocks of ``register_tiled``: ``register_tiled``.
+    6. one input channel (a first layer): ``depthwise``.
+    7. small stride-1 layers (at most 32 channels per group in and out, under
+       128 big tiles, 25 taps or more): ``tiled_shared``.
+    8. float32 with 64 output channels per group or more, and at least 128
+       big block tiles of work or stride 1: ``tf32x3`` (error-compensated TF32
+       on the tensor cores; it declines reductions under 32 products).
+    9. float32 with at least 128 big block tiles of work: ``igemm_big`` (pipelined
        128x128 / 64x128 implicit GEMM).
-    9. otherwise: ``fused_gemm`` (64x64 implicit GEMM, any dtype).
+    10. otherwise: ``fused_gemm`` (64x64 implicit GEMM, any dtype).
 
 backward
-    1. depthwise with kernels up to 7x7: ``depthwise``.
-    2. float32, not 1x1 stride 1 unpadded, with at least 128 big block tiles and 64 output
-       channels per group: ``tf32x3`` (dX and dW on the tensor cores).
-    3. float32 with at least 128 big block tiles of work: ``igemm_big``.
-    4. otherwise: ``fused_gemm`` (implicit-GEMM input gradient, split-K
-       weight gradient; no im2col buffer). ``im2col_gemm`` and
-       ``pointwise_gemm`` stay pinnable.
+    1. depthwise: ``depthwise``.
+    2. a first layer (at most 3 input channels) or non-overlapping patches
+       (kernel = stride), and strided 1-D layers: ``im2col_gemm`` (the weight
+       gradient is one long GEMM that cuBLAS splits).
+    3. float32 with at least 64 big block tiles: ``tf32x3`` (dX and dW on the
+       tensor cores).
+    4. then the forward's GEMM lines (8 to 10).
+
+The tensor-core lines (``tf32x3``, ``tf32x3_image``) are of precision class
+"high": under the "highest" policy the rule takes the next line that applies.
 
 The weight-gradient ladder of the "Optimizing a CNN in CUDA" write-up
 (``wgrad_atomic``, ``wgrad_shuffle``, ``wgrad_registers``, ``wgrad_padded``)
