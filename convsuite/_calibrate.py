@@ -326,9 +326,17 @@ def calibrate(
     current rule is least sure about, fits the rule on the times and writes
     this machine's table atomically beside the tuning cache
     (``CONVSUITE_CACHE_DIR``). Later choices of ``auto`` on this machine, in
-    this process and in new ones, use it before the shipped tables;
+    this process and in new ones, consult it beside the shipped tables: the
+    table with the problem nearest the call's decides (ties: this one), and
     ``explain()`` reports "measured on this machine by `convsuite calibrate`".
     A later calibration adds to the table.
+
+    The grid's problems are small, so a short calibration knows little of
+    large layers: on a 16-core host, a 200-second table picked worse than the
+    shipped one on real networks' layers (0.84x torch against 1.08x,
+    docs/measurements/zoo-cpu-2026-11-28-xeon16.md). Check a calibration with
+    ``convsuite compare --workload zoo`` before relying on it; delete the file
+    it names to go back.
 
     Parameters
     ----------

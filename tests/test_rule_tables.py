@@ -140,6 +140,19 @@ def test_the_calibrated_table_of_this_machine_comes_first(shipped, monkeypatch, 
     assert _rule.rank(SPEC, "forward", LABELS, "cpu", threads=2, calibrated_dir=tmp_path).table.origin == "shipped"
 
 
+def test_a_calibrated_table_far_from_the_problem_leaves_it_to_a_nearer_shipped_one(shipped, monkeypatch, tmp_path):
+    """A calibration's small grid decides near its problems only: the shipped table's nearer case wins."""
+    _here(monkeypatch, XEON)
+    far = Problem("far", (64, 512, 56, 56), (512, 512, 3, 3), padding=1)
+    calibrated = _table(XEON, [_case(16, {"cython/direct": 1.0, "numba/direct": 2.0}, "far", far)], kind="calibrated")
+    _rule.write_table(_rule.calibrated_path(tmp_path, "cpu", XEON.key()), calibrated)
+    ranking = _rule.rank(SPEC, "forward", LABELS, "cpu", threads=16, calibrated_dir=tmp_path)
+    assert ranking.table.origin == "shipped" and ranking[0][0] == "numba/direct"
+    # on the calibrated problem itself, the calibration decides
+    ranking = _rule.rank(spec_of(far), "forward", LABELS, "cpu", threads=16, calibrated_dir=tmp_path)
+    assert ranking.table.origin == "calibrated" and ranking[0][0] == "cython/direct"
+
+
 @pytest.mark.parametrize(
     "content, problem",
     [
