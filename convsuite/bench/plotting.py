@@ -56,7 +56,9 @@ def style_for(names: Sequence[str]) -> dict[str, dict]:
 
 
 def _outside_legend(ax, title: str | None = None) -> None:
-    """The axes' legend to the right of them, off the data."""
+    """The axes' legend to the right of them, off the data (none when nothing labelled was drawn)."""
+    if not ax.get_legend_handles_labels()[0]:
+        return
     ax.legend(
         loc="upper left",
         bbox_to_anchor=(1.02, 1.0),
