@@ -592,15 +592,14 @@ def rank(
     """
     if threads is None:
         threads = get_num_threads()
-    point = np.asarray(features(spec, threads), dtype=float)
+    point = features(spec, threads)
+    here = np.asarray(point, dtype=float)
     best = None
     for table in tables(device, calibrated_dir):
         rows, points = table.rows(direction)
         if not rows or points.shape[1] != len(point):
             continue
-        nearest = float(
-            np.sqrt((((points - point) * _weights(len(point), table.thread_weight)) ** 2).sum(axis=1)).min()
-        )
+        nearest = float(np.sqrt((((points - here) * _weights(len(point), table.thread_weight)) ** 2).sum(axis=1)).min())
         if best is None or nearest < best[0]:
             best = (nearest, table, rows, points)
     if best is None:
