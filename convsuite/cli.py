@@ -263,13 +263,18 @@ _NOT_FOR_MODEL = dict(
 )
 
 
+def _options_given(args: argparse.Namespace, defaults: dict) -> list[str]:
+    """The options of ``defaults`` that ``args`` sets to something else, spelled as on the command line."""
+    return [f"--{k.replace('_', '-')}" for k, default in defaults.items() if getattr(args, k) != default]
+
+
 def _model_request(args: argparse.Namespace):
     """The input shape and output folder of a --model run; ValueError naming any option that does not apply."""
     from convsuite.bench._arguments import check_output_dir
     from convsuite.bench.model_compare import MODEL_INPUT
     from convsuite.bench.user_cases import parse_shape
 
-    stray = [f"--{k.replace('_', '-')}" for k, default in _NOT_FOR_MODEL.items() if getattr(args, k) != default]
+    stray = _options_given(args, _NOT_FOR_MODEL)
     if stray:
         raise ValueError(
             f"--model times the model's forward pass in float32 against torch (--x sets its input shape, "
@@ -363,9 +368,9 @@ def _check_scaling_request(args: argparse.Namespace):
     """The output folder of a --scaling run; ValueError naming any option that does not apply."""
     import importlib.util
 
-    from convsuite.bench.compare import check_output_dir
+    from convsuite.bench._arguments import check_output_dir
 
-    stray = [f"--{k.replace('_', '-')}" for k, default in _NOT_FOR_SCALING.items() if getattr(args, k) != default]
+    stray = _options_given(args, _NOT_FOR_SCALING)
     stray += ["--model"] if args.model is not None else []
     if stray:
         raise ValueError(
